@@ -1,0 +1,1 @@
+"""NCCL-BOT analysis of forced-arm datasets (importable as ``ncclbot_sweep.analysis``)."""

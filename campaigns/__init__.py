@@ -1,0 +1,1 @@
+"""Example campaign specs (a data package)."""

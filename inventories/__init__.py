@@ -1,0 +1,1 @@
+"""Inventory YAML files, one per fabric (a data package)."""

@@ -1,0 +1,102 @@
+"""The project's exception types and exit codes.
+
+Library code raises these and never prints; the CLI turns them into ``Error: ...`` and the
+exit code of :class:`ExitCode`. Every message says what is wrong, where (file and line, or
+the job/step key) and how to fix it.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+__all__ = [
+    "ExitCode",
+    "NcclbotError",
+    "InventoryError",
+    "CampaignError",
+    "PlanError",
+    "RenderError",
+    "ExecutorError",
+    "SchedulerError",
+    "TransportError",
+    "ManifestError",
+    "ParseError",
+    "DatasetError",
+    "AnalysisError",
+]
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes of ``ncclbot-sweep``."""
+
+    OK = 0
+    USER_ERROR = 1  # a fixable problem: bad file, bad option value, failed steps to inspect
+    USAGE = 2  # click's usage errors
+    INTERRUPTED = 130  # Ctrl-C
+
+
+class NcclbotError(Exception):
+    """Base class: a problem the user can fix, with a message that says how."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None,
+                 hint: str | None = None) -> None:
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.hint = hint
+        self.reason = message
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = self.path if self.line is None else f"{self.path}:{self.line}"
+            where += ": "
+        text = f"{where}{self.reason}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class InventoryError(NcclbotError):
+    """An inventory YAML is missing, malformed or invalid."""
+
+
+class CampaignError(NcclbotError):
+    """A campaign spec is missing, malformed or invalid."""
+
+
+class PlanError(NcclbotError):
+    """A campaign cannot be planned on an inventory (no valid arm, over budget, ...)."""
+
+
+class RenderError(NcclbotError):
+    """A job script cannot be rendered from its template."""
+
+
+class ExecutorError(NcclbotError):
+    """An executor could not submit, poll, cancel or fetch a job."""
+
+
+class SchedulerError(ExecutorError):
+    """The scheduler (Slurm) refused or failed a command."""
+
+
+class TransportError(ExecutorError):
+    """The local shell or SSH transport failed (connection, authentication, transfer)."""
+
+
+class ManifestError(NcclbotError):
+    """The campaign manifest is missing, of another schema version, or inconsistent."""
+
+
+class ParseError(NcclbotError):
+    """An input file could not be parsed (the ingest records it in quarantine)."""
+
+
+class DatasetError(NcclbotError):
+    """A dataset folder is missing, or a table in it does not match its schema."""
+
+
+class AnalysisError(NcclbotError):
+    """The analysis cannot run on the given dataset (missing tables, no contexts, ...)."""

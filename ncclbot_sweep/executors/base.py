@@ -1,0 +1,114 @@
+"""The narrow executor interface every backend implements (STYLE habit 13).
+
+An executor knows how to start a rendered job, report the state of many jobs in one call,
+cancel jobs, copy a job's folder back, and find jobs by their tag after a crash. Retry,
+reconcile and manifest updates live once, above it, in the campaign runner.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePath
+
+__all__ = ["Executor", "JobSpec", "JobState", "JobStatus", "StepOutcome", "job_tag"]
+
+
+class JobState(str, enum.Enum):
+    """Scheduler-level state of a job (Slurm's names; the local executor uses the same)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    CANCELLED = "CANCELLED"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def finished(self) -> bool:
+        """True when the job will not change state again."""
+        return self not in (JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN)
+
+
+class StepOutcome(str, enum.Enum):
+    """Outcome of one step (one nccl-tests process), as recorded in the manifest and ``runs``."""
+
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    INVALID_ARM = "invalid_arm"
+    NODE_FAIL = "node_fail"
+    CANCELLED = "cancelled"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatus:
+    """What one poll says of a job."""
+
+    state: JobState
+    exit_code: int | None = None
+    reason: str = ""
+
+
+def job_tag(campaign_key: str, job_key: str) -> str:
+    """The tag a job carries on the scheduler (job name, comment) so a crash can be reconciled."""
+    return f"ncclbot:{campaign_key}:{job_key}"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """A rendered job ready to submit: its keys, its local folder and what it asks for."""
+
+    campaign_key: str
+    job_key: str
+    local_dir: Path
+    remote_dir: PurePath
+    nodes: int
+    time_limit_s: int
+
+    @property
+    def tag(self) -> str:
+        return job_tag(self.campaign_key, self.job_key)
+
+    @property
+    def script_name(self) -> str:
+        return "job.sh"
+
+
+class Executor(abc.ABC):
+    """Starts and watches jobs. Implementations must be safe to call again after a crash."""
+
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def submit(self, job: JobSpec) -> str:
+        """Start ``job`` (its folder already rendered locally); return the scheduler's job id.
+
+        Raises :class:`~ncclbot_sweep.errors.ExecutorError` (or a subclass) naming the job
+        and the scheduler's reason when the job is refused.
+        """
+
+    @abc.abstractmethod
+    def poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        """Return the status of every id in one scheduler call; unknown ids map to UNKNOWN."""
+
+    @abc.abstractmethod
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Cancel these jobs (and only these); cancelling a finished job is not an error."""
+
+    @abc.abstractmethod
+    def fetch(self, job: JobSpec) -> None:
+        """Bring ``job``'s remote folder into ``job.local_dir``; idempotent, resumable."""
+
+    @abc.abstractmethod
+    def find_tagged(self, campaign_key: str) -> Mapping[str, str]:
+        """Return ``{job_tag: job_id}`` for the campaign's jobs the scheduler knows of."""
+
+    def close(self) -> None:
+        """Release connections; called once when the campaign command ends."""

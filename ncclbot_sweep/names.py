@@ -1,0 +1,341 @@
+"""One spelling for collectives, algorithms, protocols and arms, and the rules for valid arms.
+
+Everything that names an NCCL collective, algorithm or protocol goes through this module
+(architecture section 3). The validity rules are one table, written from NCCL's tuning code
+as summarised in ``shared/reference/nccl-cost-model.md`` (section 3) and
+``nccl-plugin-api.md`` (section 3.5):
+
+* Broadcast and Reduce run Ring only; AllGather and ReduceScatter run Ring, PAT, NVLS and
+  CollNetDirect; AllReduce runs everything but PAT.
+* NVLS, NVLSTree, PAT and both CollNet algorithms run the Simple protocol only.
+* NVLSTree needs more than one node; NVLS on more than one node needs CollNet (NVLS+SHARP).
+* PAT needs one GPU per node unless the fabric enables it for more.
+* CollNet algorithms need a CollNet fabric, NVLS algorithms an NVLS fabric.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Iterable
+
+__all__ = [
+    "COLLECTIVES",
+    "ARMLESS_COLLECTIVES",
+    "ALL_COLLECTIVES",
+    "ALGORITHMS",
+    "PROTOCOLS",
+    "FAMILIES",
+    "AUTO",
+    "BINARY_COLLECTIVE",
+    "COLLECTIVE_BINARY",
+    "Arm",
+    "FabricOffer",
+    "PrunedArm",
+    "algorithm_family",
+    "all_arms",
+    "arm_invalid_reason",
+    "canonical_algorithm",
+    "canonical_collective",
+    "canonical_protocol",
+    "log_algorithm_name",
+    "log_protocol_name",
+    "prune_arms",
+    "valid_arms",
+]
+
+#: NCCL function names, in NCCL's function index order (0..4).
+COLLECTIVES: tuple[str, ...] = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+#: Collectives that nccl-tests runs but NCCL's tuner does not model (no arms).
+ARMLESS_COLLECTIVES: tuple[str, ...] = ("AlltoAll", "SendRecv", "Gather", "Scatter", "HyperCube")
+ALL_COLLECTIVES: tuple[str, ...] = COLLECTIVES + ARMLESS_COLLECTIVES
+
+#: ``NCCL_ALGO`` tokens, in NCCL's algorithm index order (0..6).
+ALGORITHMS: tuple[str, ...] = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+#: ``NCCL_PROTO`` tokens, in NCCL's protocol index order (0..2).
+PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
+
+#: The policy name for "no forcing": NCCL's own cost-model argmin.
+AUTO = "AUTO"
+
+#: Algorithm family an inventory can offer or not.
+FAMILIES: tuple[str, ...] = ("tree", "ring", "collnet", "nvls", "pat")
+_FAMILY = {
+    "Tree": "tree",
+    "Ring": "ring",
+    "CollNetDirect": "collnet",
+    "CollNetChain": "collnet",
+    "NVLS": "nvls",
+    "NVLSTree": "nvls",
+    "PAT": "pat",
+}
+
+#: nccl-tests binary name -> collective.
+BINARY_COLLECTIVE: dict[str, str] = {
+    "broadcast_perf": "Broadcast",
+    "reduce_perf": "Reduce",
+    "all_gather_perf": "AllGather",
+    "reduce_scatter_perf": "ReduceScatter",
+    "all_reduce_perf": "AllReduce",
+    "alltoall_perf": "AlltoAll",
+    "sendrecv_perf": "SendRecv",
+    "gather_perf": "Gather",
+    "scatter_perf": "Scatter",
+    "hypercube_perf": "HyperCube",
+}
+COLLECTIVE_BINARY: dict[str, str] = {coll: binary for binary, coll in BINARY_COLLECTIVE.items()}
+
+# Names NCCL prints in its logs (ncclAlgoToString / ncclProtoToString) -> our tokens.
+_LOG_ALGO = {
+    "TREE": "Tree",
+    "RING": "Ring",
+    "COLLNET_DIRECT": "CollNetDirect",
+    "COLLNETDIRECT": "CollNetDirect",
+    "COLLNET_CHAIN": "CollNetChain",
+    "COLLNETCHAIN": "CollNetChain",
+    "COLLNET": "CollNetDirect",
+    "NVLS": "NVLS",
+    "NVLS_TREE": "NVLSTree",
+    "NVLSTREE": "NVLSTree",
+    "PAT": "PAT",
+}
+_LOG_PROTO = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
+
+# The validity table: which algorithms each collective can run.
+_COLLECTIVE_ALGORITHMS: dict[str, frozenset[str]] = {
+    "Broadcast": frozenset({"Ring"}),
+    "Reduce": frozenset({"Ring"}),
+    "AllGather": frozenset({"Ring", "PAT", "NVLS", "CollNetDirect"}),
+    "ReduceScatter": frozenset({"Ring", "PAT", "NVLS", "CollNetDirect"}),
+    "AllReduce": frozenset({"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"}),
+}
+_SIMPLE_ONLY = frozenset({"NVLS", "NVLSTree", "PAT", "CollNetDirect", "CollNetChain"})
+
+_CANON_COLL = {c.lower(): c for c in ALL_COLLECTIVES} | {
+    "allgather": "AllGather",
+    "all_gather": "AllGather",
+    "reducescatter": "ReduceScatter",
+    "reduce_scatter": "ReduceScatter",
+    "allreduce": "AllReduce",
+    "all_reduce": "AllReduce",
+    "alltoall": "AlltoAll",
+    "all_to_all": "AlltoAll",
+    "sendrecv": "SendRecv",
+}
+_CANON_ALGO = {a.lower(): a for a in ALGORITHMS} | {k.lower(): v for k, v in _LOG_ALGO.items()}
+_CANON_PROTO = {p.lower(): p for p in PROTOCOLS}
+
+
+def canonical_collective(name: str) -> str:
+    """Return the NCCL spelling of a collective given in any common form.
+
+    Accepts NCCL names in any case (``allreduce``), snake case (``all_reduce``) and
+    nccl-tests binary names (``all_reduce_perf``). Raises ``ValueError`` naming the valid ones.
+    """
+    key = name.strip()
+    if key in BINARY_COLLECTIVE:
+        return BINARY_COLLECTIVE[key]
+    try:
+        return _CANON_COLL[key.lower()]
+    except KeyError:
+        raise ValueError(
+            f"collective must be one of {', '.join(ALL_COLLECTIVES)}, but got {name!r}"
+        ) from None
+
+
+def canonical_algorithm(name: str) -> str:
+    """Return the ``NCCL_ALGO`` token for an algorithm name (any case, or NCCL's log name)."""
+    try:
+        return _CANON_ALGO[name.strip().lower()]
+    except KeyError:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, but got {name!r}") from None
+
+
+def canonical_protocol(name: str) -> str:
+    """Return the ``NCCL_PROTO`` token for a protocol name (any case)."""
+    try:
+        return _CANON_PROTO[name.strip().lower()]
+    except KeyError:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, but got {name!r}") from None
+
+
+def log_algorithm_name(algorithm: str) -> str:
+    """Return the name NCCL prints for an algorithm in its logs (``NVLSTree`` -> ``NVLS_TREE``)."""
+    return {
+        "Tree": "TREE",
+        "Ring": "RING",
+        "CollNetDirect": "COLLNET_DIRECT",
+        "CollNetChain": "COLLNET_CHAIN",
+        "NVLS": "NVLS",
+        "NVLSTree": "NVLS_TREE",
+        "PAT": "PAT",
+    }[canonical_algorithm(algorithm)]
+
+
+def log_protocol_name(protocol: str) -> str:
+    """Return the name NCCL prints for a protocol in its logs (``Simple`` -> ``SIMPLE``)."""
+    return canonical_protocol(protocol).upper()
+
+
+def algorithm_family(algorithm: str) -> str:
+    """Return the family (``tree``, ``ring``, ``collnet``, ``nvls``, ``pat``) of an algorithm."""
+    return _FAMILY[canonical_algorithm(algorithm)]
+
+
+_ARM_RE = re.compile(r"^\s*([A-Za-z_]+)\s*[/:, ]\s*([A-Za-z0-9_]+)\s*$")
+
+
+@functools.total_ordering
+@dataclasses.dataclass(frozen=True, slots=True)
+class Arm:
+    """An (algorithm, protocol) pair; its string form is ``"<algo>/<proto>"``.
+
+    Arms order like NCCL's cost-table scan (algorithm index, then protocol index), which is
+    also NCCL's tie-break order.
+    """
+
+    algorithm: str
+    protocol: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "algorithm", canonical_algorithm(self.algorithm))
+        object.__setattr__(self, "protocol", canonical_protocol(self.protocol))
+
+    @classmethod
+    def parse(cls, text: str) -> Arm:
+        """Parse ``Ring/LL128``, ``ring/ll128``, ``RING SIMPLE`` or ``NVLS_TREE/SIMPLE``."""
+        match = _ARM_RE.match(text)
+        if not match:
+            raise ValueError(f"arm must look like 'Ring/LL128' (algorithm/protocol), but got {text!r}")
+        return cls(match.group(1), match.group(2))
+
+    @classmethod
+    def from_indices(cls, algorithm: int, protocol: int) -> Arm:
+        """Build an arm from NCCL's numeric algorithm and protocol indices."""
+        if not (0 <= algorithm < len(ALGORITHMS) and 0 <= protocol < len(PROTOCOLS)):
+            raise ValueError(
+                f"algorithm index must be 0..{len(ALGORITHMS) - 1} and protocol index "
+                f"0..{len(PROTOCOLS) - 1}, but got {algorithm}/{protocol}"
+            )
+        return cls(ALGORITHMS[algorithm], PROTOCOLS[protocol])
+
+    @property
+    def algorithm_index(self) -> int:
+        return ALGORITHMS.index(self.algorithm)
+
+    @property
+    def protocol_index(self) -> int:
+        return PROTOCOLS.index(self.protocol)
+
+    @property
+    def index(self) -> int:
+        """Flat index ``algorithm * 3 + protocol`` (NCCL's scan order)."""
+        return self.algorithm_index * len(PROTOCOLS) + self.protocol_index
+
+    def __str__(self) -> str:
+        return f"{self.algorithm}/{self.protocol}"
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Arm):
+            return NotImplemented
+        return self.index < other.index
+
+
+def all_arms() -> tuple[Arm, ...]:
+    """Every (algorithm, protocol) pair in NCCL's scan order, valid or not."""
+    return tuple(Arm(a, p) for a in ALGORITHMS for p in PROTOCOLS)
+
+
+@dataclasses.dataclass(frozen=True)
+class FabricOffer:
+    """What a fabric offers: algorithm families, protocols, and whether PAT runs multi-GPU.
+
+    Built from an inventory; the default offers what every NCCL fabric has (Tree, Ring,
+    all protocols) and nothing that needs special hardware.
+    """
+
+    families: frozenset[str] = frozenset({"tree", "ring"})
+    protocols: frozenset[str] = frozenset(PROTOCOLS)
+    pat_multi_gpu: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = set(self.families) - set(FAMILIES)
+        if unknown:
+            raise ValueError(f"families must be among {', '.join(FAMILIES)}, but got {sorted(unknown)}")
+        object.__setattr__(self, "families", frozenset(self.families))
+        object.__setattr__(self, "protocols", frozenset(canonical_protocol(p) for p in self.protocols))
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunedArm:
+    """An arm left out of a context, and why."""
+
+    arm: Arm
+    reason: str
+
+
+def arm_invalid_reason(
+    collective: str,
+    arm: Arm,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    offer: FabricOffer = FabricOffer(),
+) -> str | None:
+    """Return why ``arm`` cannot run ``collective`` on this fabric and scale, or None if it can.
+
+    Called at planning time to prune arms, and by the simulator to refuse a forced arm the
+    way NCCL does. The first rule that fails is reported.
+    """
+    coll = canonical_collective(collective)
+    if coll not in _COLLECTIVE_ALGORITHMS:
+        return f"{coll} has no algorithm/protocol choice in NCCL"
+    if arm.algorithm not in _COLLECTIVE_ALGORITHMS[coll]:
+        allowed = ", ".join(a for a in ALGORITHMS if a in _COLLECTIVE_ALGORITHMS[coll])
+        return f"{coll} does not run {arm.algorithm} (it runs {allowed})"
+    if arm.algorithm in _SIMPLE_ONLY and arm.protocol != "Simple":
+        return f"{arm.algorithm} runs the Simple protocol only"
+    family = _FAMILY[arm.algorithm]
+    if family not in offer.families:
+        return f"the fabric does not offer {family} (inventory 'algorithms' lacks it)"
+    if arm.protocol not in offer.protocols:
+        return f"the fabric does not offer the {arm.protocol} protocol"
+    if arm.algorithm == "NVLSTree" and nodes <= 1:
+        return "NVLSTree needs more than one node"
+    if arm.algorithm == "NVLS" and nodes > 1 and "collnet" not in offer.families:
+        return "NVLS on more than one node needs CollNet (NVLS+SHARP)"
+    if arm.algorithm == "PAT" and gpus_per_node > 1 and not offer.pat_multi_gpu:
+        return "PAT needs one GPU per node unless the fabric enables it (NCCL_PAT_ENABLE)"
+    return None
+
+
+def prune_arms(
+    collective: str,
+    arms: Iterable[Arm] | None = None,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    offer: FabricOffer = FabricOffer(),
+) -> tuple[list[Arm], list[PrunedArm]]:
+    """Split ``arms`` (default: every arm) into the valid ones and the pruned ones with reasons."""
+    kept: list[Arm] = []
+    pruned: list[PrunedArm] = []
+    for arm in sorted(all_arms() if arms is None else arms):
+        reason = arm_invalid_reason(collective, arm, nodes=nodes, gpus_per_node=gpus_per_node, offer=offer)
+        if reason is None:
+            kept.append(arm)
+        else:
+            pruned.append(PrunedArm(arm, reason))
+    return kept, pruned
+
+
+def valid_arms(
+    collective: str,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    offer: FabricOffer = FabricOffer(),
+) -> list[Arm]:
+    """The arms a context offers, in NCCL's scan order."""
+    return prune_arms(collective, nodes=nodes, gpus_per_node=gpus_per_node, offer=offer)[0]

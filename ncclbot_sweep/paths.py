@@ -1,0 +1,84 @@
+"""The campaign folder layout, in one place (architecture section 4).
+
+```
+<campaign>/campaign.yaml  inventory.yaml  manifest.sqlite
+<campaign>/jobs/<job-key>/job.sh  provenance.json
+<campaign>/jobs/<job-key>/steps/<step-key>/{stdout.txt, nccl.log, result.json, exit}
+```
+
+The same layout holds locally and on the cluster; only the root differs. Nothing else in
+the package spells these file names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import PurePath, Path
+
+__all__ = ["CampaignPaths", "StepFiles"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepFiles:
+    """The files one step writes into its folder."""
+
+    root: PurePath
+
+    @property
+    def stdout(self) -> PurePath:
+        return self.root / "stdout.txt"
+
+    @property
+    def nccl_log(self) -> PurePath:
+        return self.root / "nccl.log"
+
+    @property
+    def result_json(self) -> PurePath:
+        return self.root / "result.json"
+
+    @property
+    def exit_marker(self) -> PurePath:
+        """Holds the step's exit code, written last: its presence means the step finished."""
+        return self.root / "exit"
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignPaths:
+    """Paths of one campaign folder; ``root`` may be local (Path) or remote (PurePosixPath)."""
+
+    root: PurePath
+
+    @classmethod
+    def local(cls, root: str | Path) -> CampaignPaths:
+        return cls(Path(root))
+
+    @property
+    def campaign_yaml(self) -> PurePath:
+        return self.root / "campaign.yaml"
+
+    @property
+    def inventory_yaml(self) -> PurePath:
+        return self.root / "inventory.yaml"
+
+    @property
+    def manifest(self) -> PurePath:
+        return self.root / "manifest.sqlite"
+
+    @property
+    def jobs_dir(self) -> PurePath:
+        return self.root / "jobs"
+
+    def job_dir(self, job_key: str) -> PurePath:
+        return self.jobs_dir / job_key
+
+    def job_script(self, job_key: str) -> PurePath:
+        return self.job_dir(job_key) / "job.sh"
+
+    def provenance(self, job_key: str) -> PurePath:
+        return self.job_dir(job_key) / "provenance.json"
+
+    def step_dir(self, job_key: str, step_key: str) -> PurePath:
+        return self.job_dir(job_key) / "steps" / step_key
+
+    def step_files(self, job_key: str, step_key: str) -> StepFiles:
+        return StepFiles(self.step_dir(job_key, step_key))

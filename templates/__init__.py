@@ -1,0 +1,1 @@
+"""Jinja templates: Slurm job scripts and the HTML report (a data package)."""

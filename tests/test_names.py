@@ -1,0 +1,81 @@
+"""Truth table for the arm validity rules of architecture section 3."""
+
+import pytest
+
+from ncclbot_sweep.names import (
+    ALGORITHMS,
+    PROTOCOLS,
+    Arm,
+    FabricOffer,
+    arm_invalid_reason,
+    canonical_collective,
+    prune_arms,
+    valid_arms,
+)
+
+EVERYTHING = FabricOffer(families=frozenset({"tree", "ring", "collnet", "nvls", "pat"}), pat_multi_gpu=True)
+
+# (collective, algorithm) pairs NCCL can run, on a fabric offering every family.
+RUNS = {
+    ("Broadcast", "Ring"), ("Reduce", "Ring"),
+    ("AllGather", "Ring"), ("AllGather", "PAT"), ("AllGather", "NVLS"), ("AllGather", "CollNetDirect"),
+    ("ReduceScatter", "Ring"), ("ReduceScatter", "PAT"), ("ReduceScatter", "NVLS"),
+    ("ReduceScatter", "CollNetDirect"),
+    ("AllReduce", "Tree"), ("AllReduce", "Ring"), ("AllReduce", "CollNetDirect"),
+    ("AllReduce", "CollNetChain"), ("AllReduce", "NVLS"), ("AllReduce", "NVLSTree"),
+}
+SIMPLE_ONLY = {"NVLS", "NVLSTree", "PAT", "CollNetDirect", "CollNetChain"}
+
+
+@pytest.mark.parametrize("collective", ["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_truth_table_on_a_full_fabric(collective, algorithm, protocol):
+    expected = (collective, algorithm) in RUNS and (algorithm not in SIMPLE_ONLY or protocol == "Simple")
+    reason = arm_invalid_reason(collective, Arm(algorithm, protocol), nodes=4, gpus_per_node=8, offer=EVERYTHING)
+    assert (reason is None) == expected, reason
+
+
+def test_h100_spectrumx_arm_set_matches_the_paper():
+    # Paper section 5: CollNet, pure NVLS and PAT are not applicable on the H100 fabric.
+    offer = FabricOffer(families=frozenset({"tree", "ring", "nvls"}))
+    allreduce = [str(a) for a in valid_arms("AllReduce", nodes=8, gpus_per_node=8, offer=offer)]
+    assert allreduce == ["Tree/LL", "Tree/LL128", "Tree/Simple", "Ring/LL", "Ring/LL128", "Ring/Simple",
+                         "NVLSTree/Simple"]
+    allgather = [str(a) for a in valid_arms("AllGather", nodes=8, gpus_per_node=8, offer=offer)]
+    assert allgather == ["Ring/LL", "Ring/LL128", "Ring/Simple"]
+
+
+def test_pruned_arms_carry_reasons():
+    offer = FabricOffer(families=frozenset({"tree", "ring", "nvls"}))
+    _, pruned = prune_arms("AllReduce", nodes=1, gpus_per_node=8, offer=offer)
+    reasons = {str(p.arm): p.reason for p in pruned}
+    assert "more than one node" in reasons["NVLSTree/Simple"]
+    assert "collnet" in reasons["CollNetDirect/Simple"]
+    assert "Simple protocol only" in reasons["NVLS/LL"]
+    _, pruned = prune_arms("AllGather", nodes=2, gpus_per_node=8, offer=offer)
+    assert "CollNet" in {str(p.arm): p.reason for p in pruned}["NVLS/Simple"]
+
+
+def test_pat_needs_one_gpu_per_node():
+    offer = FabricOffer(families=frozenset({"ring", "pat"}))
+    assert arm_invalid_reason("AllGather", Arm("PAT", "Simple"), nodes=4, gpus_per_node=1, offer=offer) is None
+    assert "one GPU per node" in arm_invalid_reason("AllGather", Arm("PAT", "Simple"), nodes=4, gpus_per_node=8,
+                                                    offer=offer)
+
+
+def test_arm_parsing_and_order():
+    assert str(Arm.parse("nvls_tree/SIMPLE")) == "NVLSTree/Simple"
+    assert Arm.parse("RING LL128") == Arm("Ring", "LL128")
+    assert Arm.from_indices(1, 2) == Arm("Ring", "Simple")
+    assert sorted([Arm("Ring", "LL"), Arm("Tree", "Simple")])[0] == Arm("Tree", "Simple")
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        Arm.parse("Bogus/LL")
+
+
+def test_collective_spellings():
+    assert canonical_collective("all_reduce_perf") == "AllReduce"
+    assert canonical_collective("reducescatter") == "ReduceScatter"
+    assert canonical_collective("all_gather") == "AllGather"
+    with pytest.raises(ValueError, match="collective must be one of"):
+        canonical_collective("allscatter")
