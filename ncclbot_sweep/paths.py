@@ -3,8 +3,12 @@
 ```
 <campaign>/campaign.yaml  inventory.yaml  manifest.sqlite
 <campaign>/jobs/<job-key>/job.sh  provenance.json
-<campaign>/jobs/<job-key>/steps/<step-key>/{stdout.txt, nccl.log, result.json, exit}
+<campaign>/jobs/<job-key>/steps/<step-key>/{step.json, stdout.txt, nccl.log, result.json, exit}
 ```
+
+``step.json`` is written when the job is rendered and says what the step is (campaign,
+fabric, kind, collective, nodes, ranks, arm or policy, environment); ingest reads it so a
+step folder explains itself. ``result.json`` is nccl-tests' ``-J`` output.
 
 The same layout holds locally and on the cluster; only the root differs. Nothing else in
 the package spells these file names.
@@ -23,6 +27,11 @@ class StepFiles:
     """The files one step writes into its folder."""
 
     root: PurePath
+
+    @property
+    def meta(self) -> PurePath:
+        """What the step is, written at render time (see the module docstring)."""
+        return self.root / "step.json"
 
     @property
     def stdout(self) -> PurePath:
