@@ -1,0 +1,296 @@
+"""Arrow schemas, hive-partitioned Parquet writing and reading (architecture section 5).
+
+This module is the one home of the dataset contract. Every table is a folder under the
+dataset root, partitioned ``fabric=/collective=/nodes=`` where the table has those columns
+(partition columns live in the folder names, not in the files, as hive layout expects).
+
+Writes are atomic and idempotent per source: rows are grouped by ``source_sha256`` and
+partition, and each group becomes one file ``src-<sha256>.parquet`` written to a temporary
+name and renamed into place. Writing the same source again finds the file and adds nothing,
+so a crashed ingest can simply be rerun.
+
+Readers: :func:`read_table` (pandas), or any Parquet reader with hive partitioning:
+``duckdb.sql("select * from read_parquet('<root>/iterations/**/*.parquet', hive_partitioning=true)")``,
+``polars.read_parquet('<root>/iterations/**/*.parquet', hive_partitioning=True)``.
+
+Column notes:
+
+* ``iterations.iteration`` is the 0-based index of a measured iteration in the order it was
+  measured (warm-up excluded). It is null for an averaged row, whose ``n_iters`` says how
+  many iterations nccl-tests averaged. ``cycle`` numbers repeated tables (``-N``), 0-based.
+* Times are microseconds, sizes bytes, bandwidths GB/s (1e9 B/s).
+* ``runs.synthetic`` is true for fabrics whose name starts with ``sim-``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ncclbot_sweep.errors import DatasetError
+
+__all__ = [
+    "SCHEMAS",
+    "TABLES",
+    "PARTITION_KEYS",
+    "partition_columns",
+    "read_table",
+    "read_arrow",
+    "write_rows",
+    "to_table",
+    "table_dir",
+    "source_done",
+    "is_synthetic_fabric",
+]
+
+log = logging.getLogger(__name__)
+
+PARTITION_KEYS: tuple[str, ...] = ("fabric", "collective", "nodes")
+_PARTITION_TYPES = {"fabric": pa.string(), "collective": pa.string(), "nodes": pa.int32()}
+
+_PROVENANCE = [
+    pa.field("source_path", pa.string()),
+    pa.field("source_sha256", pa.string()),
+]
+
+_S, _I32, _I64, _F64, _B = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def _schema(*cols: tuple[str, pa.DataType], provenance: bool = True) -> pa.Schema:
+    fields = [pa.field(name, typ) for name, typ in cols]
+    return pa.schema(fields + (_PROVENANCE if provenance else []))
+
+
+#: One Arrow schema per table; column order is the order in the files.
+SCHEMAS: dict[str, pa.Schema] = {
+    "runs": _schema(
+        ("run_id", _S), ("campaign", _S), ("campaign_key", _S), ("job_key", _S), ("step_key", _S),
+        ("fabric", _S), ("synthetic", _B), ("kind", _S), ("collective", _S), ("binary", _S),
+        ("nodes", _I32), ("ranks", _I32), ("gpus_per_node", _I32), ("arm", _S), ("policy", _S),
+        ("nccl_version", _S), ("nccl_tests_version", _S), ("hosts", _S), ("n_hosts", _I32),
+        ("gpu_name", _S), ("started_at", _TS), ("outcome", _S), ("exit_code", _I32),
+        ("failure", _S), ("arm_observed", _S), ("arm_mismatch", _B), ("dtype", _S), ("redop", _S),
+        ("min_bytes", _I64), ("max_bytes", _I64), ("warmup_iters", _I32), ("iters", _I32),
+        ("agg_iters", _I32), ("validation", _I32), ("graph", _I32), ("cycles", _I32),
+        ("oob_values", _I64), ("avg_busbw_gbs", _F64), ("header", _S), ("source_format", _S),
+    ),
+    "iterations": _schema(
+        ("run_id", _S), ("fabric", _S), ("collective", _S), ("nodes", _I32), ("ranks", _I32),
+        ("size_bytes", _I64), ("count", _I64), ("dtype", _S), ("redop", _S), ("root", _I32),
+        ("in_place", _B), ("arm", _S), ("policy", _S), ("cycle", _I32), ("iteration", _I32),
+        ("n_iters", _I32), ("time_us", _F64), ("algbw_gbs", _F64), ("busbw_gbs", _F64),
+        ("wrong", _I64), ("error", _F64), ("timestamp", _S), ("line", _I64),
+    ),
+    "cost_tables": _schema(
+        ("fabric", _S), ("collective", _S), ("nodes", _I32), ("ranks", _I32), ("size_bytes", _I64),
+        ("arm", _S), ("predicted_us", _F64), ("source", _S), ("nccl_version", _S), ("run_id", _S),
+    ),
+    "tuning_tables": _schema(
+        ("run_id", _S), ("fabric", _S), ("collective", _S), ("nodes", _I32), ("ranks", _I32),
+        ("arm", _S), ("latency_us", _F64), ("algbw_gbs", _F64), ("max_nthreads", _I32),
+        ("nchannels", _I32), ("nccl_version", _S), ("layout", _S), ("line", _I64),
+    ),
+    "choices": _schema(
+        ("run_id", _S), ("fabric", _S), ("seq", _I64), ("collective", _S), ("nodes", _I32),
+        ("ranks", _I32), ("size_bytes", _I64), ("count", _I64), ("datatype", _S), ("arm", _S),
+        ("channels", _I32), ("channel_lo", _I32), ("channel_hi", _I32), ("predicted_us", _F64),
+        ("op_count", _I64), ("comm", _S), ("kind", _S), ("line", _I64),
+    ),
+    "live_events": _schema(
+        ("run_id", _S), ("fabric", _S), ("kind", _S), ("t_ns", _I64), ("rank", _I32),
+        ("comm_id", _S), ("collective", _S), ("size_bytes", _I64), ("ranks", _I32), ("nodes", _I32),
+        ("pull", _I64), ("arm", _S), ("auto_arm", _S), ("policy", _S), ("latency_us", _F64),
+        ("reward", _F64), ("round", _I64), ("sync_us", _F64), ("source", _S), ("line", _I64),
+    ),
+    "workload": _schema(
+        ("trace_id", _S), ("fabric", _S), ("collective", _S), ("group_size", _I32),
+        ("size_bytes", _I64), ("dtype", _S), ("calls", _I64), ("total_us", _F64),
+        ("process_group", _S), ("source", _S),
+    ),
+    "quarantine": _schema(
+        ("source_format", _S), ("line", _I64), ("reason", _S), ("excerpt", _S), ("partial", _B),
+    ),
+    "sources": _schema(
+        ("source_format", _S), ("status", _S), ("size_bytes", _I64), ("rows", _S), ("ingested_at", _TS),
+    ),
+}
+
+#: Table names, in the order ingest writes them.
+TABLES: tuple[str, ...] = tuple(SCHEMAS)
+
+
+def partition_columns(name: str) -> tuple[str, ...]:
+    """The partition keys a table has (a subset of ``fabric``, ``collective``, ``nodes``)."""
+    names = set(_schema_of(name).names)
+    return tuple(k for k in PARTITION_KEYS if k in names)
+
+
+def is_synthetic_fabric(fabric: str | None) -> bool:
+    """Fabrics whose name starts with ``sim-`` are the simulator's (architecture section 7)."""
+    return bool(fabric) and str(fabric).startswith("sim-")
+
+
+def _schema_of(name: str) -> pa.Schema:
+    try:
+        return SCHEMAS[name]
+    except KeyError:
+        raise DatasetError(f"unknown table {name!r}", hint=f"tables are {', '.join(TABLES)}") from None
+
+
+def table_dir(root: str | Path, name: str) -> Path:
+    """The folder of table ``name`` under the dataset root."""
+    _schema_of(name)
+    return Path(root) / name
+
+
+def to_table(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> pa.Table:
+    """Coerce rows (dicts, a pandas frame or an Arrow table) to the table's schema.
+
+    Missing columns become nulls; unknown columns raise :class:`DatasetError` so a typo in a
+    producer is caught where it happens.
+    """
+    schema = _schema_of(name)
+    if isinstance(rows, pa.Table):
+        table = rows
+    elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
+        table = pa.Table.from_pandas(rows, preserve_index=False)
+    else:
+        rows = list(rows)
+        extra = {k for row in rows for k in row} - set(schema.names)
+        if extra:
+            raise DatasetError(f"table {name!r} has no column(s) {sorted(extra)}",
+                               hint=f"columns are {', '.join(schema.names)}")
+        return pa.Table.from_pylist(rows, schema=schema)
+    extra = set(table.column_names) - set(schema.names)
+    if extra:
+        raise DatasetError(f"table {name!r} has no column(s) {sorted(extra)}",
+                           hint=f"columns are {', '.join(schema.names)}")
+    cols = []
+    for field in schema:
+        if field.name in table.column_names:
+            cols.append(table.column(field.name).cast(field.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _partition_value(value: Any) -> str:
+    if value is None:
+        return "__HIVE_DEFAULT_PARTITION__"
+    text = str(value)
+    # Hive escaping of the characters that would break a path segment.
+    for ch in "%/=\\:\n":
+        text = text.replace(ch, f"%{ord(ch):02X}")
+    return text
+
+
+def _file_name(sha: str | None, table: pa.Table) -> str:
+    if sha:
+        return f"src-{sha}.parquet"
+    # Rows without provenance: name the file by its content so rewriting it is a no-op.
+    digest = hashlib.sha256()
+    for batch in table.to_batches():
+        for col in batch.columns:
+            digest.update(str(col.to_pylist()).encode())
+    return f"rows-{digest.hexdigest()[:32]}.parquet"
+
+
+def _atomic_write(table: pa.Table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_rows(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> int:
+    """Write rows into table ``name``; return how many rows were newly written.
+
+    Atomic (temporary file, then rename) and idempotent per ``source_sha256``: rows of a
+    source already present in a partition are not written again. Raises
+    :class:`DatasetError` for unknown tables or columns.
+    """
+    import pyarrow.compute as pc
+
+    table = to_table(name, rows)
+    if table.num_rows == 0:
+        return 0
+    keys = partition_columns(name)
+    group_keys = [*keys, "source_sha256"]
+    uniq = table.select(group_keys).group_by(group_keys).aggregate([])
+    written = 0
+    base = table_dir(root, name)
+    for combo in uniq.to_pylist():
+        mask = None
+        for key in group_keys:
+            col = table.column(key)
+            cond = pc.is_null(col) if combo[key] is None else pc.equal(col, combo[key])
+            mask = cond if mask is None else pc.and_(mask, cond)
+        part = table.filter(mask).drop_columns(list(keys))
+        folder = base.joinpath(*(f"{k}={_partition_value(combo[k])}" for k in keys))
+        path = folder / _file_name(combo["source_sha256"], part)
+        if path.exists():
+            log.debug("%s already holds %s; skipped", name, path.name)
+            continue
+        _atomic_write(part, path)
+        written += part.num_rows
+    return written
+
+
+def source_done(root: str | Path, sha256: str) -> bool:
+    """True when the ``sources`` ledger already records this source (ingest skips it)."""
+    return (table_dir(root, "sources") / f"src-{sha256}.parquet").exists()
+
+
+def read_arrow(root: str | Path, name: str, *, filters: Any = None) -> pa.Table:
+    """Read table ``name`` as an Arrow table with its full schema (empty when absent).
+
+    ``filters`` is anything ``pyarrow.dataset`` accepts: an expression or a list of
+    ``(column, op, value)`` tuples, e.g. ``[("collective", "=", "AllReduce")]``.
+    """
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    schema = _schema_of(name)
+    folder = table_dir(root, name)
+    if not folder.is_dir() or not any(folder.rglob("*.parquet")):
+        return schema.empty_table()
+    keys = partition_columns(name)
+    part_schema = pa.schema([(k, _PARTITION_TYPES[k]) for k in keys])
+    dataset = ds.dataset(
+        folder, format="parquet", schema=schema,
+        partitioning=ds.partitioning(part_schema, flavor="hive") if keys else None,
+        exclude_invalid_files=False, ignore_prefixes=[".", "_"],
+    )
+    expr = pq.filters_to_expression(filters) if isinstance(filters, Sequence) else filters
+    try:
+        table = dataset.to_table(filter=expr)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"table {name!r} cannot be read: {exc}", path=folder,
+                           hint="re-ingest into a fresh dataset folder") from exc
+    return table.select(schema.names)
+
+
+def read_table(root: str | Path, name: str, *, filters: Any = None):
+    """Read table ``name`` into a pandas DataFrame (empty with the right columns when absent).
+
+    Integer and boolean columns use pandas' nullable dtypes (``Int32``, ``Int64``,
+    ``boolean``) so a missing ``nodes`` stays ``<NA>`` instead of turning the column to float.
+    """
+    import pandas as pd
+
+    mapping = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+    return read_arrow(root, name, filters=filters).to_pandas(types_mapper=mapping.get)
