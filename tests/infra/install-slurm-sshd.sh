@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install what the Slurm and SSH tests need: munge, slurmctld, slurmd, openssh-server.
+# Idempotent: does nothing when everything is already there. Needs root (as in CI).
+# Set NCCLBOT_SKIP_INFRA_INSTALL=1 to skip (the tests then skip with a reason if missing).
+set -euo pipefail
+
+if [ "${NCCLBOT_SKIP_INFRA_INSTALL:-0}" = "1" ]; then
+    exit 0
+fi
+
+need=()
+command -v munged     >/dev/null 2>&1 || need+=(munge)
+command -v slurmctld  >/dev/null 2>&1 || need+=(slurmctld)
+command -v slurmd     >/dev/null 2>&1 || need+=(slurmd)
+command -v sbatch     >/dev/null 2>&1 || need+=(slurm-client)
+[ -x /usr/sbin/sshd ]                 || need+=(openssh-server)
+
+if [ "${#need[@]}" -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-slurm-sshd: missing ${need[*]} and cannot apt-get install (not root or no apt);" \
+         "the slurm/ssh tests will be skipped" >&2
+    exit 0
+fi
+echo "install-slurm-sshd: installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# policy-rc.d keeps Debian from starting the packaged services: the tests start their own.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy"
+    chmod +x "$policy"
+    created_policy=1
+fi
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+if [ "$created_policy" = "1" ]; then
+    rm -f "$policy"
+fi
