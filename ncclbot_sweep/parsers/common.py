@@ -1,0 +1,120 @@
+"""What every parser shares: the result container, issues for quarantine, launcher prefixes.
+
+Parsers are pure (STYLE habit 15): they map text plus source metadata to rows and never
+touch the file system. Anything they cannot interpret becomes an :class:`Issue` with a line
+number and a reason; ingest writes those to the ``quarantine`` table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "Issue",
+    "ParseResult",
+    "SourceInfo",
+    "strip_prefix",
+    "PREFIX_RE",
+    "nccl_version_from_code",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Issue:
+    """A part of a file a parser could not use: where, why, and a short excerpt."""
+
+    line: int | None
+    reason: str
+    excerpt: str = ""
+
+
+@dataclasses.dataclass
+class SourceInfo:
+    """What a parser knows about its input besides the text.
+
+    ``meta`` is the step's ``step.json`` when the file came from a campaign step folder
+    (fabric, arm, nodes, campaign, ...), else empty. ``run_id`` is the id the first run of
+    the file gets; later runs in the same file get ``<run_id>.<k>``.
+    """
+
+    path: str
+    sha256: str
+    run_id: str
+    fabric: str = "unknown"
+    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def run_id_for(self, index: int) -> str:
+        return self.run_id if index == 0 else f"{self.run_id}.{index}"
+
+
+@dataclasses.dataclass
+class ParseResult:
+    """Rows per table (lists of dicts or Arrow tables), plus issues and an ok/partial flag."""
+
+    tables: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+    issues: list[Issue] = dataclasses.field(default_factory=list)
+    #: True when nothing usable came out of the file (it goes to quarantine as a whole).
+    unusable: bool = False
+
+    def add(self, table: str, rows: Any) -> None:
+        self.tables.setdefault(table, []).append(rows)
+
+    def rows(self, table: str) -> list[dict]:
+        """All rows of ``table`` as dicts (tests and small files; big files stream instead)."""
+        out: list[dict] = []
+        for item in self.tables.get(table, []):
+            if isinstance(item, dict):
+                out.append(item)
+            elif isinstance(item, list):
+                out.extend(item)
+            else:  # an Arrow table
+                out.extend(item.to_pylist())
+        return out
+
+    def count(self, table: str) -> int:
+        total = 0
+        for item in self.tables.get(table, []):
+            total += 1 if isinstance(item, dict) else (len(item) if isinstance(item, list) else item.num_rows)
+        return total
+
+    def merge(self, other: ParseResult) -> None:
+        for name, items in other.tables.items():
+            self.tables.setdefault(name, []).extend(items)
+        self.issues.extend(other.issues)
+
+
+# Launcher prefixes, one alternative each: OpenMPI --tag-output, OpenMPI --timestamp-output,
+# Ray workers, srun -l ("0: "), torchrun/--label ("[0] ").
+_PREFIX = (
+    r"(?:\[\d+,\d+\]<std(?:out|err)>:"
+    r"|[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}<std(?:out|err)>:"
+    r"|\([A-Za-z_]\w* pid=\d+(?:, ip=[\d.]+)?\) "
+    r"|\d{1,5}: "
+    r"|\[\d{1,5}\] (?=\S))"
+)
+PREFIX_RE = re.compile("^" + _PREFIX)
+PREFIX_RE_B = re.compile(("^" + _PREFIX).encode(), re.M)
+
+
+def strip_prefix(line: str) -> str:
+    """Remove one launcher prefix (``[1,0]<stdout>:``, ``0: ``, ``[0] ``, Ray's) from a line."""
+    match = PREFIX_RE.match(line)
+    return line[match.end():] if match else line
+
+
+def nccl_version_from_code(code: int | str | None) -> str | None:
+    """NCCL's integer version code to ``X.Y.Z`` (``22907`` -> ``2.29.7``; ``2708`` -> ``2.7.8``)."""
+    if code is None:
+        return None
+    try:
+        value = int(code)
+    except (TypeError, ValueError):
+        return None
+    if value >= 10000:
+        return f"{value // 10000}.{value // 100 % 100}.{value % 100}"
+    if value >= 1000:
+        return f"{value // 1000}.{value // 100 % 10}.{value % 100}"
+    return None

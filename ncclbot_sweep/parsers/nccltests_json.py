@@ -1,0 +1,268 @@
+"""nccl-tests JSON outputs -> ``runs`` and ``iterations`` rows.
+
+Three shapes are read:
+
+* nccl-tests ``-J`` (``"version": 3``, 2.19+): booleans written as strings, ``root`` as a
+  padded string, ``nwrong`` as a float; with ``-I`` each result carries ``times_us`` for
+  every measured iteration, which become one row each (``iteration`` 0-based, in the order
+  measured). Files cut short by a failed run are read up to their last complete result.
+* the PR-318 fork's ``"nccl-tests structured output"`` (``oop_*``/``ip_*`` keys per size).
+* rccl-tests JSON lines (one object per size and placement).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from ncclbot_sweep.names import canonical_collective
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, nccl_version_from_code
+from ncclbot_sweep.parsers.jsonfix import load_truncated
+from ncclbot_sweep.parsers.nccltests_text import collective_from_name
+
+__all__ = ["parse_nccltests_json", "parse_rccl_jsonlines", "looks_like_rccl_jsonlines"]
+
+log = logging.getLogger(__name__)
+
+
+def _num(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(str(value).strip())
+    except ValueError:
+        return None
+    return out
+
+
+def _int(value: Any) -> int | None:
+    out = _num(value)
+    return None if out is None or out != out else int(out)
+
+
+def _bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
+
+
+def _base(source: SourceInfo, collective: str | None, run_index: int = 0) -> dict[str, Any]:
+    meta = source.meta
+    return {
+        "run_id": source.run_id_for(run_index),
+        "fabric": meta.get("fabric") or source.fabric,
+        "collective": meta.get("collective") or collective,
+        "nodes": meta.get("nodes"),
+        "ranks": meta.get("ranks"),
+        "arm": meta.get("arm"),
+        "policy": meta.get("policy"),
+        "source_path": source.path,
+        "source_sha256": source.sha256,
+    }
+
+
+def parse_nccltests_json(text: str, source: SourceInfo) -> ParseResult:
+    """Parse ``-J`` output or the PR-318 fork's JSON. Never raises on malformed input."""
+    result = ParseResult()
+    try:
+        doc, truncated = load_truncated(text)
+    except (ValueError, json.JSONDecodeError) as exc:
+        result.unusable = True
+        result.issues.append(Issue(1, f"not JSON: {exc}", text[:200]))
+        return result
+    if not isinstance(doc, dict):
+        result.unusable = True
+        result.issues.append(Issue(1, "JSON top level is not an object"))
+        return result
+    if truncated:
+        result.issues.append(Issue(None, "JSON is truncated (the run stopped while writing it); "
+                                         "complete results were kept"))
+    if doc.get("identifier") == "nccl-tests structured output" or "benchmark" in doc:
+        preamble = text[: text.find("{")]
+        _fork(doc, source, result, truncated, collective_from_name(preamble))
+    elif "results" in doc or "config" in doc:
+        _v3(doc, source, result, truncated)
+    else:
+        result.unusable = True
+        result.issues.append(Issue(1, "JSON has neither 'results' (nccl-tests -J) nor 'benchmark'"))
+    return result
+
+
+def _binary_collective(args: list[Any], source: SourceInfo) -> tuple[str | None, str | None]:
+    binary = str(args[0]).rsplit("/", 1)[-1] if args else None
+    coll = None
+    if binary:
+        try:
+            coll = canonical_collective(binary.removesuffix("_mpi"))
+        except ValueError:
+            coll = None
+    return binary, coll or collective_from_name(source.path)
+
+
+def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> None:
+    config = doc.get("config") or {}
+    binary, coll = _binary_collective(doc.get("args") or [], source)
+    base = _base(source, coll)
+    devices = config.get("devices") or []
+    hosts: list[str] = []
+    for dev in devices:
+        host = dev.get("hostname") if isinstance(dev, dict) else None
+        if host and host not in hosts:
+            hosts.append(host)
+    per_proc = (_int(config.get("nthreads")) or 1) * (_int(config.get("ngpus")) or 1)
+    ranks = base["ranks"] or max(len(devices), per_proc)
+    base["ranks"] = ranks
+    iters = _int(config.get("iterations"))
+    nrows = 0
+    for item in doc.get("results") or []:
+        if not isinstance(item, dict):
+            continue
+        for side, in_place in (("out_of_place", False), ("in_place", True)):
+            nrows += _v3_side(item, side, in_place, base, iters, result)
+    oob = doc.get("out_of_bounds") or {}
+    errors = [e for e in (doc.get("errors") or []) if isinstance(e, str) and e.strip()]
+    failure = "; ".join(errors) or None
+    if truncated:
+        failure = (failure + "; " if failure else "") + "JSON truncated (run did not finish)"
+    okay = _bool(oob.get("okay"))
+    outcome = "failed" if (errors or truncated or okay is False or nrows == 0) else "ok"
+    result.add("runs", {
+        **{k: base[k] for k in ("run_id", "fabric", "collective", "nodes", "ranks", "arm", "policy",
+                                "source_path", "source_sha256")},
+        "binary": binary, "nccl_version": nccl_version_from_code(doc.get("nccl_version")),
+        "hosts": ",".join(hosts) or None, "n_hosts": len(hosts) or None,
+        "gpu_name": next((d.get("device_info") for d in devices if isinstance(d, dict)), None),
+        "outcome": outcome, "failure": failure,
+        "min_bytes": _int(config.get("minimum_bytes")), "max_bytes": _int(config.get("maximum_bytes")),
+        "warmup_iters": _int(config.get("warmup_iters")), "iters": iters,
+        "agg_iters": _int(config.get("aggregated_iterations")), "validation": _int(config.get("validation")),
+        "graph": _int(config.get("graph")), "cycles": 1 if nrows else 0,
+        "oob_values": _int(oob.get("count")),
+        "avg_busbw_gbs": _num((doc.get("average_bus_bandwidth") or {}).get("bandwidth")),
+        "started_at": _timestamp(doc.get("start_time")), "source_format": "nccl-tests-json",
+    })
+
+
+def _timestamp(value: Any):
+    import datetime as dt
+
+    if not isinstance(value, str):
+        return None
+    try:
+        return dt.datetime.strptime(value.strip(), "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+def _v3_side(item: dict, side: str, in_place: bool, base: dict, iters: int | None,
+             result: ParseResult) -> int:
+    avg = item.get(side)
+    if not isinstance(avg, dict):
+        return 0
+    size = _int(item.get("size"))
+    row = {
+        **base, "size_bytes": size, "count": _int(item.get("count")), "dtype": item.get("type"),
+        "redop": item.get("redop"), "root": _int(item.get("root")), "in_place": in_place, "cycle": 0,
+        "wrong": _int(avg.get("nwrong")),
+    }
+    per = item.get(f"{side}_per_iter")
+    times = per.get("times_us") if isinstance(per, dict) else None
+    if isinstance(times, list) and times:
+        algbw, busbw = _num(avg.get("alg_bw")), _num(avg.get("bus_bw"))
+        factor = busbw / algbw if algbw and busbw is not None else None
+        rows = []
+        for k, t in enumerate(times):
+            t = _num(t)
+            alg = size / t / 1e3 if size is not None and t else None
+            rows.append({**row, "iteration": k, "n_iters": 1, "time_us": t, "algbw_gbs": alg,
+                         "busbw_gbs": alg * factor if alg is not None and factor is not None else None})
+        result.add("iterations", rows)
+        return len(rows)
+    result.add("iterations", [{**row, "n_iters": iters, "time_us": _num(avg.get("time")),
+                               "algbw_gbs": _num(avg.get("alg_bw")), "busbw_gbs": _num(avg.get("bus_bw"))}])
+    return 1
+
+
+def _fork(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool, coll: str | None) -> None:
+    base = _base(source, coll or collective_from_name(source.path))
+    nrows = 0
+    for entry in doc.get("benchmark") or []:
+        if not isinstance(entry, dict):
+            continue
+        for size_text, cols in entry.items():
+            if not isinstance(cols, dict):
+                continue
+            for pre, in_place in (("oop_", False), ("ip_", True)):
+                if f"{pre}time" not in cols:
+                    continue
+                err = cols.get(f"{pre}error")
+                result.add("iterations", {
+                    **base, "size_bytes": _int(size_text), "count": _int(cols.get("count")),
+                    "dtype": cols.get("type"), "redop": cols.get("redop"), "root": _int(cols.get("root")),
+                    "in_place": in_place, "cycle": 0, "time_us": _num(cols.get(f"{pre}time")),
+                    "algbw_gbs": _num(cols.get(f"{pre}algbw")), "busbw_gbs": _num(cols.get(f"{pre}busbw")),
+                    "error": _num(err),
+                })
+                nrows += 1
+    result.add("runs", {
+        **{k: base[k] for k in ("run_id", "fabric", "collective", "nodes", "ranks", "arm", "policy",
+                                "source_path", "source_sha256")},
+        "nccl_version": str(doc.get("version")) if doc.get("version") else None,
+        "outcome": "failed" if truncated or not nrows else "ok",
+        "failure": "JSON truncated (run did not finish)" if truncated else None,
+        "cycles": 1 if nrows else 0, "source_format": "nccl-tests-json-fork",
+    })
+
+
+def looks_like_rccl_jsonlines(head: str) -> bool:
+    """True when the first line is an rccl-tests JSON-lines record."""
+    first = head.lstrip().split("\n", 1)[0]
+    return first.startswith("{") and '"busBw"' in first and '"inPlace"' in first
+
+
+def parse_rccl_jsonlines(text: str, source: SourceInfo) -> ParseResult:
+    """rccl-tests ``-Z json`` output: one object per size and placement, one per line."""
+    result = ParseResult()
+    rows = []
+    gpus = None
+    coll = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            result.issues.append(Issue(lineno, f"not a JSON line: {exc.msg}", line[:200]))
+            continue
+        if not isinstance(obj, dict) or "time" not in obj:
+            result.issues.append(Issue(lineno, "JSON line without 'time'", line[:200]))
+            continue
+        try:
+            coll = coll or canonical_collective(str(obj.get("name", "")))
+        except ValueError:
+            pass
+        gpus = gpus or _int(obj.get("gpus"))
+        rows.append((lineno, obj))
+    base = _base(source, coll or collective_from_name(source.path))
+    base["ranks"] = base["ranks"] or gpus
+    for lineno, obj in rows:
+        result.add("iterations", {
+            **base, "size_bytes": _int(obj.get("size")), "dtype": obj.get("type"), "redop": obj.get("redop"),
+            "in_place": bool(_int(obj.get("inPlace"))), "cycle": 0, "time_us": _num(obj.get("time")),
+            "algbw_gbs": _num(obj.get("algBw")), "busbw_gbs": _num(obj.get("busBw")),
+            "wrong": _int(obj.get("#wrong")), "line": lineno,
+        })
+    if not rows:
+        result.unusable = True
+        result.issues.append(Issue(None, "no rccl-tests JSON records"))
+        return result
+    result.add("runs", {
+        **{k: base[k] for k in ("run_id", "fabric", "collective", "nodes", "ranks", "arm", "policy",
+                                "source_path", "source_sha256")},
+        "outcome": "ok", "cycles": 1, "source_format": "rccl-tests-jsonlines",
+    })
+    return result

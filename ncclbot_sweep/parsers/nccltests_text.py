@@ -1,0 +1,636 @@
+"""nccl-tests text output (stdout) -> ``runs`` and ``iterations`` rows, streaming.
+
+Handles every generation of the format (see ``shared/fixtures/real/INDEX.md``): the 2017
+layout without ``#`` (``bytes N type op``, times in ms), the 2019-2022 per-collective columns
+with the float ``error`` column, the 2.13+ unified columns with ``#wrong``, and the 2.17-2.19
+additions (version line, ``Collective test starting/concluded``, ``unalign``, ``-I`` extra
+columns, ``-S`` timestamps, ``-N`` cycles as repeated tables). Launcher prefixes, NCCL
+INFO/WARN lines and shell noise may be interleaved anywhere; lines whose leading ``#`` was
+stripped by a document renderer are recognised too.
+
+The table layout comes from the column header when there is one, else it is inferred from
+the first data row. Data rows are collected and converted in blocks with numpy (the fast
+path); a block that does not fit the layout falls back to row-by-row parsing, and a row that
+still does not fit becomes an :class:`Issue`. Memory stays bounded: rows leave the parser
+in batches of at most ``batch_rows`` through ``on_rows``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ncclbot_sweep.names import BINARY_COLLECTIVE
+from ncclbot_sweep.parsers.common import (
+    PREFIX_RE_B,
+    Issue,
+    ParseResult,
+    SourceInfo,
+    nccl_version_from_code,
+    strip_prefix,
+)
+
+__all__ = ["TextParser", "parse_nccltests_text", "Layout"]
+
+log = logging.getLogger(__name__)
+
+_HEADER_KEYS = {
+    "nthread": re.compile(r"nThread\s+(\d+)"),
+    "ngpus": re.compile(r"nGpus\s+(\d+)"),
+    "min_bytes": re.compile(r"minBytes\s+(\d+)"),
+    "max_bytes": re.compile(r"maxBytes\s+(\d+)"),
+    "step": re.compile(r"step:\s*(\S+)"),
+    "warmup_iters": re.compile(r"warmup iters:\s*(\d+)"),
+    "iters": re.compile(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)"),
+    "agg_iters": re.compile(r"agg iters:\s*(\d+)"),
+    "validation": re.compile(r"validation:\s*(\d+)"),
+    "graph": re.compile(r"graph:\s*(\d+)"),
+    "unalign": re.compile(r"unalign:\s*(\d+)"),
+}
+_RANK_RE = re.compile(
+    r"Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+)
+_VERSION_RE = re.compile(r"nccl-tests version (\S+)(?:.*?nccl-headers=(\d+))?(?:.*?nccl-library=(\d+))?")
+_NCCL_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+_RCCL_TESTS_RE = re.compile(r"rccl-tests: Version (\S+)")
+_COLL_TEST_RE = re.compile(r"Collective test (starting|concluded):\s*(\S+)")
+_BINARY_RE = re.compile(r"\b(" + "|".join(sorted(BINARY_COLLECTIVE, key=len, reverse=True)) + r")(?:_mpi)?\b")
+_FAILURE_RE = re.compile(r"Test (?:CUDA |NCCL |NVML )?failure\b.*")
+_OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
+_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.eE+-]+|nan|inf)")
+_NO_ALGO_RE = re.compile(r"No algorithm/protocol available")
+
+# Column names as printed, normalised to ours.
+_NAME_MAP = {
+    "bytes": "size", "size": "size", "n": "count", "count": "count", "type": "type",
+    "op": "redop", "redop": "redop", "root": "root", "time": "time", "algbw": "algbw",
+    "busbw": "busbw", "#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error",
+    "timestamp": "timestamp",
+}
+
+
+@dataclasses.dataclass
+class Layout:
+    """Which token of a data row is which column.
+
+    ``prefix`` are the leading columns (``size count type [redop] [root]``, ``timestamp``
+    first with ``-S``); ``sides`` are the out-of-place and in-place groups, each starting
+    with ``time``. ``time_scale`` converts the printed unit to microseconds.
+    """
+
+    prefix: list[str]
+    sides: list[list[str]]
+    time_scale: float = 1.0
+
+    @property
+    def ncols(self) -> int:
+        return len(self.prefix) + sum(len(s) for s in self.sides)
+
+    @classmethod
+    def from_header(cls, tokens: list[str]) -> Layout | None:
+        names = [_NAME_MAP.get(t.lower(), t.lower()) for t in tokens]
+        if "size" not in names or "time" not in names:
+            return None
+        starts = [i for i, n in enumerate(names) if n == "time"]
+        prefix = names[: starts[0]]
+        sides = [names[a:b] for a, b in zip(starts, starts[1:] + [len(names)])]
+        return cls(prefix, sides)
+
+    @classmethod
+    def infer(cls, tokens: list[str]) -> Layout | None:
+        """Guess the layout from one data row (fragments without a header)."""
+        if len(tokens) < 6 or not tokens[0].isdigit() or not tokens[1].isdigit() or _is_num(tokens[2]):
+            return None
+        prefix = ["size", "count", "type"]
+        i = 3
+        if i < len(tokens) and not _is_num(tokens[i]) and tokens[i] != "N/A":
+            prefix.append("redop")
+            i += 1
+        if i < len(tokens) and _is_int(tokens[i]) and len(tokens) - i - 1 in (8, 6, 4, 2) and "." not in tokens[i]:
+            # A bare integer before the times is the root (times carry a decimal point).
+            prefix.append("root")
+            i += 1
+        rest = len(tokens) - i
+        if rest < 3:
+            return None
+        nside = 2 if rest % 2 == 0 and rest >= 6 else 1
+        width = rest // nside
+        side = ["time", "algbw", "busbw"]
+        if width >= 4:
+            last = tokens[i + 3]
+            side.append("error" if ("e" in last.lower() and last != "N/A") or "." in last else "wrong")
+        side += [f"extra{k}" for k in range(width - len(side))]
+        return cls(prefix, [list(side) for _ in range(nside)])
+
+
+def _is_num(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_int(tok: str) -> bool:
+    return tok.lstrip("-").isdigit()
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the parser has learnt about the current run so far."""
+
+    index: int
+    first_line: int
+    header: dict[str, Any] = dataclasses.field(default_factory=dict)
+    header_text: str | None = None
+    ranks: dict[int, tuple] = dataclasses.field(default_factory=dict)
+    rank_lines: int = 0
+    binary: str | None = None
+    nccl_version: str | None = None
+    nccl_tests_version: str | None = None
+    failures: list[str] = dataclasses.field(default_factory=list)
+    oob: int | None = None
+    oob_failed: bool = False
+    avg_busbw: float | None = None
+    rows: int = 0
+    cycle: int = 0
+    last_size: int = -1
+    concluded: bool = False
+    duplicate_headers: int = 0
+    invalid_arm: bool = False
+    dtype: str | None = None
+    redop: str | None = None
+
+
+_INT_COLS = {"size", "count", "root", "wrong"}
+_BATCH_ROWS = 50_000
+
+
+class TextParser:
+    """Streaming parser: call :meth:`feed` with bytes as they arrive, then :meth:`close`.
+
+    ``on_rows(table)`` receives ``iterations`` batches (Arrow tables in the dataset schema's
+    column names); runs and issues are kept (they are small) and returned by :meth:`close`.
+    """
+
+    def __init__(self, source: SourceInfo, *, on_rows: Callable[[pa.Table], None] | None = None,
+                 batch_rows: int = _BATCH_ROWS) -> None:
+        self.source = source
+        self.result = ParseResult()
+        self._on_rows = on_rows or (lambda t: self.result.add("iterations", t))
+        self._batch_rows = batch_rows
+        self._tail = b""
+        self._lineno = 0
+        self._run: _Run | None = None
+        self._runs: list[_Run] = []
+        self._layout: Layout | None = None
+        self._pending: list[bytes] = []
+        self._pending_lines: list[int] = []
+        self._prefixed = False
+        self._units_next = False
+        self._pending_binary: str | None = None
+
+    # ---------------------------------------------------------------- input
+    def feed(self, data: bytes) -> None:
+        """Parse as many whole lines of ``data`` (plus any carried-over tail) as there are."""
+        data = self._tail + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._tail = data
+            return
+        self._tail = data[cut + 1:]
+        self._lines(data[: cut + 1])
+
+    def close(self) -> ParseResult:
+        """Finish the last line and the last run; return runs, issues (and rows if collected)."""
+        if self._tail:
+            self._lines(self._tail + b"\n")
+            self._tail = b""
+        self._flush()
+        for run in self._runs:
+            self.result.add("runs", self._run_row(run))
+        if not self._runs:
+            self.result.unusable = True
+            self.result.issues.append(Issue(None, "no nccl-tests header or table found"))
+        return self.result
+
+    def _lines(self, chunk: bytes) -> None:
+        if PREFIX_RE_B.search(chunk, 0, 65536) or self._prefixed:
+            self._prefixed = True
+            chunk = PREFIX_RE_B.sub(b"", chunk)
+        lines = chunk.split(b"\n")
+        lines.pop()  # the chunk ends with a newline
+        base = self._lineno
+        self._lineno += len(lines)
+        pending, plines = self._pending, self._pending_lines
+        digits = b"0123456789"
+        for i, raw in enumerate(lines):
+            j = 0
+            # Fast check: a data row is spaces then a digit (sizes); everything else is slow path.
+            while j < len(raw) and raw[j] == 32:
+                j += 1
+            if j < len(raw) and raw[j] in digits and self._layout is not None:
+                pending.append(raw)
+                plines.append(base + i + 1)
+                if len(pending) >= self._batch_rows:
+                    self._flush()
+                continue
+            if pending:
+                self._flush()
+            self._other(raw.decode("utf-8", "replace"), base + i + 1)
+
+    # ---------------------------------------------------------------- non-data lines
+    def _other(self, line: str, lineno: int) -> None:
+        text = strip_prefix(line).rstrip()
+        body = text.lstrip()
+        if not body:
+            return
+        core = body.lstrip("#").strip()
+        if "nThread" in core and "nGpus" in core:
+            self._header(core, lineno)
+            return
+        if self._units_next and core.startswith("("):
+            self._units_next = False
+            if self._layout and "(ms)" in core:
+                self._layout.time_scale = 1000.0
+            return
+        tokens = core.split()
+        if tokens and tokens[0] in ("size", "bytes") and ("time" in tokens or "timestamp" in tokens):
+            self._column_header(tokens, lineno)
+            return
+        run = self._ensure_run(lineno) if core.startswith(("Rank", "Using devices")) else self._run
+        match = _RANK_RE.search(core) if "Rank" in core and "Pid" in core else None
+        if match and run is not None:
+            rank = int(match.group(1))
+            run.ranks.setdefault(rank, (match.group(4), match.group(3), match.group(7)))
+            run.rank_lines += 1
+            return
+        if tokens and tokens[0][:1].isdigit() and self._layout is None:
+            layout = Layout.infer(tokens)
+            if layout is not None:
+                self._ensure_run(lineno)
+                self._layout = layout
+                self._pending.append(line.encode())
+                self._pending_lines.append(lineno)
+                self._flush()
+                return
+        if tokens and tokens[0][:1].isdigit() and self._layout is not None:
+            self._pending.append(line.encode())
+            self._pending_lines.append(lineno)
+            self._flush()
+            return
+        self._annotation(core, lineno)
+
+    def _annotation(self, core: str, lineno: int) -> None:
+        """Lines that say something about the run: versions, failures, footers, noise."""
+        run = self._run
+        if (m := _VERSION_RE.search(core)) is not None:
+            run = self._ensure_run(lineno, fresh=bool(run and run.rows))
+            run.nccl_tests_version = m.group(1)
+            run.nccl_version = run.nccl_version or nccl_version_from_code(m.group(3) or m.group(2))
+        elif (m := _COLL_TEST_RE.search(core)) is not None:
+            if m.group(1) == "starting":
+                run = self._ensure_run(lineno, fresh=bool(run and (run.rows or run.binary)))
+                run.binary = run.binary or m.group(2)
+            elif run is not None:
+                run.binary = run.binary or m.group(2)
+                run.concluded = True
+        elif (m := _NCCL_VERSION_RE.search(core)) is not None:
+            if run is not None:
+                run.nccl_version = m.group(1)
+        elif (m := _RCCL_TESTS_RE.search(core)) is not None:
+            if run is not None:
+                run.nccl_tests_version = f"rccl-tests {m.group(1)}"
+        elif (m := _OOB_RE.search(core)) is not None:
+            if run is not None:
+                run.oob = int(m.group(1))
+                run.oob_failed = m.group(2) == "FAILED"
+            self._layout = None
+        elif (m := _AVG_RE.search(core)) is not None:
+            if run is not None:
+                run.avg_busbw = float(m.group(1))
+            self._layout = None
+        elif _NO_ALGO_RE.search(core):
+            run = self._ensure_run(lineno)
+            run.invalid_arm = True
+            run.failures.append(core[:300])
+        elif (m := _FAILURE_RE.search(core)) is not None and "NCCL INFO" not in core:
+            self._ensure_run(lineno).failures.append(core[:300])
+        elif (m := _BINARY_RE.search(core)) is not None and "NCCL" not in core:
+            # A command line naming the binary (shell noise worth keeping): it may start a run.
+            if run is None or run.rows or run.header_text:
+                self._pending_binary = m.group(1)
+            elif run.binary is None:
+                run.binary = m.group(1)
+
+    # ---------------------------------------------------------------- runs and tables
+    def _ensure_run(self, lineno: int, *, fresh: bool = False) -> _Run:
+        if self._run is None or fresh:
+            self._flush()
+            self._run = _Run(index=len(self._runs), first_line=lineno)
+            self._runs.append(self._run)
+            self._layout = None
+            binary = self._pending_binary
+            if binary:
+                self._run.binary = binary
+                self._pending_binary = None
+        return self._run
+
+    def _header(self, core: str, lineno: int) -> None:
+        run = self._run
+        if run is not None and run.header_text == core and not run.rows:
+            # Builds without MPI: every process prints its own header (issue ncclt107).
+            run.duplicate_headers += 1
+            return
+        fresh = run is not None and (run.header_text is not None or run.rows > 0)
+        run = self._ensure_run(lineno, fresh=fresh)
+        run.header_text = core
+        for key, rx in _HEADER_KEYS.items():
+            m = rx.search(core)
+            if m:
+                run.header[key] = m.group(1) if key == "step" else int(m.group(1))
+
+    def _column_header(self, tokens: list[str], lineno: int) -> None:
+        self._flush()
+        layout = Layout.from_header(tokens)
+        if layout is None:
+            self.result.issues.append(Issue(lineno, "column header not understood", " ".join(tokens)[:200]))
+            return
+        run = self._ensure_run(lineno)
+        if self._layout is not None and run.rows:
+            run.cycle += 1  # another table in the same run: a -N cycle
+            run.last_size = -1
+        self._layout = layout
+        self._units_next = True
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        # Copy then clear in place: the line loop holds references to these lists.
+        lines, nums = list(self._pending), list(self._pending_lines)
+        self._pending.clear()
+        self._pending_lines.clear()
+        layout = self._layout
+        run = self._run if self._run is not None else self._ensure_run(nums[0])
+        if layout is None:
+            for raw, num in zip(lines, nums):
+                self._annotation(raw.decode("utf-8", "replace").strip(), num)
+            return
+        table = _fast_block(lines, layout)
+        if table is None:
+            self._slow_block(lines, nums, layout, run)
+            return
+        self._emit(table, np.asarray(nums, dtype=np.int64), layout, run)
+
+    def _slow_block(self, lines: list[bytes], nums: list[int], layout: Layout, run: _Run) -> None:
+        good: list[bytes] = []
+        good_nums: list[int] = []
+        for raw, num in zip(lines, nums):
+            text = strip_prefix(raw.decode("utf-8", "replace")).strip()
+            tokens = text.split()
+            if len(tokens) == layout.ncols and _fast_block([text.encode()], layout) is not None:
+                good.append(text.encode())
+                good_nums.append(num)
+            elif tokens and tokens[0].isdigit() and len(tokens) > 3 and not text.count(":") > 1:
+                self.result.issues.append(Issue(num, f"data row has {len(tokens)} fields, the table "
+                                                     f"header has {layout.ncols}", text[:200]))
+            else:
+                self._annotation(text.lstrip("#").strip(), num)
+        if good:
+            table = _fast_block(good, layout)
+            self._emit(table, np.asarray(good_nums, dtype=np.int64), layout, run)
+
+    def _emit(self, cols: dict[str, Any], nums: np.ndarray, layout: Layout, run: _Run) -> None:
+        sizes = cols["size"]
+        n = len(sizes)
+        # Cycles: sizes only grow within a table; a drop starts the next -N cycle.
+        cycle = np.full(n, run.cycle, dtype=np.int32)
+        if n:
+            drops = np.zeros(n, dtype=np.int32)
+            drops[0] = 1 if sizes[0] < run.last_size else 0
+            drops[1:] = sizes[1:] < sizes[:-1]
+            cycle += np.cumsum(drops, dtype=np.int32)
+            run.cycle = int(cycle[-1])
+            run.last_size = int(sizes[-1])
+        run.rows += n
+        if n and run.dtype is None and "type" in cols:
+            run.dtype = str(cols["type"][0])
+        if n and run.redop is None and "redop" in cols:
+            run.redop = str(cols["redop"][0])
+        consts = self._row_constants(run)
+        for side_index, side in enumerate(layout.sides):
+            data: dict[str, Any] = {"run_id": pa.array([consts["run_id"]] * n, pa.string())}
+            data["size_bytes"] = pa.array(sizes, pa.int64())
+            data["count"] = pa.array(cols["count"], pa.int64()) if "count" in cols else pa.nulls(n, pa.int64())
+            for name in ("type", "redop"):
+                key = "dtype" if name == "type" else name
+                data[key] = pa.array(cols[name].astype(str), pa.string()) if name in cols else pa.nulls(n, pa.string())
+            data["root"] = pa.array(cols["root"], pa.int32()) if "root" in cols else pa.nulls(n, pa.int32())
+            data["in_place"] = pa.array(np.full(n, side_index == 1), pa.bool_())
+            data["cycle"] = pa.array(cycle, pa.int32())
+            data["iteration"] = pa.nulls(n, pa.int32())
+            iters = run.header.get("iters")
+            data["n_iters"] = pa.array([iters] * n, pa.int32())
+            pre = f"s{side_index}."
+            data["time_us"] = pa.array(cols[pre + "time"] * layout.time_scale, pa.float64())
+            for name, out in (("algbw", "algbw_gbs"), ("busbw", "busbw_gbs"), ("error", "error")):
+                data[out] = pa.array(cols[pre + name], pa.float64(), from_pandas=True) if pre + name in cols \
+                    else pa.nulls(n, pa.float64())
+            if pre + "wrong" in cols:
+                wrong, mask = cols[pre + "wrong"]
+                data["wrong"] = pa.array(wrong, pa.int64(), mask=mask)
+            else:
+                data["wrong"] = pa.nulls(n, pa.int64())
+            data["timestamp"] = pa.array(cols["timestamp"].astype(str), pa.string()) if "timestamp" in cols \
+                else pa.nulls(n, pa.string())
+            data["line"] = pa.array(nums, pa.int64())
+            for key in ("fabric", "collective", "arm", "policy", "source_path", "source_sha256"):
+                data[key] = pa.array([consts[key]] * n, pa.string())
+            for key in ("nodes", "ranks"):
+                data[key] = pa.array([consts[key]] * n, pa.int32())
+            self._on_rows(pa.table(data))
+
+    def _row_constants(self, run: _Run) -> dict[str, Any]:
+        meta = self.source.meta
+        nodes, ranks, _ = _scale(run)
+        return {
+            "run_id": self.source.run_id_for(run.index),
+            "fabric": meta.get("fabric") or self.source.fabric,
+            "collective": _collective(run, meta, self.source.path),
+            "arm": meta.get("arm"),
+            "policy": meta.get("policy"),
+            "nodes": meta.get("nodes") or nodes,
+            "ranks": meta.get("ranks") or ranks,
+            "source_path": self.source.path,
+            "source_sha256": self.source.sha256,
+        }
+
+    def _run_row(self, run: _Run) -> dict[str, Any]:
+        consts = self._row_constants(run)
+        nodes, ranks, hosts = _scale(run)
+        h = run.header
+        failure = "; ".join(run.failures[:5]) or None
+        if run.duplicate_headers:
+            note = (f"{run.duplicate_headers + 1} processes printed their own header (binary built "
+                    "without MPI?): they ran as independent single-rank jobs")
+            failure = f"{failure}; {note}" if failure else note
+        if run.oob_failed:
+            failure = (failure + "; " if failure else "") + f"{run.oob} out-of-bounds values (FAILED)"
+        if run.invalid_arm:
+            outcome = "invalid_arm"
+        elif run.failures or run.oob_failed or (run.rows == 0):
+            outcome = "failed"
+        else:
+            outcome = "ok"
+        if failure is None and run.rows == 0:
+            failure = "no result rows (the run stopped before its table)"
+        gpus = h.get("ngpus", 1) * h.get("nthread", 1)
+        return {
+            "run_id": consts["run_id"], "fabric": consts["fabric"], "collective": consts["collective"],
+            "binary": run.binary, "nodes": consts["nodes"], "ranks": consts["ranks"],
+            "gpus_per_node": (consts["ranks"] // consts["nodes"]) if consts["ranks"] and consts["nodes"] else None,
+            "nccl_version": run.nccl_version, "nccl_tests_version": run.nccl_tests_version,
+            "hosts": ",".join(hosts) if hosts else None, "n_hosts": len(hosts) if hosts else None,
+            "gpu_name": next((r[2] for r in run.ranks.values() if r[2]), None),
+            "outcome": outcome, "failure": failure, "dtype": run.dtype, "redop": run.redop,
+            "min_bytes": h.get("min_bytes"), "max_bytes": h.get("max_bytes"),
+            "warmup_iters": h.get("warmup_iters"), "iters": h.get("iters"), "agg_iters": h.get("agg_iters"),
+            "validation": h.get("validation"), "graph": h.get("graph"), "cycles": run.cycle + 1 if run.rows else 0,
+            "oob_values": run.oob, "avg_busbw_gbs": run.avg_busbw,
+            "header": run.header_text if run.header_text else None,
+            "source_format": "nccl-tests-text", "arm": consts["arm"], "policy": consts["policy"],
+            "source_path": self.source.path, "source_sha256": self.source.sha256,
+            "_gpus_per_process": gpus, "_rows": run.rows,
+        }
+
+
+def _scale(run: _Run) -> tuple[int | None, int | None, list[str]]:
+    """(nodes, ranks, hosts) from the ``Rank`` lines: ranks = highest rank + 1; nodes only when
+    every rank was listed (an elided list says nothing about the hosts not shown)."""
+    if not run.ranks:
+        return None, None, []
+    ranks = max(run.ranks) + 1
+    hosts: list[str] = []
+    for rank in sorted(run.ranks):
+        host = run.ranks[rank][0]
+        if host not in hosts:
+            hosts.append(host)
+    complete = len(run.ranks) == ranks
+    if run.duplicate_headers:
+        ranks = 1
+    return (len(hosts) if complete else None), ranks, hosts
+
+
+def _collective(run: _Run, meta: Any, path: str) -> str | None:
+    if meta.get("collective"):
+        return meta["collective"]
+    binary = run.binary or meta.get("binary")
+    if binary:
+        name = binary.rsplit("/", 1)[-1]
+        name = name[:-4] if name.endswith("_mpi") else name
+        if name in BINARY_COLLECTIVE:
+            return BINARY_COLLECTIVE[name]
+    return collective_from_name(path)
+
+
+_FILE_HINTS = [
+    ("reduce_scatter", "ReduceScatter"), ("reducescatter", "ReduceScatter"),
+    ("all_reduce", "AllReduce"), ("allreduce", "AllReduce"), ("all_gather", "AllGather"),
+    ("allgather", "AllGather"), ("alltoall", "AlltoAll"), ("all_to_all", "AlltoAll"),
+    ("sendrecv", "SendRecv"), ("broadcast", "Broadcast"), ("hypercube", "HyperCube"),
+    ("scatter", "Scatter"), ("gather", "Gather"), ("reduce", "Reduce"),
+]
+
+
+def collective_from_name(path: str) -> str | None:
+    """A collective named in a file name (``nccl_allgather.log``), or None."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1].lower().replace("-", "_")
+    for hint, coll in _FILE_HINTS:
+        if hint in name:
+            return coll
+    return None
+
+
+# ------------------------------------------------------------------ numeric block conversion
+def _fast_block(lines: list[bytes], layout: Layout) -> dict[str, Any] | None:
+    """Convert whole data rows at once; None when the block does not fit the layout."""
+    tokens = b" ".join(lines).split()
+    ncols = layout.ncols
+    n = len(lines)
+    if len(tokens) != n * ncols or n == 0:
+        return None
+    arr = np.array(tokens, dtype=object if n < 4 else None).reshape(n, ncols)
+    if arr.dtype == object:
+        arr = arr.astype(bytes)
+    cols: dict[str, Any] = {}
+    try:
+        k = 0
+        for name in layout.prefix:
+            col = arr[:, k]
+            k += 1
+            if name in ("size", "count", "root"):
+                cols[name] = col.astype(np.int64)
+            elif name in ("type", "redop", "timestamp"):
+                cols[name] = np.char.decode(col, "ascii")
+        for s, side in enumerate(layout.sides):
+            for name in side:
+                col = arr[:, k]
+                k += 1
+                key = f"s{s}.{name}"
+                if name == "wrong":
+                    cols[key] = _int_na(col)
+                elif name in ("time", "algbw", "busbw", "error"):
+                    cols[key] = _float_na(col)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if "size" not in cols or any(f"s{s}.time" not in cols for s in range(len(layout.sides))):
+        return None
+    return cols
+
+
+def _float_na(col: np.ndarray) -> np.ndarray:
+    try:
+        return col.astype(np.float64)
+    except ValueError:
+        fixed = np.where(np.isin(col, (b"N/A", b"-nan", b"nan", b"inf", b"-")), b"nan", col)
+        return fixed.astype(np.float64)
+
+
+def _int_na(col: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    try:
+        return col.astype(np.int64), None
+    except ValueError:
+        mask = col == b"N/A"
+        fixed = np.where(mask, b"0", col)
+        try:
+            return fixed.astype(np.int64), mask
+        except ValueError:
+            # nwrong printed as a float by some forks
+            return fixed.astype(np.float64).astype(np.int64), mask
+
+
+def parse_nccltests_text(data: bytes | str | Iterable[bytes], source: SourceInfo) -> ParseResult:
+    """Parse a whole nccl-tests output (bytes, str, or an iterable of byte chunks).
+
+    Rows are collected in the result (use :class:`TextParser` directly to stream). Never
+    raises on malformed input: what it cannot use is in ``result.issues``.
+    """
+    parser = TextParser(source)
+    if isinstance(data, str):
+        data = data.encode("utf-8", "replace")
+    if isinstance(data, bytes):
+        parser.feed(data)
+    else:
+        for chunk in data:
+            parser.feed(chunk)
+    result = parser.close()
+    for row in result.tables.get("runs", []):
+        row.pop("_gpus_per_process", None)
+        row.pop("_rows", None)
+    return result
