@@ -1,0 +1,144 @@
+"""The simulated fabric as a Python object: its NCCL cost model and its ground truth.
+
+The analysis uses this to check itself against the simulator (the cost table NCCL would
+print, AUTO's choice, the true steady-state latency), and the nccl-tests stand-ins use it
+to compute what they print. Costs always go through :mod:`ncclbot_sweep.costmodel` on the
+table as NCCL prints it, so a table parsed from the simulator's log gives the same costs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from ncclbot_sweep import costmodel
+from ncclbot_sweep.names import COLLECTIVES, Arm, FabricOffer, arm_invalid_reason, canonical_collective
+from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC, FABRICS, FabricSpec
+from ncclbot_sweep.sim.truth import steady_latency_us
+from ncclbot_sweep.sim.tunemodel import TunedModel, tune_model
+
+__all__ = ["SimFabric", "fabric", "fabric_names"]
+
+
+def fabric_names() -> list[str]:
+    """The names of the simulated fabrics (``sim-h100``, ...)."""
+    return sorted(FABRICS)
+
+
+@functools.cache
+def fabric(name: str = DEFAULT_FABRIC) -> SimFabric:
+    """The simulated fabric called ``name``; raises ``ValueError`` listing the valid names."""
+    try:
+        return SimFabric(FABRICS[name])
+    except KeyError:
+        raise ValueError(f"simulated fabric must be one of {', '.join(fabric_names())}, but got {name!r}") from None
+
+
+class SimFabric:
+    """One simulated fabric: offer, NCCL tuning model, cost tables and true latencies.
+
+    Node counts are physical nodes; ranks default to ``nodes * gpus_per_node``.
+    """
+
+    def __init__(self, spec: FabricSpec) -> None:
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def offer(self) -> FabricOffer:
+        """What the fabric offers, for ``names.valid_arms`` and inventories."""
+        return self.spec.offer
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.spec.gpus_per_node
+
+    def ranks(self, nodes: int) -> int:
+        return nodes * self.spec.gpus_per_node
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - fabrics are module-level singletons
+    def tuned(self, nodes: int, ranks: int | None = None) -> TunedModel:
+        """NCCL's init-time tuning model of a communicator over ``nodes`` nodes."""
+        ranks = self.ranks(nodes) if ranks is None else ranks
+        tuned = tune_model(self.spec.model_spec(nodes), nodes=nodes, ranks=ranks)
+        return self._without_unoffered(tuned, nodes)
+
+    def _without_unoffered(self, tuned: TunedModel, nodes: int) -> TunedModel:
+        """Zero the bandwidth of arms the fabric does not run at this physical scale.
+
+        NCCL disables these by fabric facts the model spec does not carry (no CollNet/SHARP
+        for multi-node NVLS, PAT on multi-GPU nodes); the printed table then shows 0.0 for
+        them, so table, cost table and valid arms agree.
+        """
+        bandwidth = tuned.table.bandwidth_gbs.copy()
+        for c, coll in enumerate(COLLECTIVES):
+            for arm in costmodel_arms():
+                if arm_invalid_reason(coll, arm, nodes=nodes, gpus_per_node=self.gpus_per_node, offer=self.offer):
+                    bandwidth[c, arm.algorithm_index, arm.protocol_index] = 0.0
+        table = costmodel.TuningTable(tuned.table.latency_us, bandwidth)
+        return dataclasses.replace(tuned, table=table)
+
+    def printed_table(self, nodes: int, ranks: int | None = None) -> costmodel.TuningTable:
+        """The tuning table exactly as the simulator's NCCL log prints it."""
+        return self.tuned(nodes, ranks).table.as_printed()
+
+    def call_context(self, collective: str, nodes: int, size_bytes: int, ranks: int | None = None) -> costmodel.CallContext:
+        """The per-call inputs of NCCL's cost formula for one nccl-tests call."""
+        tuned = self.tuned(nodes, ranks)
+        spec = self.spec.model_spec(nodes)
+        return costmodel.CallContext(
+            collective=collective,
+            n_bytes=int(size_bytes),
+            nodes=tuned.nodes,
+            ranks=tuned.ranks,
+            comm_channels=spec.comm_channels,
+            min_comp_cap=self.spec.comp_cap,
+        )
+
+    def cost_table(
+        self, collective: str, nodes: int, size_bytes: int, *, ranks: int | None = None, allowed=None
+    ) -> np.ndarray:
+        """AUTO's cost table ``[algorithm, protocol]`` (us; -1 unavailable) for one context."""
+        context = self.call_context(collective, nodes, size_bytes, ranks)
+        return costmodel.cost_table(self.printed_table(nodes, ranks), context, allowed)
+
+    def auto_arm(self, collective: str, nodes: int, size_bytes: int, *, ranks: int | None = None) -> Arm | None:
+        """The arm NCCL's cost model picks (None if nothing is available)."""
+        return costmodel.auto_arm(self.cost_table(collective, nodes, size_bytes, ranks=ranks))
+
+    def valid_arms(self, collective: str, nodes: int, ranks: int | None = None) -> list[Arm]:
+        """Arms that are valid by ``names`` rules and available in NCCL's table, in scan order."""
+        coll = canonical_collective(collective)
+        if coll not in COLLECTIVES:
+            return []
+        table = self.printed_table(nodes, ranks)
+        arms = []
+        for arm in sorted(costmodel_arms()):
+            if arm_invalid_reason(coll, arm, nodes=nodes, gpus_per_node=self.gpus_per_node, offer=self.offer):
+                continue
+            if table.cell(coll, arm)[1] > 0.0:
+                arms.append(arm)
+        return arms
+
+    def invalid_reason(self, collective: str, arm: Arm, nodes: int) -> str | None:
+        """Why forcing ``arm`` fails on this fabric and scale (None if it runs)."""
+        reason = arm_invalid_reason(collective, arm, nodes=nodes, gpus_per_node=self.gpus_per_node, offer=self.offer)
+        if reason is None and self.printed_table(nodes).cell(canonical_collective(collective), arm)[1] <= 0.0:
+            reason = f"NCCL's tuning model disables {arm} for {canonical_collective(collective)} at {nodes} node(s)"
+        return reason
+
+    def steady_latency_us(self, collective: str, nodes: int, arm: Arm, size_bytes: int) -> float:
+        """The true warm steady-state mean latency (us) of ``arm``; noise is drawn around it."""
+        return steady_latency_us(self.spec.truth, canonical_collective(collective), arm, nodes=nodes, size_bytes=size_bytes)
+
+
+@functools.cache
+def costmodel_arms() -> tuple[Arm, ...]:
+    from ncclbot_sweep.names import all_arms
+
+    return all_arms()
