@@ -1,0 +1,145 @@
+"""Per-arm statistics shared by every policy: counts, reward means, variances.
+
+One :class:`BanditState` holds a batch of independent bandits (rows = contexts x seeds) on a
+padded arm axis, so the replay engine can update thousands of bandits with a few numpy
+operations per step. The reward of a pull is ``r = mu_hat_min / X`` (paper eq. 1).
+
+Estimators (paper appendix C, E and section 7), applied to the arm ``a`` just pulled when
+the update is *learned* (see skip-first-k below):
+
+* ``mean`` (sample mean, Welford; discounting ``gamma``)::
+
+      n_a <- gamma * n_a + 1 ;  d = r - mu_a ;  mu_a <- mu_a + d / n_a
+      m2_a <- gamma * m2_a + d * (r - mu_a) ;  var_a = m2_a / n_a
+
+* ``sgd`` (clipped-SGD robust mean; ``lr``, exponent ``decay``, ``clip``)::
+
+      n_a <- gamma * n_a + 1 ;  s = lr * n_a ** (-decay) ;  d = clip(r - mu_a, -clip, clip)
+      mu_a <- mu_a + s * d ;  var_a <- var_a + s * (d * d - var_a)
+
+* ``gain`` (constant gain ``gain``)::
+
+      n_a <- gamma * n_a + 1 ;  d = r - mu_a ;  mu_a <- mu_a + gain * d
+      var_a <- var_a + gain * (d * d - var_a)
+
+For ``sgd`` and ``gain`` the first observation of an arm with ``n_a == 0`` initialises it
+(``mu_a = r``, ``var_a = 0``); a warm-start prior counts as that observation (paper I.13).
+``n_a`` includes the warm-start pseudo-count ``nu``. Discounting follows the paper's
+"discount each arm's statistics by gamma per update": the effective count of an arm then
+saturates at ``1 / (1 - gamma)``.
+
+Skip-first-k: the first ``k`` pulls of each arm are served and paid for but not learned
+from (the lazy-initialisation transient, paper B.2); ``n_a`` and ``mu_a`` stay unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ncclbot_sweep.errors import AnalysisError
+
+__all__ = ["Estimator", "BanditState"]
+
+_KINDS = ("mean", "sgd", "gain")
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimator:
+    """How a policy turns rewards into per-arm means (see the module docstring)."""
+
+    kind: str = "mean"
+    clip: float = 0.389
+    lr: float = 0.468
+    decay: float = 0.467
+    gain: float = 0.1
+    discount: float = 1.0
+    skip_first: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise AnalysisError(f"estimator kind must be one of {', '.join(_KINDS)}, but got {self.kind!r}")
+        if not 0.0 < self.discount <= 1.0:
+            raise AnalysisError(f"discount must be in (0, 1], but got {self.discount}")
+
+
+@dataclasses.dataclass
+class BanditState:
+    """Statistics of ``B`` bandits over ``K`` padded arms.
+
+    Attributes:
+        offered: ``[B, K]`` arms each bandit may play (measured and kept by the filter).
+        prior: ``[B, K]`` cost-model reward guess ``mu_hat_min / mu_hat(a)``, NaN if undefined.
+        auto: ``[B]`` the cost model's arm (argmin predicted cost among offered arms).
+        n, mu, s2: effective counts, reward means, and ``m2`` (``mean``) or variance.
+        pulls: ``[B, K]`` times each arm was served (drives the pull-count replay).
+        learned: ``[B, K]`` learned updates per arm.
+        extra: policy-specific arrays.
+    """
+
+    offered: np.ndarray
+    prior: np.ndarray
+    auto: np.ndarray
+    n: np.ndarray
+    mu: np.ndarray
+    s2: np.ndarray
+    pulls: np.ndarray
+    learned: np.ndarray
+    extra: dict
+
+    @classmethod
+    def empty(cls, offered: np.ndarray, prior: np.ndarray, auto: np.ndarray) -> BanditState:
+        shape = offered.shape
+        return cls(
+            offered=offered.copy(), prior=prior.copy(), auto=auto.copy(),
+            n=np.zeros(shape), mu=np.zeros(shape), s2=np.zeros(shape),
+            pulls=np.zeros(shape, dtype=np.int64), learned=np.zeros(shape, dtype=np.int64), extra={},
+        )
+
+    @property
+    def rows(self) -> np.ndarray:
+        return np.arange(self.offered.shape[0])
+
+    def warm_start(self, pseudo_count: float) -> None:
+        """Seed ``mu_a = prior_a`` backed by ``nu`` virtual pulls (arms with a prediction)."""
+        if pseudo_count <= 0:
+            return
+        has = self.offered & np.isfinite(self.prior)
+        self.mu = np.where(has, self.prior, 0.0)
+        self.n = np.where(has, float(pseudo_count), 0.0)
+
+    def variance(self, est: Estimator) -> np.ndarray:
+        """Per-arm reward variance (0 where nothing is known)."""
+        if est.kind == "mean":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(self.n > 0, self.s2 / np.where(self.n > 0, self.n, 1.0), 0.0)
+        return self.s2
+
+    def learn_mask(self, rows: np.ndarray, arms: np.ndarray, est: Estimator) -> np.ndarray:
+        """Which of these pulls are learned from (skip-first-k), before ``pulls`` advances."""
+        return self.pulls[rows, arms] >= est.skip_first
+
+    def update(self, rows: np.ndarray, arms: np.ndarray, reward: np.ndarray, est: Estimator) -> None:
+        """Apply one learned reward per row (``rows`` already filtered by :meth:`learn_mask`)."""
+        n_old = self.n[rows, arms]
+        mu_old = self.mu[rows, arms]
+        s2_old = self.s2[rows, arms]
+        n_new = est.discount * n_old + 1.0
+        d = reward - mu_old
+        if est.kind == "mean":
+            mu_new = mu_old + d / n_new
+            s2_new = est.discount * s2_old + d * (reward - mu_new)
+        else:
+            if est.kind == "sgd":
+                step = est.lr * np.power(n_new, -est.decay)
+                d = np.clip(d, -est.clip, est.clip)
+            else:
+                step = est.gain
+            first = n_old == 0
+            mu_new = np.where(first, reward, mu_old + step * d)
+            s2_new = np.where(first, 0.0, s2_old + step * (d * d - s2_old))
+        self.n[rows, arms] = n_new
+        self.mu[rows, arms] = mu_new
+        self.s2[rows, arms] = s2_new
+        self.learned[rows, arms] += 1

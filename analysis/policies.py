@@ -1,0 +1,749 @@
+"""Bandit policies of NCCL-BOT (paper appendix C), vectorised over many bandits at once.
+
+Every policy works on a :class:`~.estimators.BanditState` of ``B`` independent bandits
+(one per context and seed) and has three hooks, called by the replay engine once per step
+``t = 1..T``:
+
+* ``init(state)`` once: warm start and policy arrays;
+* ``select(state, t, u, z) -> arms[B]`` with ``u`` ``[B, n_uniform]`` uniforms in [0, 1) and
+  ``z`` ``[B, n_normal]`` standard normals drawn by the engine (see :func:`draw_counts`);
+* ``update(state, rows, arms, reward)`` with the learned pulls only (skip-first-k applied).
+
+Shared conventions (the plugin must match them bit for bit in float64):
+
+* Arms are on NCCL's scan order (algorithm index, then protocol index); every ``argmax`` or
+  ``argmin`` tie goes to the **lowest arm index**, and "unpulled arms first" in
+  deterministic policies also takes the lowest index (the paper draws them at random; a
+  fixed order keeps UCB-family policies deterministic, so every rank agrees).
+* Reward ``r = mu_hat_min / X`` with ``mu_hat_min`` the smallest prediction among measured
+  arms; arm filter ``predicted <= rho_max * mu_hat_min`` (undefined predictions kept).
+* Warm start: ``mu_a = mu_hat_min / mu_hat(a)`` with ``n_a = nu`` virtual pulls for
+  mean-based policies; cumulative losses ``L_a = nu * (1 - r_a)`` for loss-based ones.
+
+**UCB1** (featured policy; defaults are the paper's champion, Table 16)::
+
+    N = sum_a n_a                               (pseudo-counts included)
+    if some offered arm has n_a == 0: play the lowest-index such arm
+    else: play argmax_a  mu_a + alpha * sqrt(2 * ln(max(N, 1)) / n_a)
+
+with ``alpha = 0.0928``, ``nu = 2.89`` and the clipped-SGD estimator (``clip = 0.389``,
+``lr = 0.468``, ``decay = 0.467``; see :mod:`.estimators`). ``ln`` and ``pow`` are numpy's
+float64 ``log`` and ``power``. **Greedy** is ``EpsilonGreedy(eps=0)``: ``argmax mu_a``.
+
+For a single bandit driven call by call (the C plugin's reference), use :class:`StepPolicy`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import ClassVar
+
+import numpy as np
+
+from ncclbot_sweep.errors import AnalysisError
+from .estimators import BanditState, Estimator
+
+__all__ = [
+    "Policy", "Auto", "RandomPolicy", "UCB1", "KLUCB", "Softmax", "GaussianThompson",
+    "EpsilonGreedy", "ETC", "RoundRobinETC", "UCBV", "UCBTuned", "EXP3", "EXP3PP",
+    "TsallisINF", "FPL", "Hierarchical", "POLICIES", "make_policy", "draw_counts", "StepPolicy",
+    "pick_uniform", "sample_categorical", "iqr_trimmed_mean",
+]
+
+_NEG = -np.inf
+
+
+# --------------------------------------------------------------------------- helpers
+
+def pick_uniform(mask: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Pick, per row, the ``floor(u * count)``-th True position of ``mask`` (uniform choice)."""
+    count = mask.sum(axis=1)
+    j = np.minimum(np.floor(u * count), np.maximum(count - 1, 0))
+    cs = np.cumsum(mask, axis=1)
+    return np.argmax(cs > j[:, None], axis=1)
+
+
+def sample_categorical(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draw from unnormalised non-negative ``weights`` ``[B, K]`` with ``u`` ``[B]``.
+
+    Returns the first arm whose cumulative weight exceeds ``u * total``; arms with zero
+    weight are never returned.
+    """
+    cs = np.cumsum(weights, axis=1)
+    thr = u * cs[:, -1]
+    idx = (cs <= thr[:, None]).sum(axis=1)
+    last = weights.shape[1] - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
+    return np.minimum(idx, last)
+
+
+def _masked_argmax(score: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.argmax(np.where(mask, score, _NEG), axis=1)
+
+
+def _log_n(state: BanditState) -> np.ndarray:
+    return np.log(np.maximum(state.n.sum(axis=1), 1.0))
+
+
+def _unpulled_first(state: BanditState, chosen: np.ndarray) -> np.ndarray:
+    unpulled = state.offered & (state.n == 0)
+    return np.where(unpulled.any(axis=1), np.argmax(unpulled, axis=1), chosen)
+
+
+def _softmax_weights(values: np.ndarray, mask: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    x = np.where(mask, values, _NEG)
+    top = x.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        w = np.exp((x - top) / tau[:, None])
+    return np.where(mask, w, 0.0)
+
+
+def iqr_trimmed_mean(values: np.ndarray) -> np.ndarray:
+    """Tukey-trimmed mean over the last axis: drop points outside ``[Q1-1.5IQR, Q3+1.5IQR]``.
+
+    Quartiles use linear interpolation (numpy's default); NaN entries are ignored.
+    """
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: arms never explored
+        q1, q3 = np.nanpercentile(values, [25, 75], axis=-1, keepdims=True)
+    iqr = q3 - q1
+    keep = (values >= q1 - 1.5 * iqr) & (values <= q3 + 1.5 * iqr)
+    with np.errstate(invalid="ignore"):
+        return np.where(keep, values, 0.0).sum(axis=-1) / keep.sum(axis=-1)
+
+
+def _loss(reward: np.ndarray, clip: bool) -> np.ndarray:
+    loss = 1.0 - reward
+    return np.clip(loss, 0.0, 1.0) if clip else loss
+
+
+def _warm_losses(state: BanditState, nu: float) -> np.ndarray:
+    prior = np.where(np.isfinite(state.prior), state.prior, 1.0)
+    return np.where(state.offered, nu * (1.0 - prior), 0.0)
+
+
+# --------------------------------------------------------------------------- base
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Base of all policies: name, estimator, warm start and the three engine hooks."""
+
+    name: ClassVar[str] = "policy"
+    deterministic: ClassVar[bool] = True
+    estimator: Estimator = Estimator()
+    pseudo_count: float = 0.0
+
+    def draws(self, n_arms: int) -> tuple[int, int]:
+        """Uniforms and normals this policy consumes per step (``n_arms`` = padded K)."""
+        return (0, 0)
+
+    @property
+    def is_deterministic(self) -> bool:
+        return self.deterministic
+
+    def init(self, state: BanditState) -> None:
+        state.warm_start(self.pseudo_count)
+
+    def select(self, state: BanditState, t: int, u: np.ndarray | None, z: np.ndarray | None) -> np.ndarray:
+        raise NotImplementedError
+
+    def update(self, state: BanditState, rows: np.ndarray, arms: np.ndarray, reward: np.ndarray) -> None:
+        state.update(rows, arms, reward, self.estimator)
+
+
+@dataclasses.dataclass(frozen=True)
+class Auto(Policy):
+    """NCCL's cost model: always the argmin predicted arm (appendix C.1); never learns."""
+
+    name: ClassVar[str] = "AUTO"
+
+    def init(self, state: BanditState) -> None:
+        pass
+
+    def select(self, state, t, u, z):
+        return state.auto
+
+    def update(self, state, rows, arms, reward):
+        pass
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomPolicy(Policy):
+    """Uniform over the offered arms (C.2); a lower reference."""
+
+    name: ClassVar[str] = "Random"
+    deterministic: ClassVar[bool] = False
+
+    def draws(self, n_arms):
+        return (1, 0)
+
+    def init(self, state):
+        pass
+
+    def select(self, state, t, u, z):
+        return pick_uniform(state.offered, u[:, 0])
+
+    def update(self, state, rows, arms, reward):
+        pass
+
+
+@dataclasses.dataclass(frozen=True)
+class UCB1(Policy):
+    """UCB1 with tuned alpha, warm start and clipped-SGD mean (C.3; champion defaults)."""
+
+    name: ClassVar[str] = "UCB1"
+    estimator: Estimator = Estimator(kind="sgd", clip=0.389, lr=0.468, decay=0.467)
+    pseudo_count: float = 2.89
+    alpha: float = 0.0928
+
+    def select(self, state, t, u, z):
+        log_n = _log_n(state)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = state.mu + self.alpha * np.sqrt(2.0 * log_n[:, None] / state.n)
+        return _unpulled_first(state, _masked_argmax(score, state.offered))
+
+
+@dataclasses.dataclass(frozen=True)
+class KLUCB(Policy):
+    """Bernoulli KL-UCB (C.6): largest ``q`` with ``n KL(mu, q) <= c ln N`` by bisection."""
+
+    name: ClassVar[str] = "KL-UCB"
+    pseudo_count: float = 1.56
+    c: float = 0.0373
+    iterations: int = 25
+
+    def select(self, state, t, u, z):
+        eps = 1e-12
+        p = np.clip(state.mu, 0.0, 1.0)
+        bound = self.c * _log_n(state)[:, None]
+        lo, hi = p.copy(), np.ones_like(p)
+        pc = np.clip(p, eps, 1 - eps)
+        for _ in range(self.iterations):
+            mid = 0.5 * (lo + hi)
+            qc = np.clip(mid, eps, 1 - eps)
+            kl = pc * np.log(pc / qc) + (1 - pc) * np.log((1 - pc) / (1 - qc))
+            ok = state.n * kl <= bound
+            lo = np.where(ok, mid, lo)
+            hi = np.where(ok, hi, mid)
+        return _unpulled_first(state, _masked_argmax(lo, state.offered))
+
+
+@dataclasses.dataclass(frozen=True)
+class Softmax(Policy):
+    """Boltzmann exploration (C.13) with optional ``tau / sqrt(N_softmax)`` decay."""
+
+    name: ClassVar[str] = "Softmax"
+    deterministic: ClassVar[bool] = False
+    pseudo_count: float = 1.24
+    tau: float = 0.089
+    decay: bool = True
+
+    def draws(self, n_arms):
+        return (1, 0)
+
+    def init(self, state):
+        super().init(state)
+        state.extra["selections"] = np.zeros(state.offered.shape[0])
+
+    def select(self, state, t, u, z):
+        unpulled = state.offered & (state.n == 0)
+        cold = unpulled.any(axis=1)
+        sel = state.extra["selections"]
+        sel += ~cold
+        tau = np.full(sel.shape, self.tau)
+        if self.decay:
+            tau = self.tau / np.sqrt(np.maximum(sel, 1.0))
+        arms = sample_categorical(_softmax_weights(state.mu, state.offered, tau), u[:, 0])
+        return np.where(cold, pick_uniform(unpulled, u[:, 0]), arms)
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianThompson(Policy):
+    """Gaussian Thompson sampling (C.15): ``mu~_a = mu_a + sqrt(v_a / n_a) z_a``.
+
+    ``v_a`` is the prior variance while ``n_a < 2`` and the estimator's variance after;
+    ``n_a = 0`` divides by 1. Champion: skip-first-1, prior variance 3.01e-4, nu 0.491.
+    """
+
+    name: ClassVar[str] = "GaussianTS"
+    deterministic: ClassVar[bool] = False
+    estimator: Estimator = Estimator(skip_first=1)
+    pseudo_count: float = 0.491
+    prior_var: float = 0.000301
+
+    def draws(self, n_arms):
+        return (0, n_arms)
+
+    def select(self, state, t, u, z):
+        v = np.where(state.n < 2, self.prior_var, state.variance(self.estimator))
+        scale = np.sqrt(v / np.where(state.n > 0, state.n, 1.0))
+        return _masked_argmax(state.mu + scale * z, state.offered)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonGreedy(Policy):
+    """Epsilon-greedy (C.7), ``eps_t = eps / sqrt(t)`` with decay; ``eps = 0`` is Greedy."""
+
+    name: ClassVar[str] = "eps-greedy"
+    deterministic: ClassVar[bool] = False
+    pseudo_count: float = 0.892
+    eps: float = 0.0
+    decay: bool = False
+
+    @property
+    def is_deterministic(self) -> bool:
+        return self.eps == 0.0
+
+    def draws(self, n_arms):
+        return (2, 0)
+
+    def select(self, state, t, u, z):
+        greedy = _masked_argmax(state.mu, state.offered)
+        if self.eps == 0.0:
+            return greedy
+        eps = self.eps / np.sqrt(t) if self.decay else self.eps
+        return np.where(u[:, 0] < eps, pick_uniform(state.offered, u[:, 1]), greedy)
+
+
+@dataclasses.dataclass(frozen=True)
+class ETC(Policy):
+    """Explore-then-commit (C.8): ``m`` learned pulls per arm at random, then argmax mean."""
+
+    name: ClassVar[str] = "ETC"
+    deterministic: ClassVar[bool] = False
+    estimator: Estimator = Estimator(skip_first=1)
+    m: int = 1
+
+    def draws(self, n_arms):
+        return (1, 0)
+
+    def init(self, state):
+        state.extra["commit"] = np.full(state.offered.shape[0], -1)
+
+    def select(self, state, t, u, z):
+        eligible = state.offered & (state.learned < self.m)
+        exploring = eligible.any(axis=1)
+        commit = state.extra["commit"]
+        fresh = ~exploring & (commit < 0)
+        commit[fresh] = _masked_argmax(state.mu, state.offered)[fresh]
+        return np.where(exploring, pick_uniform(eligible, u[:, 0]), commit)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundRobinETC(Policy):
+    """Madan et al. round-robin ETC (C.9): lexicographic order, IQR-trimmed commit, AUTO gate.
+
+    Costs are ``c = -r``. Taken literally from the paper, the gate's relative improvement
+    ``iota = (c_auto - c_star) / c_auto`` is only used when ``c_auto > 0``; with positive
+    rewards ``c_auto < 0``, so ``iota`` is ``+inf`` whenever another arm is strictly cheaper
+    and the gate never overrides. Kept as specified.
+    """
+
+    name: ClassVar[str] = "RR-ETC"
+    estimator: Estimator = Estimator(skip_first=1)
+    m: int = 1
+    gate: float = 0.0102
+
+    def init(self, state):
+        b, k = state.offered.shape
+        # lex_rank: rank of each arm's string in lexicographic order, set by the replay
+        # (paper C.9 sorts arms lexicographically); default is the arm axis order.
+        rank = np.asarray(state.extra.get("lex_rank", np.arange(k)))
+        key = np.where(state.offered, rank[None, :], k + 1)
+        state.extra["order"] = np.argsort(key, axis=1, kind="stable")
+        state.extra["costs"] = np.full((b, k, self.m), np.nan)
+        state.extra["commit"] = np.full(b, -1)
+        state.extra["inner"] = np.zeros(b, dtype=np.int64)
+
+    def select(self, state, t, u, z):
+        k_off = state.offered.sum(axis=1)
+        inner = state.extra["inner"]
+        exploring = inner < self.m * k_off
+        pos = inner % np.maximum(k_off, 1)
+        rr = state.extra["order"][state.rows, pos]
+        commit = state.extra["commit"]
+        fresh = ~exploring & (commit < 0)
+        if fresh.any():
+            commit[fresh] = self._commit(state, np.flatnonzero(fresh))
+        return np.where(exploring, rr, commit)
+
+    def _commit(self, state, rows):
+        cbar = iqr_trimmed_mean(state.extra["costs"][rows])
+        cbar = np.where(state.offered[rows], cbar, np.inf)
+        star = np.argmin(np.nan_to_num(cbar, nan=np.inf), axis=1)
+        auto = state.auto[rows]
+        c_auto = cbar[np.arange(len(rows)), auto]
+        c_star = cbar[np.arange(len(rows)), star]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iota = np.where(c_auto > 0, (c_auto - c_star) / c_auto, np.where(c_star < c_auto, np.inf, 0.0))
+        return np.where(iota < self.gate, auto, star)
+
+    def update(self, state, rows, arms, reward):
+        super().update(state, rows, arms, reward)
+        inner = state.extra["inner"]
+        slot = state.learned[rows, arms] - 1
+        keep = slot < self.m
+        state.extra["costs"][rows[keep], arms[keep], slot[keep]] = -reward[keep]
+        inner[rows] += 1
+
+
+@dataclasses.dataclass(frozen=True)
+class UCBV(Policy):
+    """UCB-V (C.4): ``mu + sqrt(2 var zeta ln N / n) + c zeta ln N / n``."""
+
+    name: ClassVar[str] = "UCB-V"
+    pseudo_count: float = 1.73
+    zeta: float = 0.501
+    c: float = 1.02
+
+    def select(self, state, t, u, z):
+        log_n = _log_n(state)[:, None]
+        var = state.variance(self.estimator)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = (state.mu + np.sqrt(2.0 * var * self.zeta * log_n / state.n)
+                     + self.c * self.zeta * log_n / state.n)
+        return _unpulled_first(state, _masked_argmax(score, state.offered))
+
+
+@dataclasses.dataclass(frozen=True)
+class UCBTuned(Policy):
+    """UCB-tuned (C.5): ``mu + sqrt(ln N / n * min(1/4, var + sqrt(2 ln N / n)))``."""
+
+    name: ClassVar[str] = "UCB-tuned"
+    pseudo_count: float = 2.0
+
+    def select(self, state, t, u, z):
+        log_n = _log_n(state)[:, None]
+        var = state.variance(self.estimator)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = var + np.sqrt(2.0 * log_n / state.n)
+            score = state.mu + np.sqrt(log_n / state.n * np.minimum(0.25, v))
+        return _unpulled_first(state, _masked_argmax(score, state.offered))
+
+
+@dataclasses.dataclass(frozen=True)
+class EXP3(Policy):
+    """EXP3 (C.11): ``pi = (1-gamma) softmax(-eta L) + gamma/K``; ``L_A += loss / pi_A``."""
+
+    name: ClassVar[str] = "EXP3"
+    deterministic: ClassVar[bool] = False
+    gamma: float = 0.0523
+    eta: float = 1.51
+    clip_loss: bool = False
+
+    def draws(self, n_arms):
+        return (1, 0)
+
+    def init(self, state):
+        state.extra["L"] = _warm_losses(state, self.pseudo_count)
+
+    def probabilities(self, state) -> np.ndarray:
+        k_off = state.offered.sum(axis=1)[:, None]
+        w = _softmax_weights(-self.eta * state.extra["L"], state.offered, np.ones(state.offered.shape[0]))
+        p = (1.0 - self.gamma) * w / w.sum(axis=1, keepdims=True) + self.gamma / k_off
+        return np.where(state.offered, p, 0.0)
+
+    def select(self, state, t, u, z):
+        p = self.probabilities(state)
+        state.extra["p"] = p
+        return sample_categorical(p, u[:, 0])
+
+    def update(self, state, rows, arms, reward):
+        super().update(state, rows, arms, reward)
+        p = state.extra["p"][rows, arms]
+        state.extra["L"][rows, arms] += _loss(reward, self.clip_loss) / p
+
+
+@dataclasses.dataclass(frozen=True)
+class EXP3PP(Policy):
+    """EXP3++ (C.12; Seldin and Slivkins 2014), always cold.
+
+    ``eta_t = beta sqrt(ln K / (t K))``; gap ``D_a = min(1, (L_a - min L) / t)``;
+    ``xi_a = alpha ln(t)^2 / (t D_a^2)``; ``eps_a = min(1/(2K), eta_t, xi_a)``;
+    ``pi = (1 - sum eps) softmax(-eta_t L) + eps``; ``L_A += loss / pi_A``.
+    """
+
+    name: ClassVar[str] = "EXP3++"
+    deterministic: ClassVar[bool] = False
+    alpha: float = 3.0
+    beta: float = 0.5
+    clip_loss: bool = False
+
+    def draws(self, n_arms):
+        return (1, 0)
+
+    def init(self, state):
+        state.extra["L"] = np.zeros(state.offered.shape)
+
+    def select(self, state, t, u, z):
+        k = state.offered.sum(axis=1).astype(float)
+        big_l = state.extra["L"]
+        eta = self.beta * np.sqrt(np.log(np.maximum(k, 2.0)) / (t * k))
+        low = np.where(state.offered, big_l, np.inf).min(axis=1, keepdims=True)
+        gap = np.minimum(1.0, (big_l - low) / t)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            xi = np.where(gap > 0, self.alpha * np.log(t) ** 2 / (t * gap * gap), np.inf)
+        eps = np.minimum(np.minimum(1.0 / (2.0 * k), eta)[:, None], xi)
+        eps = np.where(state.offered, eps, 0.0)
+        w = _softmax_weights(-big_l, state.offered, 1.0 / eta)
+        p = (1.0 - eps.sum(axis=1, keepdims=True)) * w / w.sum(axis=1, keepdims=True) + eps
+        p = np.where(state.offered, p, 0.0)
+        state.extra["p"] = p
+        return sample_categorical(p, u[:, 0])
+
+    def update(self, state, rows, arms, reward):
+        super().update(state, rows, arms, reward)
+        state.extra["L"][rows, arms] += _loss(reward, self.clip_loss) / state.extra["p"][rows, arms]
+
+
+@dataclasses.dataclass(frozen=True)
+class TsallisINF(Policy):
+    """1/2-Tsallis-INF (C.16; Zimmert and Seldin): ``w_a = 4 / (eta_t (L_a - x))^2``.
+
+    ``eta_t = 2 alpha / sqrt(t)``; the normaliser ``x`` comes from ``newton_steps`` Newton
+    steps from ``min L - 2 / eta_t`` (then ``w`` is renormalised). Loss estimators:
+    ``iw`` (``L_A += loss / w_A``) or ``rv`` (reduced variance, ``L_a += 1[a=A] (loss -
+    1/2) / w_a + 1/2``). Warm start ``L_a = nu (1 - r_a)``.
+    """
+
+    name: ClassVar[str] = "Tsallis-INF"
+    deterministic: ClassVar[bool] = False
+    pseudo_count: float = 1.0
+    alpha: float = 0.883
+    clip_loss: bool = True
+    loss_estimator: str = "rv"
+    newton_steps: int = 20
+
+    def draws(self, n_arms):
+        return (1, 0)
+
+    def init(self, state):
+        state.extra["L"] = _warm_losses(state, self.pseudo_count)
+
+    def weights(self, big_l: np.ndarray, mask: np.ndarray, t: int) -> np.ndarray:
+        eta = 2.0 * self.alpha / np.sqrt(t)
+        lm = np.where(mask, big_l, np.inf)
+        x = lm.min(axis=1) - 2.0 / eta
+        for _ in range(self.newton_steps):
+            w = np.where(mask, 4.0 / (eta * (lm - x[:, None])) ** 2, 0.0)
+            x = x - (w.sum(axis=1) - 1.0) / (eta * (w ** 1.5).sum(axis=1))
+        w = np.where(mask, 4.0 / (eta * (lm - x[:, None])) ** 2, 0.0)
+        return w / w.sum(axis=1, keepdims=True)
+
+    def select(self, state, t, u, z):
+        w = self.weights(state.extra["L"], state.offered, t)
+        state.extra["p"] = w
+        return sample_categorical(w, u[:, 0])
+
+    def update(self, state, rows, arms, reward):
+        super().update(state, rows, arms, reward)
+        loss = _loss(reward, self.clip_loss)
+        p = state.extra["p"][rows, arms]
+        big_l = state.extra["L"]
+        if self.loss_estimator == "rv":
+            big_l[rows] += np.where(state.offered[rows], 0.5, 0.0)
+            big_l[rows, arms] += (loss - 0.5) / p
+        else:
+            big_l[rows, arms] += loss / p
+
+
+@dataclasses.dataclass(frozen=True)
+class FPL(Policy):
+    """Follow the perturbed leader with Frechet(2) noise and geometric resampling (C.10).
+
+    ``eta_t = eta / sqrt(t)``; play ``argmin L_a - f_a / eta_t`` with ``f_a = (-ln u_a)^(-1/2)``.
+    The inverse probability of the played arm is estimated by up to ``resample`` fresh
+    perturbations (the count until the argmin repeats, capped); ``L_A += loss * count``.
+    """
+
+    name: ClassVar[str] = "FPL"
+    deterministic: ClassVar[bool] = False
+    eta: float = 4.85
+    resample: int = 16
+    clip_loss: bool = False
+
+    def draws(self, n_arms):
+        return (n_arms * (1 + self.resample), 0)
+
+    def init(self, state):
+        state.extra["L"] = _warm_losses(state, self.pseudo_count)
+
+    def _leader(self, big_l, mask, u, eta):
+        with np.errstate(divide="ignore"):
+            f = np.power(-np.log(u), -0.5)
+        return np.argmin(np.where(mask, big_l - f / eta, np.inf), axis=1)
+
+    def select(self, state, t, u, z):
+        k = state.offered.shape[1]
+        eta = self.eta / np.sqrt(t)
+        big_l = state.extra["L"]
+        arms = self._leader(big_l, state.offered, u[:, :k], eta)
+        count = np.full(arms.shape, self.resample)
+        found = np.zeros(arms.shape, dtype=bool)
+        for m in range(1, self.resample + 1):
+            again = self._leader(big_l, state.offered, u[:, m * k:(m + 1) * k], eta) == arms
+            hit = again & ~found
+            count[hit] = m
+            found |= again
+        state.extra["count"] = count
+        return arms
+
+    def update(self, state, rows, arms, reward):
+        super().update(state, rows, arms, reward)
+        state.extra["L"][rows, arms] += _loss(reward, self.clip_loss) * state.extra["count"][rows]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hierarchical(Policy):
+    """EXP3 parent over algorithm groups, Softmax children over each group's arms (C.14).
+
+    Both levels get the same reward. Warm start: children ``mu_a = r_a`` with ``nu``;
+    parent ``L_g = nu (1 - max_{a in g} r_a)``. Skip-first-k applies to both levels.
+    Groups come from ``state.extra["group"]`` (``[K]`` group id per arm, set by the replay).
+    """
+
+    name: ClassVar[str] = "Hierarchical"
+    deterministic: ClassVar[bool] = False
+    estimator: Estimator = Estimator(skip_first=3)
+    pseudo_count: float = 2.0
+    parent_gamma: float = 0.0523
+    parent_eta: float = 1.51
+    tau: float = 0.089
+    decay: bool = True
+
+    def draws(self, n_arms):
+        return (2, 0)
+
+    def init(self, state):
+        super().init(state)
+        b, k = state.offered.shape
+        group = state.extra.get("group", np.zeros(k, dtype=np.int64))
+        n_groups = int(group.max()) + 1
+        member = group[None, :] == np.arange(n_groups)[:, None]  # [G, K]
+        state.extra["member"] = member
+        gmask = (state.offered[:, None, :] & member[None]).any(axis=2)  # [B, G]
+        state.extra["gmask"] = gmask
+        prior = np.where(state.offered & np.isfinite(state.prior), state.prior, _NEG)
+        gprior = np.where(member[None], prior[:, None, :], _NEG).max(axis=2)
+        gprior = np.where(np.isfinite(gprior), gprior, 1.0)
+        state.extra["L"] = np.where(gmask, self.pseudo_count * (1.0 - gprior), 0.0)
+        state.extra["selections"] = np.zeros((b, n_groups))
+
+    def select(self, state, t, u, z):
+        gmask = state.extra["gmask"]
+        k_off = gmask.sum(axis=1)[:, None]
+        w = _softmax_weights(-self.parent_eta * state.extra["L"], gmask, np.ones(gmask.shape[0]))
+        p = np.where(gmask, (1.0 - self.parent_gamma) * w / w.sum(axis=1, keepdims=True)
+                     + self.parent_gamma / k_off, 0.0)
+        g = sample_categorical(p, u[:, 0])
+        state.extra["p"], state.extra["g"] = p, g
+        inside = state.offered & state.extra["member"][g]
+        unpulled = inside & (state.n == 0)
+        cold = unpulled.any(axis=1)
+        sel = state.extra["selections"]
+        sel[state.rows, g] += ~cold
+        tau = np.full(g.shape, self.tau)
+        if self.decay:
+            tau = self.tau / np.sqrt(np.maximum(sel[state.rows, g], 1.0))
+        arms = sample_categorical(_softmax_weights(state.mu, inside, tau), u[:, 1])
+        return np.where(cold, pick_uniform(unpulled, u[:, 1]), arms)
+
+    def update(self, state, rows, arms, reward):
+        super().update(state, rows, arms, reward)
+        g = state.extra["g"][rows]
+        state.extra["L"][rows, g] += _loss(reward, False) / state.extra["p"][rows, g]
+
+
+#: Policy name -> class (names as they appear in tables and on the command line).
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (Auto, RandomPolicy, UCB1, KLUCB, Softmax, GaussianThompson, EpsilonGreedy, ETC,
+                RoundRobinETC, UCBV, UCBTuned, EXP3, EXP3PP, TsallisINF, FPL, Hierarchical)
+}
+_ALIASES = {"auto": "AUTO", "random": "Random", "klucb": "KL-UCB", "kl-ucb": "KL-UCB", "ts": "GaussianTS",
+            "thompson": "GaussianTS", "greedy": "eps-greedy", "epsilon-greedy": "eps-greedy",
+            "rretc": "RR-ETC", "madan": "RR-ETC", "ucbv": "UCB-V", "ucb-tuned": "UCB-tuned",
+            "ucbtuned": "UCB-tuned", "exp3pp": "EXP3++", "tsallis": "Tsallis-INF", "hier": "Hierarchical"}
+
+
+def make_policy(name: str, **params) -> Policy:
+    """Build a policy by name (case-insensitive, common aliases) with champion defaults.
+
+    ``params`` override fields; ``estimator`` may be an :class:`Estimator` or a dict of its
+    fields merged into the policy's default estimator. Raises :class:`AnalysisError` on an
+    unknown name or parameter.
+    """
+    key = {k.lower(): k for k in POLICIES}.get(name.lower()) or _ALIASES.get(name.lower())
+    if key is None:
+        raise AnalysisError(f"policy must be one of {', '.join(POLICIES)}, but got {name!r}")
+    cls = POLICIES[key]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(params) - fields
+    if unknown:
+        raise AnalysisError(f"{key} has no parameter {sorted(unknown)}; it takes {sorted(fields)}")
+    est = params.get("estimator")
+    if isinstance(est, dict):
+        params["estimator"] = dataclasses.replace(cls().estimator, **est)
+    return cls(**params)
+
+
+def draw_counts(policy: Policy, n_arms: int) -> tuple[int, int]:
+    """Uniforms and normals per bandit per step, in the order the engine draws them.
+
+    The engine draws, at every step and for every seed block, ``rng.random((rows, nu))``
+    then ``rng.standard_normal((rows, nz))`` (skipping empty ones) from
+    ``numpy.random.default_rng(seed)``.
+    """
+    return policy.draws(n_arms)
+
+
+class StepPolicy:
+    """One bandit driven call by call: the Python reference for the C plugin.
+
+    ``predicted_us`` lists the cost model's prediction per arm (None or NaN = undefined) on
+    the caller's arm order, which must be NCCL's scan order for ties to match. The filter
+    ``rho_max`` and the reward ``mu_hat_min / latency`` are applied here.
+
+    >>> p = StepPolicy(make_policy("UCB1"), [10.0, 12.0, 30.0])
+    >>> arm = p.select(); p.update(arm, 11.0)
+    """
+
+    def __init__(self, policy: Policy, predicted_us, *, rho_max: float = 2.0, seed: int = 0) -> None:
+        pred = np.array([np.nan if v is None else float(v) for v in predicted_us], dtype=float)
+        if not np.isfinite(pred).any():
+            raise AnalysisError("StepPolicy needs at least one defined prediction")
+        self.policy = policy
+        self.mu_hat_min = float(np.nanmin(pred))
+        offered = ~(pred > rho_max * self.mu_hat_min)
+        auto = int(np.nanargmin(np.where(offered, pred, np.nan)))
+        self.state = BanditState.empty(offered[None, :], (self.mu_hat_min / pred)[None, :], np.array([auto]))
+        policy.init(self.state)
+        self._rng = np.random.default_rng(seed)
+        self.t = 0
+        self._last: int | None = None
+
+    @property
+    def offered(self) -> list[bool]:
+        return [bool(v) for v in self.state.offered[0]]
+
+    def select(self) -> int:
+        """Choose the arm index for the next call."""
+        self.t += 1
+        nu, nz = draw_counts(self.policy, self.state.offered.shape[1])
+        u = self._rng.random((1, nu)) if nu else None
+        z = self._rng.standard_normal((1, nz)) if nz else None
+        self._last = int(self.policy.select(self.state, self.t, u, z)[0])
+        return self._last
+
+    def update(self, arm: int, latency_us: float) -> float:
+        """Feed the measured latency of the arm just played; returns the reward used."""
+        reward = np.array([self.mu_hat_min / float(latency_us)])
+        rows, arms = np.array([0]), np.array([int(arm)])
+        if self.state.learn_mask(rows, arms, self.policy.estimator)[0]:
+            self.policy.update(self.state, rows, arms, reward)
+        self.state.pulls[0, arm] += 1
+        return float(reward[0])
+
+    def means(self) -> list[float]:
+        """Current per-arm reward means (for cross-checking the plugin's state)."""
+        return [float(v) for v in self.state.mu[0]]

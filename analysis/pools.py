@@ -1,0 +1,176 @@
+"""Replay pools: per context and arm, the measured latencies in iteration order.
+
+A *pool* is what the offline replay serves a policy: the k-th pull of an arm gets that arm's
+k-th measured sample (paper section 5), so the lazy-connection transient on an arm's first
+iterations is part of the pool. Arms are ranked on their *steady-state* mean, by default
+over iterations 11..99 (paper appendix B.2), which defines the measured-best arm ``a*``.
+
+Everything here works on plain ``pandas``/``numpy`` data so it can be fed from the
+``iterations`` table, from the simulator, or from a synthetic frame in a test.
+
+Choices not fixed by the paper (documented here, kept on purpose):
+
+* rows with ``arm`` null or ``AUTO`` (unforced runs) are not pools and are skipped;
+* when the frame has ``in_place``, only out-of-place rows (``in_place == False``) are used,
+  because nccl-tests prints both and the paper's pools are one time per iteration;
+* rows with ``wrong > 0`` (nccl-tests data errors) are dropped, with a log line;
+* several runs of one (context, arm) are concatenated in ``run_id`` order;
+* averaged rows (null ``iteration``) are skipped, except one-iteration cycles (``-n 1 -N k``)
+  whose ``cycle`` becomes the iteration index;
+* an arm with no sample inside the steady window is ranked on all of its samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+import pandas as pd
+
+from ncclbot_sweep.errors import AnalysisError
+from ncclbot_sweep.names import AUTO, Arm
+
+__all__ = ["CONTEXT_COLUMNS", "SCENARIO_COLUMNS", "Pools", "build_pools", "arm_order"]
+
+log = logging.getLogger(__name__)
+
+#: A context: one bandit instance (architecture section 3).
+CONTEXT_COLUMNS: tuple[str, ...] = ("fabric", "collective", "nodes", "ranks", "size_bytes")
+#: A scenario: the cluster unit of the statistics (paper section 6.1).
+SCENARIO_COLUMNS: tuple[str, ...] = ("fabric", "collective", "nodes")
+
+_REQUIRED = (*CONTEXT_COLUMNS, "arm", "iteration", "time_us")
+
+
+def arm_order(arms) -> list[str]:
+    """Sort arm strings in NCCL's cost-table scan order (algorithm index, then protocol)."""
+    return [str(a) for a in sorted(Arm.parse(str(a)) for a in set(arms))]
+
+
+@dataclasses.dataclass
+class Pools:
+    """Measured pools of every context on one global arm axis.
+
+    ``arms`` is the union of measured arms in NCCL scan order; index ``k`` in every array
+    refers to ``arms[k]``, so ``argmin``/``argmax`` ties resolve to the lowest NCCL index.
+
+    Attributes:
+        contexts: one row per context (``CONTEXT_COLUMNS`` plus ``n_arms``, ``best_arm``).
+        arms: global arm axis.
+        samples: ``[C, K, D]`` latencies (us) in iteration order, NaN-padded.
+        depth: ``[C, K]`` number of samples; 0 where the arm was not measured.
+        steady: ``[C, K]`` steady-state mean (us), NaN where not measured.
+        best: ``[C]`` index of the measured-best arm ``a*`` (lowest steady mean).
+        window: inclusive iteration range of the steady-state mean.
+    """
+
+    contexts: pd.DataFrame
+    arms: tuple[str, ...]
+    samples: np.ndarray
+    depth: np.ndarray
+    steady: np.ndarray
+    best: np.ndarray
+    window: tuple[int, int]
+
+    @property
+    def measured(self) -> np.ndarray:
+        """``[C, K]`` mask of measured arms."""
+        return self.depth > 0
+
+    def __len__(self) -> int:
+        return len(self.contexts)
+
+    def subset(self, rows) -> Pools:
+        """Return the pools of the contexts selected by a boolean mask or index array."""
+        idx = np.arange(len(self))[rows]
+        return Pools(
+            contexts=self.contexts.iloc[idx].reset_index(drop=True),
+            arms=self.arms,
+            samples=self.samples[idx],
+            depth=self.depth[idx],
+            steady=self.steady[idx],
+            best=self.best[idx],
+            window=self.window,
+        )
+
+    def context_keys(self) -> list[tuple]:
+        """The context tuples in row order."""
+        return list(self.contexts[list(CONTEXT_COLUMNS)].itertuples(index=False, name=None))
+
+
+def _clean(frame: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in _REQUIRED if c not in frame.columns]
+    if missing:
+        raise AnalysisError(
+            f"iterations frame lacks columns {missing}",
+            hint="build pools from the 'iterations' table (architecture section 5)",
+        )
+    df = frame[frame["arm"].notna() & (frame["arm"].astype(str) != AUTO)].copy()
+    if "cycle" in df.columns:
+        # nccl-tests < 2.19 measures one iteration per cycle (``-n 1 -N k``): the cycle is
+        # then the iteration index.
+        single = df["iteration"].isna() & df["cycle"].notna()
+        if "n_iters" in df.columns:
+            single &= df["n_iters"].fillna(1).astype(int) == 1
+        df.loc[single, "iteration"] = df.loc[single, "cycle"]
+    averaged = df["iteration"].isna()
+    if averaged.any():
+        log.warning("skipping %d averaged iteration rows (no per-iteration time)", int(averaged.sum()))
+        df = df[~averaged]
+    if "in_place" in df.columns and df["in_place"].notna().any():
+        df = df[~df["in_place"].fillna(False).astype(bool)]
+    if "wrong" in df.columns:
+        bad = df["wrong"].fillna(0).astype(float) > 0
+        if bad.any():
+            log.warning("dropping %d iteration rows with nccl-tests data errors (wrong > 0)", int(bad.sum()))
+            df = df[~bad]
+    df = df[np.isfinite(df["time_us"].astype(float)) & (df["time_us"].astype(float) > 0)]
+    return df
+
+
+def build_pools(iterations: pd.DataFrame, *, window: tuple[int, int] = (11, 99), min_arms: int = 1) -> Pools:
+    """Group an ``iterations`` frame into pools, steady means and measured-best arms.
+
+    Called once per analysis; deterministic (the same frame gives the same arrays). Contexts
+    with fewer than ``min_arms`` measured arms are left out (the audit uses 2). Raises
+    :class:`AnalysisError` when no context is left.
+    """
+    df = _clean(iterations).copy()
+    df["arm"] = [str(Arm.parse(str(a))) for a in df["arm"]]
+    sort_cols = [*CONTEXT_COLUMNS, "arm"] + (["run_id"] if "run_id" in df.columns else []) + ["iteration"]
+    df = df.sort_values(sort_cols, kind="stable")
+    arms = tuple(arm_order(df["arm"].unique()))
+    if not arms:
+        raise AnalysisError("no forced-arm iterations to build pools from",
+                            hint="ingest a forced-arm sweep (runs with NCCL_ALGO/NCCL_PROTO set)")
+    arm_idx = {a: k for k, a in enumerate(arms)}
+    groups = df.groupby(list(CONTEXT_COLUMNS), sort=True)
+    keys, per_ctx = [], []
+    for key, g in groups:
+        by_arm = {a: (ga["time_us"].to_numpy(float), ga["iteration"].to_numpy(int)) for a, ga in g.groupby("arm")}
+        if len(by_arm) >= min_arms:
+            keys.append(key)
+            per_ctx.append(by_arm)
+    if not keys:
+        raise AnalysisError(f"no context has at least {min_arms} measured arms",
+                            hint="sweep more arms per context, or lower min_arms")
+    n_ctx, n_arm = len(keys), len(arms)
+    d_max = max(len(t) for ctx in per_ctx for t, _ in ctx.values())
+    samples = np.full((n_ctx, n_arm, d_max), np.nan)
+    depth = np.zeros((n_ctx, n_arm), dtype=np.int64)
+    steady = np.full((n_ctx, n_arm), np.nan)
+    lo, hi = window
+    for c, ctx in enumerate(per_ctx):
+        for arm, (times, iters) in ctx.items():
+            k = arm_idx[arm]
+            samples[c, k, : len(times)] = times
+            depth[c, k] = len(times)
+            inside = (iters >= lo) & (iters <= hi)
+            steady[c, k] = times[inside].mean() if inside.any() else times.mean()
+    best = np.nanargmin(np.where(depth > 0, steady, np.inf), axis=1)
+    contexts = pd.DataFrame(keys, columns=list(CONTEXT_COLUMNS))
+    contexts["n_arms"] = (depth > 0).sum(axis=1)
+    contexts["best_arm"] = [arms[b] for b in best]
+    log.info("built pools: %d contexts, %d arms, depth up to %d", n_ctx, n_arm, d_max)
+    return Pools(contexts, arms, samples, depth, steady, best, (lo, hi))

@@ -1,0 +1,277 @@
+"""Offline replay of bandit policies on forced-arm pools (paper section 5, algorithm 4).
+
+One independent bandit per context. At step ``t`` the policy picks an arm; the k-th pull of
+an arm is served that arm's k-th sample in iteration order (transient included; a pool
+shorter than the horizon wraps around). Two prices per context:
+
+* realized TRLT  = sum_t X_t / sum_t X*_t - 1, against the measured-best arm ``a*`` replaying
+  its own pool for the same ``T`` steps (so both pay the transient once);
+* selection TRLT = sum_t mean(A_t) / (T mean(a*)) - 1 (paper eq. 3), steady means.
+
+The engine is vectorised over contexts and seeds: all ``C x S`` bandits advance together,
+one numpy operation per step per statistic. Deterministic policies are run once per context
+and their result is copied to every seed (they have zero seed variance). Stochastic policies
+draw from ``numpy.random.default_rng(seed)``, one generator per seed, in the order given by
+:func:`~.policies.draw_counts`; draws therefore depend on the seed and the context order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ncclbot_sweep.errors import AnalysisError
+from ncclbot_sweep.names import Arm
+
+from .estimators import BanditState
+from .policies import Policy, draw_counts
+from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
+
+__all__ = ["ReplayProblem", "ReplayRun", "make_problem", "run_policy", "run_replay", "split_labels", "SPLITS"]
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("scale", "random", "loco")
+
+
+@dataclasses.dataclass
+class ReplayProblem:
+    """Pools plus everything the cost model contributes, for the contexts that can be replayed.
+
+    ``offered`` = measured arms kept by the filter ``predicted <= rho_max * mu_hat_min``
+    (undefined predictions kept); ``prior`` = ``mu_hat_min / predicted``; ``auto`` = argmin
+    of the predictions over offered arms (lowest index on ties).
+    """
+
+    pools: Pools
+    predicted: np.ndarray
+    offered: np.ndarray
+    prior: np.ndarray
+    auto: np.ndarray
+    mu_min: np.ndarray
+    rho_max: float
+    lex_rank: np.ndarray
+    group: np.ndarray
+
+    @property
+    def contexts(self) -> pd.DataFrame:
+        return self.pools.contexts
+
+    def __len__(self) -> int:
+        return len(self.pools)
+
+    def subset(self, rows) -> ReplayProblem:
+        idx = np.arange(len(self))[rows]
+        return dataclasses.replace(
+            self, pools=self.pools.subset(idx), predicted=self.predicted[idx], offered=self.offered[idx],
+            prior=self.prior[idx], auto=self.auto[idx], mu_min=self.mu_min[idx])
+
+
+def make_problem(pools: Pools, predicted: np.ndarray, *, rho_max: float = 2.0) -> ReplayProblem:
+    """Filter arms, compute priors and AUTO's arm; drop contexts without any prediction."""
+    if predicted.shape != pools.depth.shape:
+        raise AnalysisError(f"predictions must have shape {pools.depth.shape}, but got {predicted.shape}")
+    pred = np.where(pools.measured, predicted, np.nan)
+    usable = np.isfinite(pred).any(axis=1)
+    if not usable.any():
+        raise AnalysisError("no context has a cost-model prediction for a measured arm",
+                            hint="ingest NCCL logs with NCCL_DEBUG_SUBSYS=TUNING (cost_tables or tuning_tables)")
+    if not usable.all():
+        log.warning("replay skips %d contexts without cost-model predictions", int((~usable).sum()))
+        pools, pred = pools.subset(usable), pred[usable]
+    mu_min = np.nanmin(pred, axis=1)
+    offered = pools.measured & ~(pred > rho_max * mu_min[:, None])
+    prior = mu_min[:, None] / pred
+    auto = np.argmin(np.where(offered & np.isfinite(pred), pred, np.inf), axis=1)
+    arms = [Arm.parse(a) for a in pools.arms]
+    lex = np.argsort(np.argsort([str(a) for a in arms], kind="stable"), kind="stable")
+    algos = sorted({a.algorithm_index for a in arms})
+    group = np.array([algos.index(a.algorithm_index) for a in arms])
+    return ReplayProblem(pools, pred, offered, prior, auto, mu_min, rho_max, lex, group)
+
+
+@dataclasses.dataclass
+class ReplayRun:
+    """Per (seed, context) results of one policy; arrays are ``[S, C]``."""
+
+    policy: str
+    deterministic: bool
+    seeds: list[int]
+    served_us: np.ndarray
+    selection_us: np.ndarray
+    oracle_us: np.ndarray
+    oracle_selection_us: np.ndarray
+    auto_share: np.ndarray
+    distinct_arms: np.ndarray
+    best_last: np.ndarray
+    arms: np.ndarray | None = None
+
+    @property
+    def trlt_realized(self) -> np.ndarray:
+        return self.served_us / self.oracle_us[None, :] - 1.0
+
+    @property
+    def trlt_selection(self) -> np.ndarray:
+        return self.selection_us / self.oracle_selection_us[None, :] - 1.0
+
+
+def _oracle(problem: ReplayProblem, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    pools = problem.pools
+    c = np.arange(len(pools))
+    depth = pools.depth[c, pools.best]
+    idx = np.arange(horizon)[None, :] % depth[:, None]
+    served = pools.samples[c[:, None], pools.best[:, None], idx].sum(axis=1)
+    return served, horizon * pools.steady[c, pools.best]
+
+
+def _draws(rngs, n_ctx: int, nu: int, nz: int):
+    u = np.concatenate([g.random((n_ctx, nu)) for g in rngs]) if nu else None
+    z = np.concatenate([g.standard_normal((n_ctx, nz)) for g in rngs]) if nz else None
+    return u, z
+
+
+def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
+               seeds: Sequence[int] = tuple(range(20)), record_arms: bool = False,
+               last: int = 20) -> ReplayRun:
+    """Replay one policy on every context for ``horizon`` steps and every seed.
+
+    Deterministic policies run one batch and are copied across seeds. ``last`` is the window
+    (steps) of the "plays the measured-best arm at the end" share.
+    """
+    pools = problem.pools
+    n_ctx, n_arms, depth_max = pools.samples.shape
+    seeds = list(seeds)
+    det = policy.is_deterministic
+    n_blocks = 1 if det else len(seeds)
+    n_rows = n_ctx * n_blocks
+    ctx = np.tile(np.arange(n_ctx), n_blocks)
+    rows = np.arange(n_rows)
+    state = BanditState.empty(problem.offered[ctx], problem.prior[ctx], problem.auto[ctx])
+    state.extra["lex_rank"], state.extra["group"] = problem.lex_rank, problem.group
+    policy.init(state)
+    flat = np.ascontiguousarray(pools.samples).reshape(-1)
+    base = ctx * (n_arms * depth_max)
+    depth = pools.depth[ctx]
+    steady = np.nan_to_num(pools.steady[ctx])
+    mu_min = problem.mu_min[ctx]
+    auto, best = problem.auto[ctx], pools.best[ctx]
+    skip = policy.estimator.skip_first
+    served = np.zeros(n_rows)
+    selection = np.zeros(n_rows)
+    auto_hits = np.zeros(n_rows)
+    best_hits = np.zeros(n_rows)
+    played = np.zeros((n_rows, n_arms), dtype=bool)
+    trace = np.zeros((n_rows, horizon), dtype=np.int16) if record_arms else None
+    rngs = [np.random.default_rng(s) for s in seeds[:n_blocks]]
+    nu, nz = draw_counts(policy, n_arms)
+    for t in range(1, horizon + 1):
+        u, z = _draws(rngs, n_ctx, nu, nz)
+        arms = policy.select(state, t, u, z)
+        pulls = state.pulls[rows, arms]
+        x = flat[base + arms * depth_max + pulls % depth[rows, arms]]
+        served += x
+        selection += steady[rows, arms]
+        reward = mu_min / x
+        if skip:
+            learn = pulls >= skip
+            if learn.any():
+                policy.update(state, rows[learn], arms[learn], reward[learn])
+        else:
+            policy.update(state, rows, arms, reward)
+        state.pulls[rows, arms] = pulls + 1
+        auto_hits += arms == auto
+        if t > horizon - last:
+            best_hits += arms == best
+        played[rows, arms] = True
+        if trace is not None:
+            trace[:, t - 1] = arms
+
+    def per_seed(a: np.ndarray) -> np.ndarray:
+        a = a.reshape(n_blocks, n_ctx, *a.shape[1:])
+        return np.repeat(a, len(seeds), axis=0) if det else a
+
+    oracle, oracle_sel = _oracle(problem, horizon)
+    return ReplayRun(
+        policy=policy.name, deterministic=det, seeds=seeds, served_us=per_seed(served),
+        selection_us=per_seed(selection), oracle_us=oracle, oracle_selection_us=oracle_sel,
+        auto_share=per_seed(auto_hits / horizon), distinct_arms=per_seed(played.sum(axis=1)),
+        best_last=per_seed(best_hits / min(last, horizon)),
+        arms=None if trace is None else per_seed(trace))
+
+
+def split_labels(contexts: pd.DataFrame, split: str = "scale", *, seed: int = 42) -> pd.DataFrame:
+    """Label every context with ``part`` (train/test) and ``fold`` for a split.
+
+    * ``scale`` (default, scale out-of-distribution): train on the two smallest node counts,
+      test on the rest (paper section 5);
+    * ``random``: same-scale random 50/50 split of contexts (``seed``);
+    * ``loco``: leave-one-collective-out; every context is tested once, in the fold named
+      after its collective.
+
+    No policy is tuned here (champion defaults), so train contexts are replayed and labelled
+    for reference; summaries use the test part.
+    """
+    out = pd.DataFrame(index=contexts.index)
+    if split == "scale":
+        nodes = sorted(contexts["nodes"].unique())
+        train_nodes = set(nodes[:2]) if len(nodes) > 2 else set(nodes[:1])
+        out["part"] = np.where(contexts["nodes"].isin(train_nodes), "train", "test")
+        out["fold"] = "scale"
+    elif split == "random":
+        rng = np.random.default_rng(seed)
+        test = rng.permutation(len(contexts)) < (len(contexts) + 1) // 2
+        out["part"] = np.where(test, "test", "train")
+        out["fold"] = f"random-{seed}"
+    elif split == "loco":
+        out["part"] = "test"
+        out["fold"] = contexts["collective"].astype(str).to_numpy()
+    else:
+        raise AnalysisError(f"split must be one of {', '.join(SPLITS)}, but got {split!r}")
+    return out
+
+
+def _frame(problem: ReplayProblem, run: ReplayRun, labels: pd.DataFrame) -> pd.DataFrame:
+    n_seeds, n_ctx = run.served_us.shape
+    ctx = problem.contexts
+    arms = np.array(problem.pools.arms)
+    frame = pd.DataFrame({col: np.tile(ctx[col].to_numpy(), n_seeds) for col in CONTEXT_COLUMNS})
+    frame.insert(0, "seed", np.repeat(run.seeds, n_ctx))
+    frame.insert(0, "policy", run.policy)
+    frame["part"] = np.tile(labels["part"].to_numpy(), n_seeds)
+    frame["fold"] = np.tile(labels["fold"].to_numpy(), n_seeds)
+    frame["trlt_realized"] = run.trlt_realized.reshape(-1)
+    frame["trlt_selection"] = run.trlt_selection.reshape(-1)
+    frame["served_us"] = run.served_us.reshape(-1)
+    frame["oracle_us"] = np.tile(run.oracle_us, n_seeds)
+    frame["auto_arm"] = np.tile(arms[problem.auto], n_seeds)
+    frame["best_arm"] = np.tile(arms[problem.pools.best], n_seeds)
+    frame["n_offered"] = np.tile(problem.offered.sum(axis=1), n_seeds)
+    frame["auto_share"] = run.auto_share.reshape(-1)
+    frame["distinct_arms"] = run.distinct_arms.reshape(-1)
+    frame["best_last20"] = run.best_last.reshape(-1)
+    frame["deterministic"] = run.deterministic
+    return frame
+
+
+def run_replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int = 100,
+               seeds: Sequence[int] = tuple(range(20)), split: str = "scale", split_seed: int = 42) -> pd.DataFrame:
+    """Replay every policy; one row per policy x context x seed, labelled with the split."""
+    labels = split_labels(problem.contexts, split, seed=split_seed)
+    frames = []
+    for policy in policies:
+        run = run_policy(problem, policy, horizon=horizon, seeds=seeds)
+        frames.append(_frame(problem, run, labels))
+        log.info("replayed %s on %d contexts x %d seeds", policy.name, len(problem), len(list(seeds)))
+    frame = pd.concat(frames, ignore_index=True)
+    frame["horizon"] = horizon
+    frame["split"] = split
+    return frame
+
+
+def scenario_of(frame: pd.DataFrame) -> pd.Series:
+    """A string key per row for its (fabric, collective, nodes) scenario."""
+    return frame[list(SCENARIO_COLUMNS)].astype(str).agg("/".join, axis=1)
