@@ -47,6 +47,10 @@ def main(verbose: int) -> None:
 
 def _register() -> None:
     """Attach every area's commands to ``main`` (one line per area)."""
+    from ncclbot_sweep.cli import orchestrate
+
+    for command in orchestrate.COMMANDS:
+        main.add_command(command)
 
 
 _register()

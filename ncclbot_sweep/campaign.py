@@ -1,0 +1,679 @@
+"""Campaign specs and planning: a YAML spec becomes steps (one nccl-tests process each) in jobs.
+
+A campaign says *what* to measure (kind, collectives, node counts, sizes, arms or policies,
+iterations, repeats) and how to spend the machine (per-step timeout, steps per allocation,
+node-hour budget). :func:`plan_campaign` expands it against an inventory:
+
+* axes ``collective``, ``nodes``, ``policy``, ``variant`` and ``repeat`` are crossed (a
+  matrix) except those grouped in ``zip`` (lists of equal length, walked together);
+* forced campaigns add the ``arm`` axis per (collective, nodes): every valid arm, a list,
+  or all valid arms minus exclusions; arms the fabric cannot run are pruned with the reason
+  from :func:`ncclbot_sweep.names.arm_invalid_reason`;
+* ``exclude`` entries drop every step whose axes match all their keys (a list value matches
+  any of its items);
+* steps with the same node count and node set are packed into jobs of ``packing.steps_per_job``.
+
+Step and job keys are content hashes of canonical JSON, so planning twice gives the same
+keys and a resumed campaign never runs a finished step again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import logging
+import math
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ncclbot_sweep.errors import CampaignError, PlanError
+from ncclbot_sweep.inventory import Inventory, load_yaml_marked, parse_yaml_marked, validation_problem
+from ncclbot_sweep.names import (
+    COLLECTIVE_BINARY,
+    COLLECTIVES,
+    FAMILIES,
+    Arm,
+    FabricOffer,
+    all_arms,
+    arm_invalid_reason,
+    canonical_collective,
+)
+
+__all__ = [
+    "AXES",
+    "Campaign",
+    "Job",
+    "Plan",
+    "PrunedArmEntry",
+    "SizeSpec",
+    "Step",
+    "content_key",
+    "describe_plan",
+    "load_campaign",
+    "parse_campaign_text",
+    "parse_size",
+    "plan_campaign",
+]
+
+log = logging.getLogger(__name__)
+
+#: Axes a campaign expands over (``arm`` only for forced campaigns).
+AXES = ("collective", "nodes", "arm", "policy", "variant", "repeat")
+Axis = Literal["collective", "nodes", "arm", "policy", "variant", "repeat"]
+#: The policy name for "stock NCCL, no plugin loaded".
+STOCK = "stock"
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+          "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from ``4096``, ``"512B"``, ``"1M"`` or ``"16GiB"`` (binary units, as nccl-tests)."""
+    if isinstance(value, bool):
+        raise ValueError(f"size must be bytes or a string like '16GiB', but got {value!r}")
+    if isinstance(value, int):
+        number, unit = value, ""
+    else:
+        match = _SIZE_RE.match(str(value))
+        if not match or match.group(2).upper() not in _UNITS:
+            raise ValueError(f"size must be bytes or a string like '512B', '1M', '16GiB', but got {value!r}")
+        number, unit = int(match.group(1)), match.group(2)
+    size = number * _UNITS[unit.upper()]
+    if size < 0:
+        raise ValueError(f"size must not be negative, but got {value!r}")
+    return size
+
+
+def content_key(payload: Any) -> str:
+    """A stable 16-hex-digit key: SHA-256 of the canonical JSON of ``payload``."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SizeSpec(_Model):
+    """Message sizes: ``min``/``max``/``factor`` (nccl-tests ``-b -e -f``) or an explicit ``list``."""
+
+    min: int | str | None = None
+    max: int | str | None = None
+    factor: int = Field(2, ge=2)
+    list: tuple[int | str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> SizeSpec:
+        if self.list is not None:
+            if self.min is not None or self.max is not None:
+                raise ValueError("give either 'list' or 'min'/'max'/'factor', not both")
+            if not self.list:
+                raise ValueError("'list' must hold at least one size")
+            for item in self.list:
+                parse_size(item)
+        else:
+            if self.min is None or self.max is None:
+                raise ValueError("sizes need 'min' and 'max' (and optionally 'factor'), or a 'list'")
+            lo, hi = parse_size(self.min), parse_size(self.max)
+            if lo > hi:
+                raise ValueError(f"sizes.min ({lo} B) must not exceed sizes.max ({hi} B)")
+        return self
+
+    def values(self) -> tuple[int, ...]:
+        """Every size in bytes, in the order nccl-tests runs them."""
+        if self.list is not None:
+            return tuple(sorted({parse_size(s) for s in self.list}))
+        lo, hi = parse_size(self.min), parse_size(self.max)
+        out, size = [], lo
+        while size <= hi:
+            out.append(size)
+            size = size * self.factor if size else 1
+        return tuple(out)
+
+    def ranges(self) -> list[dict[str, Any]]:
+        """The size ranges one step each: one geometric range, or one step per listed size."""
+        if self.list is None:
+            return [{"min": parse_size(self.min), "max": parse_size(self.max), "factor": self.factor}]
+        return [{"min": s, "max": s, "factor": self.factor} for s in self.values()]
+
+
+class ArmExclusion(_Model):
+    """Every valid arm except these."""
+
+    exclude: list[str]
+
+
+class Variant(_Model):
+    """A named set of extra environment variables (e.g. one rung of the overhead ladder)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class PluginSettings(_Model):
+    """``NCCLBOT_*`` settings exported for every plugin step (names: ``plugin/README.md``)."""
+
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Packing(_Model):
+    """How many steps share one allocation."""
+
+    steps_per_job: int = Field(8, ge=1)
+
+
+class Campaign(_Model):
+    """One campaign spec; see the module docstring for the expansion rules."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    kind: Literal["forced", "live", "stock", "overhead"]
+    description: str = ""
+    collectives: list[str]
+    nodes: list[int] = Field(min_length=1)
+    node_set: str | None = None
+    sizes: SizeSpec
+    arms: Literal["all"] | list[str] | ArmExclusion = "all"
+    policies: list[str] = Field(default_factory=list)
+    plugin: PluginSettings = Field(default_factory=PluginSettings)
+    variants: list[Variant] = Field(default_factory=lambda: [Variant(name="default")])
+    warmup: int = Field(5, ge=0)
+    iterations: int = Field(100, ge=1)
+    repeats: int = Field(1, ge=1)
+    timeout_s: int = Field(1800, ge=10)
+    packing: Packing = Field(default_factory=Packing)
+    budget_node_hours: float | None = Field(None, gt=0)
+    zip: list[list[Axis]] = Field(default_factory=list)
+    exclude: list[dict[Axis, Any]] = Field(default_factory=list)
+    #: Extra environment for every step (applies to all kinds).
+    env: dict[str, str] = Field(default_factory=dict)
+    #: nccl-tests data type and reduction (``-d``, ``-o``) and extra flags.
+    dtype: str = "float"
+    op: str = "sum"
+    extra_flags: list[str] = Field(default_factory=list)
+
+    @field_validator("collectives")
+    @classmethod
+    def _collectives(cls, values: list[str]) -> list[str]:
+        if not values:
+            raise ValueError("give at least one collective")
+        return [canonical_collective(v) for v in values]
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, value: Any) -> Any:
+        names = value if isinstance(value, list) else value.exclude if isinstance(value, ArmExclusion) else []
+        for name in names:
+            Arm.parse(name)  # raises with the accepted spelling
+        return value
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, values: list[int]) -> list[int]:
+        if any(v < 1 for v in values):
+            raise ValueError(f"node counts must be positive, but got {values}")
+        return values
+
+    @field_validator("policies")
+    @classmethod
+    def _policies(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not re.match(r"^[A-Za-z][A-Za-z0-9_.-]*$", value):
+                raise ValueError(f"policy names are identifiers like 'ucb1', 'AUTO' or 'stock', but got {value!r}")
+        return values
+
+    @model_validator(mode="after")
+    def _kind_rules(self) -> Campaign:
+        if self.kind == "forced" and self.policies:
+            raise ValueError("a forced campaign forces arms; remove 'policies' (or use kind 'live')")
+        if self.kind in ("live", "overhead") and not self.policies:
+            raise ValueError(f"a {self.kind} campaign needs 'policies' (e.g. [stock, AUTO, ucb1])")
+        if self.kind != "forced" and self.arms != "all":
+            raise ValueError("'arms' applies to forced campaigns only")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variant names must be unique, but got {names}")
+        seen: set[str] = set()
+        for group in self.zip:
+            if "arm" in group:
+                raise ValueError("'arm' cannot be zipped: arms depend on the collective and node count")
+            if seen & set(group):
+                raise ValueError(f"an axis may appear in one zip group only, but {sorted(seen & set(group))} repeat")
+            seen |= set(group)
+            lengths = {axis: len(self._axis_values(axis)) for axis in group}
+            if len(set(lengths.values())) > 1:
+                raise ValueError(f"zipped axes must have the same length, but got {lengths}")
+        return self
+
+    def _axis_values(self, axis: str) -> list[Any]:
+        if axis == "collective":
+            return list(self.collectives)
+        if axis == "nodes":
+            return list(self.nodes)
+        if axis == "policy":
+            return self.effective_policies()
+        if axis == "variant":
+            return [v.name for v in self.variants]
+        if axis == "repeat":
+            return list(range(self.repeats))
+        raise ValueError(axis)
+
+    def effective_policies(self) -> list[str | None]:
+        if self.kind == "forced":
+            return [None]
+        return list(self.policies) if self.policies else [STOCK]
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One nccl-tests process: one collective, node count, arm or policy, variant and size range."""
+
+    key: str
+    kind: str
+    collective: str
+    binary: str
+    nodes: int
+    gpus_per_node: int
+    node_set: str
+    arm: Arm | None
+    policy: str | None
+    plugin: bool
+    variant: str
+    repeat: int
+    sizes: dict[str, Any]
+    iterations: int
+    warmup: int
+    timeout_s: int
+    dtype: str
+    op: str
+    env: dict[str, str]
+    flags: tuple[str, ...]
+    estimate_s: float
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def label(self) -> str:
+        what = str(self.arm) if self.arm is not None else f"policy {self.policy}"
+        extra = "" if self.variant == "default" else f" [{self.variant}]"
+        rep = f" #{self.repeat}" if self.repeat else ""
+        return f"{self.collective} {self.nodes}n {what}{extra}{rep}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One allocation running its steps as ``srun`` steps, one after the other."""
+
+    key: str
+    nodes: int
+    node_set: str
+    steps: tuple[Step, ...]
+    time_limit_min: int
+    estimate_s: float
+
+    @property
+    def node_hours(self) -> float:
+        return self.nodes * self.estimate_s / 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunedArmEntry:
+    """An arm left out of a (collective, nodes) scenario, and why."""
+
+    collective: str
+    nodes: int
+    arm: str
+    reason: str
+
+
+@dataclasses.dataclass
+class Plan:
+    """The expanded campaign: jobs of steps, what was pruned or excluded, and the estimate."""
+
+    campaign: Campaign
+    inventory: Inventory
+    campaign_key: str
+    jobs: list[Job]
+    pruned: list[PrunedArmEntry]
+    excluded: int
+    warnings: list[str]
+
+    @property
+    def steps(self) -> list[Step]:
+        return [s for job in self.jobs for s in job.steps]
+
+    @property
+    def node_hours(self) -> float:
+        return sum(job.node_hours for job in self.jobs)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready description (what ``plan --json`` prints)."""
+        return {
+            "campaign": self.campaign.name,
+            "campaign_key": self.campaign_key,
+            "fabric": self.inventory.name,
+            "kind": self.campaign.kind,
+            "steps": len(self.steps),
+            "jobs": [
+                {"job_key": j.key, "nodes": j.nodes, "node_set": j.node_set, "time_limit_min": j.time_limit_min,
+                 "estimate_s": round(j.estimate_s, 1), "node_hours": round(j.node_hours, 3),
+                 "steps": [{"step_key": s.key, "collective": s.collective, "nodes": s.nodes,
+                            "arm": None if s.arm is None else str(s.arm), "policy": s.policy,
+                            "variant": s.variant, "repeat": s.repeat, "sizes": s.sizes} for s in j.steps]}
+                for j in self.jobs
+            ],
+            "pruned": [dataclasses.asdict(p) for p in self.pruned],
+            "excluded_steps": self.excluded,
+            "node_hours": round(self.node_hours, 3),
+            "budget_node_hours": self.campaign.budget_node_hours,
+            "warnings": list(self.warnings),
+        }
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def parse_campaign_text(text: str, path: str | Path = "<campaign>") -> Campaign:
+    """Validate campaign YAML text; raises CampaignError with file, line, field and allowed values."""
+    data, node = parse_yaml_marked(text, path, CampaignError)
+    return _validate(data, node, path)
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Load and validate a campaign file (a path, or a name shipped in ``campaigns/``)."""
+    path = _locate(Path(path))
+    data, node = load_yaml_marked(path, CampaignError)
+    return _validate(data, node, path)
+
+
+def _locate(path: Path) -> Path:
+    if path.exists() or path.is_absolute() or len(path.parts) > 1:
+        return path
+    from ncclbot_sweep.resources import resource_path
+
+    shipped = resource_path("campaigns", path.name if path.suffix else f"{path.name}.yaml")
+    return shipped if shipped.exists() else path
+
+
+def _validate(data: Any, node: Any, path: str | Path) -> Campaign:
+    try:
+        return Campaign.model_validate(data)
+    except pydantic.ValidationError as exc:
+        message, line = validation_problem(exc, node, Campaign)
+        raise CampaignError(f"invalid campaign: {message}", path=path, line=line,
+                            hint="fix the field named above; 'ncclbot-sweep plan FILE --inventory INV' re-checks it") from None
+
+
+# --------------------------------------------------------------------------- expansion
+
+
+def _combinations(campaign: Campaign) -> Iterator[dict[str, Any]]:
+    """Every combination of the non-arm axes: zip groups walked together, the rest crossed."""
+    grouped = {axis for group in campaign.zip for axis in group}
+    blocks: list[list[dict[str, Any]]] = []
+    for group in campaign.zip:
+        columns = [campaign._axis_values(axis) for axis in group]
+        blocks.append([dict(zip(group, values)) for values in zip(*columns)])
+    for axis in ("collective", "nodes", "policy", "variant", "repeat"):
+        if axis not in grouped:
+            blocks.append([{axis: value} for value in campaign._axis_values(axis)])
+    for parts in itertools.product(*blocks):
+        combo: dict[str, Any] = {}
+        for part in parts:
+            combo.update(part)
+        yield combo
+
+
+def _matches(rule: dict[str, Any], values: dict[str, Any]) -> bool:
+    for axis, wanted in rule.items():
+        options = wanted if isinstance(wanted, list) else [wanted]
+        have = values.get(axis)
+        canon = [_canon_axis(axis, o) for o in options]
+        if _canon_axis(axis, have) not in canon:
+            return False
+    return True
+
+
+def _canon_axis(axis: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if axis == "collective":
+        return canonical_collective(str(value))
+    if axis == "arm":
+        return str(value if isinstance(value, Arm) else Arm.parse(str(value)))
+    if axis in ("nodes", "repeat"):
+        return int(value)
+    return str(value)
+
+
+def _check_exclusions(campaign: Campaign) -> None:
+    for i, rule in enumerate(campaign.exclude):
+        for axis, wanted in rule.items():
+            for option in wanted if isinstance(wanted, list) else [wanted]:
+                try:
+                    _canon_axis(axis, option)
+                except ValueError as exc:
+                    raise CampaignError(f"exclude[{i}].{axis}: {exc}") from None
+
+
+def _select_arms(campaign: Campaign, inventory: Inventory, collective: str, nodes: int,
+                 node_set: str) -> tuple[list[Arm], list[PrunedArmEntry]]:
+    """The arms to force for one scenario, and those pruned (invalid here), with reasons."""
+    nccl_nodes, nccl_gpus = inventory.nccl_view(nodes, node_set)
+    offer = inventory.offer()
+    if campaign.arms == "all":
+        wanted, excluded = list(all_arms()), set()
+    elif isinstance(campaign.arms, ArmExclusion):
+        wanted, excluded = list(all_arms()), {Arm.parse(a) for a in campaign.arms.exclude}
+    else:
+        wanted, excluded = [Arm.parse(a) for a in campaign.arms], set()
+    kept: list[Arm] = []
+    pruned: list[PrunedArmEntry] = []
+    explicit = isinstance(campaign.arms, list)
+    for arm in sorted(set(wanted)):
+        if arm in excluded:
+            continue
+        reason = arm_invalid_reason(collective, arm, nodes=nccl_nodes, gpus_per_node=nccl_gpus, offer=offer)
+        if reason is None:
+            kept.append(arm)
+        elif explicit or not _structurally_invalid(collective, arm):
+            pruned.append(PrunedArmEntry(collective, nodes, str(arm), reason))
+    return kept, pruned
+
+
+def _structurally_invalid(collective: str, arm: Arm) -> bool:
+    """True for arms NCCL never runs for this collective anywhere (not worth listing for 'all')."""
+    everything = arm_invalid_reason(collective, arm, nodes=2, gpus_per_node=1,
+                                    offer=_FULL_OFFER)
+    return everything is not None
+
+
+_FULL_OFFER = FabricOffer(families=frozenset(FAMILIES), pat_multi_gpu=True)
+
+
+def _step_env(campaign: Campaign, inventory: Inventory, arm: Arm | None, policy: str | None,
+              variant: str) -> tuple[dict[str, str], bool]:
+    """The environment that defines a step's measurement, and whether it loads the plugin."""
+    env: dict[str, str] = dict(campaign.env)
+    plugin = False
+    if arm is not None:
+        env["NCCL_ALGO"] = arm.algorithm
+        env["NCCL_PROTO"] = arm.protocol
+    elif policy is not None and policy != STOCK:
+        if not inventory.plugin.path:
+            raise PlanError(f"campaign {campaign.name!r} runs policy {policy!r} through the plugin, "
+                            f"but inventory {inventory.name!r} has no plugin.path",
+                            hint="set plugin.path in the inventory, or use policy 'stock'")
+        plugin = True
+        env["NCCL_TUNER_PLUGIN"] = inventory.plugin.path
+        env["NCCL_PROFILER_PLUGIN"] = inventory.plugin.path
+        env.update(campaign.plugin.env)
+        env["NCCLBOT_POLICY"] = policy
+    variant_env = next(v.env for v in campaign.variants if v.name == variant)
+    env.update(variant_env)
+    return env, plugin
+
+
+def _step_estimate(inventory: Inventory, campaign: Campaign, sizes: dict[str, Any]) -> float:
+    spec = SizeSpec(min=sizes["min"], max=sizes["max"], factor=sizes["factor"])
+    per_pass = sum(inventory.estimate.iteration_us(s) for s in spec.values()) / 1e6
+    return inventory.estimate.step_overhead_s + per_pass * (campaign.warmup + campaign.iterations)
+
+
+def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], arm: Arm | None,
+               sizes: dict[str, Any], node_set: str) -> Step:
+    collective, nodes = combo["collective"], combo["nodes"]
+    env, plugin = _step_env(campaign, inventory, arm, combo["policy"], combo["variant"])
+    binary = COLLECTIVE_BINARY[collective]
+    flags = tuple(inventory.nccl_tests.extra_flags) + tuple(campaign.extra_flags)
+    content = {
+        "fabric": inventory.name, "gpus_per_node": inventory.gpus_per_node, "kind": campaign.kind,
+        "collective": collective, "binary": binary, "nodes": nodes, "node_set": node_set,
+        "arm": None if arm is None else str(arm), "policy": combo["policy"], "plugin": plugin,
+        "variant": combo["variant"], "repeat": combo["repeat"], "sizes": sizes,
+        "iterations": campaign.iterations, "warmup": campaign.warmup, "timeout_s": campaign.timeout_s,
+        "dtype": campaign.dtype, "op": campaign.op, "env": env, "flags": list(flags),
+        "fabric_env": inventory.environment, "nccl_tests_version": inventory.nccl_tests.version,
+    }
+    return Step(
+        key=content_key(content), kind=campaign.kind, collective=collective, binary=binary, nodes=nodes,
+        gpus_per_node=inventory.gpus_per_node, node_set=node_set, arm=arm,
+        policy=(None if arm is not None else combo["policy"]), plugin=plugin, variant=combo["variant"],
+        repeat=combo["repeat"], sizes=sizes, iterations=campaign.iterations, warmup=campaign.warmup,
+        timeout_s=campaign.timeout_s, dtype=campaign.dtype, op=campaign.op, env=env, flags=flags,
+        estimate_s=_step_estimate(inventory, campaign, sizes),
+    )
+
+
+def _expand_steps(campaign: Campaign, inventory: Inventory) -> tuple[list[Step], list[PrunedArmEntry], int]:
+    node_set = campaign.node_set or inventory.default_node_set
+    inventory.node_set(node_set)  # raises with the valid names
+    steps: list[Step] = []
+    pruned: dict[tuple[str, int, str], PrunedArmEntry] = {}
+    excluded = 0
+    for combo in _combinations(campaign):
+        collective, nodes = combo["collective"], combo["nodes"]
+        if campaign.kind == "forced":
+            if collective not in COLLECTIVES:
+                raise PlanError(f"{collective} has no algorithm/protocol arms to force",
+                                hint=f"force arms of {', '.join(COLLECTIVES)}, or use kind 'stock'")
+            arms, dropped = _select_arms(campaign, inventory, collective, nodes, node_set)
+            for entry in dropped:
+                pruned[(entry.collective, entry.nodes, entry.arm)] = entry
+        else:
+            arms = [None]
+        for arm in arms:
+            values = dict(combo, arm=arm)
+            if any(_matches(rule, values) for rule in campaign.exclude):
+                excluded += len(campaign.sizes.ranges())
+                continue
+            for sizes in campaign.sizes.ranges():
+                steps.append(_make_step(campaign, inventory, combo, arm, sizes, node_set))
+    order = {c: i for i, c in enumerate(COLLECTIVES)}
+    steps.sort(key=lambda s: (s.nodes, order.get(s.collective, 99), s.arm.index if s.arm else -1,
+                              s.repeat, s.sizes["min"]))
+    return steps, sorted(pruned.values(), key=lambda p: (p.nodes, p.collective, p.arm)), excluded
+
+
+def _pack(steps: Sequence[Step], campaign: Campaign, inventory: Inventory) -> tuple[list[Job], list[str]]:
+    """Pack steps with the same allocation shape into jobs of at most ``steps_per_job`` steps."""
+    jobs: list[Job] = []
+    warnings: list[str] = []
+    groups: dict[tuple[int, str], list[Step]] = {}
+    for step in steps:
+        groups.setdefault((step.nodes, step.node_set), []).append(step)
+    sched = inventory.scheduler
+    for (nodes, node_set), members in groups.items():
+        for start in range(0, len(members), campaign.packing.steps_per_job):
+            chunk = tuple(members[start:start + campaign.packing.steps_per_job])
+            estimate = inventory.estimate.job_overhead_s + sum(s.estimate_s for s in chunk)
+            wanted = math.ceil(1.5 * estimate / 60) + 5
+            limit = max(sched.min_time_limit_min, min(wanted, sched.time_limit_min))
+            if wanted > sched.time_limit_min:
+                warnings.append(f"a {nodes}-node job of {len(chunk)} steps is estimated at {estimate / 60:.0f} min, "
+                                f"above the {sched.time_limit_min} min limit: lower packing.steps_per_job")
+            key = content_key({"fabric": inventory.name, "nodes": nodes, "node_set": node_set,
+                               "steps": [s.key for s in chunk], "time_limit_min": limit})
+            jobs.append(Job(key=key, nodes=nodes, node_set=node_set, steps=chunk, time_limit_min=limit,
+                            estimate_s=estimate))
+    return jobs, warnings
+
+
+def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: bool = True) -> Plan:
+    """Expand ``campaign`` on ``inventory`` into jobs of steps, with pruned arms and the estimate.
+
+    Called by ``plan``, ``render`` and ``submit``; pure (no files written). Raises PlanError
+    when nothing is left to run, when a step's key repeats (identical steps), or when the
+    estimate exceeds ``budget_node_hours`` (unless ``enforce_budget`` is False).
+    """
+    _check_exclusions(campaign)
+    steps, pruned, excluded = _expand_steps(campaign, inventory)
+    if not steps:
+        raise PlanError(f"campaign {campaign.name!r} has no step to run on {inventory.name!r}",
+                        hint="every arm was pruned or excluded; see 'ncclbot-sweep plan' for the reasons")
+    seen: set[str] = set()
+    for step in steps:
+        if step.key in seen:
+            raise PlanError(f"two steps are identical ({step.label}); "
+                            "repeat them with 'repeats' or give zipped variants different settings")
+        seen.add(step.key)
+    jobs, warnings = _pack(steps, campaign, inventory)
+    plan = Plan(campaign=campaign, inventory=inventory,
+                campaign_key=content_key({"campaign": campaign.name, "fabric": inventory.name}),
+                jobs=jobs, pruned=pruned, excluded=excluded, warnings=warnings)
+    budget = campaign.budget_node_hours
+    if enforce_budget and budget is not None and plan.node_hours > budget:
+        raise PlanError(f"campaign {campaign.name!r} is estimated at {plan.node_hours:.1f} node-hours, "
+                        f"over its budget of {budget:g}",
+                        hint="drop sizes, arms or node counts, or raise budget_node_hours")
+    log.info("planned %s on %s: %d steps in %d jobs, %.1f node-hours", campaign.name, inventory.name,
+             len(steps), len(jobs), plan.node_hours)
+    return plan
+
+
+def iter_scenarios(plan: Plan) -> Iterable[tuple[str, int, list[Step]]]:
+    """(collective, nodes, steps) per scenario, in plan order (for the plan table)."""
+    groups: dict[tuple[str, int], list[Step]] = {}
+    for step in plan.steps:
+        groups.setdefault((step.collective, step.nodes), []).append(step)
+    for (collective, nodes), members in groups.items():
+        yield collective, nodes, members
+
+
+def describe_plan(plan: Plan) -> str:
+    """The plan as text: scenarios with their arms or policies, pruned arms, jobs and the estimate."""
+    c, inv = plan.campaign, plan.inventory
+    sizes = c.sizes.values()
+    lines = [f"campaign {c.name} ({c.kind}) on {inv.name}: campaign key {plan.campaign_key}",
+             f"  sizes: {len(sizes)} from {sizes[0]} B to {sizes[-1]} B; warm-up {c.warmup}, "
+             f"iterations {c.iterations}, repeats {c.repeats}, step timeout {c.timeout_s} s", "", "scenarios:"]
+    for collective, nodes, steps in iter_scenarios(plan):
+        what = sorted({str(s.arm) if s.arm else f"{s.policy}" + ("" if s.variant == "default" else f"[{s.variant}]")
+                       for s in steps})
+        lines.append(f"  {collective:<14}{nodes:>4} nodes {len(steps):>4} steps  {', '.join(what)}")
+    if plan.pruned:
+        lines += ["", "pruned arms:"]
+        reasons: dict[tuple[str, str], list[int]] = {}
+        for p in plan.pruned:
+            reasons.setdefault((f"{p.collective} {p.arm}", p.reason), []).append(p.nodes)
+        for (what, reason), nodes in reasons.items():
+            lines.append(f"  {what:<36} at {','.join(map(str, nodes))} nodes: {reason}")
+    if plan.excluded:
+        lines += ["", f"excluded by the campaign: {plan.excluded} steps"]
+    lines += ["", "jobs:"]
+    for job in plan.jobs:
+        lines.append(f"  {job.key}  {job.nodes:>3} nodes  {len(job.steps):>3} steps  "
+                     f"~{job.estimate_s / 60:.1f} min (limit {job.time_limit_min} min)  {job.node_hours:.2f} node-h")
+    budget = f" of a {c.budget_node_hours:g} budget" if c.budget_node_hours else ""
+    lines += ["", f"total: {len(plan.steps)} steps in {len(plan.jobs)} jobs, ~{plan.node_hours:.1f} node-hours{budget}"]
+    lines += [f"warning: {w}" for w in plan.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,506 @@
+"""Fabric inventories: one YAML per fabric, validated by pydantic, with errors that point at lines.
+
+An inventory says how to reach a cluster (``access``), how to ask it for nodes
+(``scheduler``, ``node_sets``), how to launch ranks (``launcher``), what the fabric needs in
+its environment (``environment``), where nccl-tests, NCCL and the plugin live, and which
+algorithm families the fabric offers (``algorithms``, feeding :class:`names.FabricOffer`).
+It is read by ``plan`` (validity, estimate), ``render`` (job scripts) and the executors.
+
+Loading never shows a traceback for a bad file: :func:`load_inventory` raises
+:class:`~ncclbot_sweep.errors.InventoryError` naming the file, the line, the field and what
+is allowed. The YAML helpers here (:func:`load_yaml_marked`, :func:`validation_problem`)
+are shared with the campaign loader.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ncclbot_sweep.errors import InventoryError, NcclbotError
+from ncclbot_sweep.names import FAMILIES, PROTOCOLS, FabricOffer, canonical_protocol
+
+__all__ = [
+    "Access",
+    "Algorithms",
+    "Container",
+    "Estimate",
+    "Inventory",
+    "Launcher",
+    "NcclInstall",
+    "NcclTests",
+    "NodeSet",
+    "Plugin",
+    "Scheduler",
+    "SIM_BIN_DIR",
+    "describe_inventory",
+    "load_inventory",
+    "load_yaml_marked",
+    "parse_inventory_text",
+    "validation_problem",
+]
+
+log = logging.getLogger(__name__)
+
+#: Value of ``nccl_tests.bin_dir`` that means "the simulated fabric's executables".
+SIM_BIN_DIR = "sim"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VERSION = re.compile(r"^\d+(\.\d+){0,3}([.+-][0-9A-Za-z.+-]*)?$")
+# Values placed on #SBATCH lines cannot be shell-quoted safely everywhere; refuse line breaks.
+_NO_NEWLINE = re.compile(r"^[^\r\n\x00]*$")
+
+
+class _Model(BaseModel):
+    """Base: unknown keys are errors (STYLE habit 8), values are immutable once loaded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _one_line(value: str | None) -> str | None:
+    if value is not None and not _NO_NEWLINE.match(value):
+        raise ValueError("must be a single line (no line breaks or NUL bytes)")
+    return value
+
+
+class Access(_Model):
+    """How to reach the machine that runs the scheduler: this one, or a login node over SSH."""
+
+    kind: Literal["local", "ssh"] = "local"
+    host: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    user: str | None = None
+    key_path: str | None = None
+    known_hosts_path: str | None = None
+    #: Host keys are verified against ``known_hosts_path``; a new host is refused unless this is set.
+    accept_new_host_key: bool = False
+    #: Where campaign folders live on the cluster (shared file system); default: same path as locally.
+    remote_workdir: str | None = None
+    connect_timeout_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ssh_needs_host(self) -> Access:
+        if self.kind == "ssh" and not self.host:
+            raise ValueError("access.kind 'ssh' needs 'host' (and usually 'user' and 'key_path')")
+        return self
+
+
+class Scheduler(_Model):
+    """How jobs are queued: the local executor, or Slurm (partition, account, limits)."""
+
+    kind: Literal["local", "slurm"] = "local"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    constraint: str | None = None
+    exclude: list[str] = Field(default_factory=list)
+    #: Upper bound for one job's time limit, in minutes (the plan asks for less when it can).
+    time_limit_min: int = Field(240, ge=1)
+    #: Lower bound for one job's time limit, in minutes.
+    min_time_limit_min: int = Field(5, ge=1)
+    #: Extra ``#SBATCH`` lines, given without the prefix, e.g. ``--exclusive``.
+    extra_sbatch: list[str] = Field(default_factory=list)
+    #: How many of the campaign's jobs may sit in the queue at once.
+    max_jobs_in_queue: int = Field(16, ge=1)
+    #: Cancel a job that stayed pending this long (seconds); null keeps it waiting.
+    cancel_pending_after_s: int | None = Field(None, ge=1)
+    #: Local executor only: how many jobs run at the same time.
+    max_concurrent_jobs: int = Field(2, ge=1)
+    #: Seconds between polls: first interval and cap (the interval doubles up to the cap).
+    poll_interval_s: float = Field(0.2, gt=0)
+    poll_interval_max_s: float = Field(30.0, gt=0)
+
+    _single = field_validator("partition", "account", "qos", "reservation", "constraint")(_one_line)
+
+    @field_validator("exclude", "extra_sbatch")
+    @classmethod
+    def _lines(cls, values: list[str]) -> list[str]:
+        for value in values:
+            _one_line(value)
+        return values
+
+
+class Container(_Model):
+    """A Pyxis/enroot container for every rank (``srun --container-image``)."""
+
+    image: str
+    mounts: list[str] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)
+
+
+class Launcher(_Model):
+    """How ranks start inside the allocation: ``srun`` (with PMIx, Pyxis) or ``mpirun``."""
+
+    kind: Literal["srun", "mpirun"] = "srun"
+    #: ``--mpi=<value>`` for srun; null leaves Slurm's default.
+    mpi: str | None = "pmix"
+    #: Extra srun flags, each one word such as ``--cpu-bind=none``.
+    flags: list[str] = Field(default_factory=list)
+    container: Container | None = None
+    #: Flags for ``mpirun`` when ``kind`` is mpirun.
+    mpirun_flags: list[str] = Field(default_factory=list)
+
+
+class NodeSet(_Model):
+    """A named group of nodes: an explicit list, a constraint, and NVL72 block placement."""
+
+    nodelist: str | None = None
+    constraint: str | None = None
+    exclude: list[str] = Field(default_factory=list)
+    #: Nodes per NVLink block (18 for NVL72); jobs then ask ``--segment`` to stay inside blocks.
+    block_nodes: int | None = Field(None, ge=1)
+
+    _single = field_validator("nodelist", "constraint")(_one_line)
+
+    def segment(self, nodes: int) -> int | None:
+        """The ``--segment`` for a job of ``nodes`` nodes: its largest divisor that fits a block."""
+        if self.block_nodes is None:
+            return None
+        return max(d for d in range(1, min(nodes, self.block_nodes) + 1) if nodes % d == 0)
+
+
+class NcclTests(_Model):
+    """Where the nccl-tests binaries are and which version (it decides the measurement flags)."""
+
+    #: Folder holding ``all_reduce_perf`` etc., or ``sim`` for the simulated fabric's binaries.
+    bin_dir: str
+    version: str = "2.19.6"
+    #: Extra flags for every run, e.g. ``["-c", "0"]`` to skip correctness checks.
+    extra_flags: list[str] = Field(default_factory=list)
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not _VERSION.match(value):
+            raise ValueError(f"must be a version like '2.19.6', but got {value!r}")
+        return value
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(p) for p in re.findall(r"\d+", value_head(self.version)))
+
+    @property
+    def per_iteration_json(self) -> bool:
+        """True when this nccl-tests has ``-I``/``-J`` (2.19 and later): every iteration in JSON."""
+        return self.version_tuple[:2] >= (2, 19)
+
+    def resolved_bin_dir(self) -> Path:
+        """The folder of the executables; ``sim`` asks the simulator to install and return them.
+
+        Raises InventoryError when ``sim`` is asked for but the simulator is not available.
+        """
+        if self.bin_dir != SIM_BIN_DIR:
+            return Path(self.bin_dir).expanduser()
+        try:
+            from ncclbot_sweep import sim
+        except ImportError as exc:  # the simulator package is part of the distribution
+            raise InventoryError(f"the simulated fabric cannot be imported: {exc}") from exc
+        bin_dir = getattr(sim, "bin_dir", None)
+        if bin_dir is None:
+            raise InventoryError(
+                "nccl_tests.bin_dir is 'sim' but the simulated fabric does not provide its binaries yet",
+                hint="point nccl_tests.bin_dir at a folder holding all_reduce_perf and friends",
+            )
+        return Path(bin_dir())
+
+
+def value_head(version: str) -> str:
+    """The numeric head of a version string (``2.30.4+cuda12.9`` -> ``2.30.4``)."""
+    match = re.match(r"\d+(\.\d+)*", version)
+    return match.group(0) if match else "0"
+
+
+class NcclInstall(_Model):
+    """The NCCL library the jobs load (prepended to ``LD_LIBRARY_PATH`` when ``lib_dir`` is set)."""
+
+    version: str | None = None
+    lib_dir: str | None = None
+
+
+class Plugin(_Model):
+    """The ncclbot tuner+profiler plugin used by live campaigns."""
+
+    path: str | None = None
+    version: str | None = None
+
+
+class Algorithms(_Model):
+    """Which algorithm families and protocols the fabric offers, and how NCCL sees its nodes."""
+
+    families: list[Literal["tree", "ring", "collnet", "nvls", "pat"]] = Field(
+        default_factory=lambda: ["tree", "ring"])
+    protocols: list[str] = Field(default_factory=lambda: list(PROTOCOLS))
+    #: PAT with more than one GPU per node (``NCCL_PAT_ENABLE=1``).
+    pat_multi_gpu: bool = False
+    #: Multi-node NVLink: NCCL sees each NVLink block (segment) as one node.
+    mnnvl: bool = False
+
+    @field_validator("protocols")
+    @classmethod
+    def _protocols(cls, values: list[str]) -> list[str]:
+        return [canonical_protocol(v) for v in values]
+
+    def offer(self) -> FabricOffer:
+        return FabricOffer(families=frozenset(self.families), protocols=frozenset(self.protocols),
+                           pat_multi_gpu=self.pat_multi_gpu)
+
+
+class Estimate(_Model):
+    """Rough cost model for the node-hour estimate of ``plan`` (not used for any decision)."""
+
+    #: Seconds one step spends outside the timed loop (launch, NCCL init, connection set-up).
+    step_overhead_s: float = Field(30.0, ge=0)
+    #: Seconds one job spends before its first step (allocation, provenance).
+    job_overhead_s: float = Field(60.0, ge=0)
+    latency_us: float = Field(20.0, ge=0)
+    busbw_gbs: float = Field(100.0, gt=0)
+
+    def iteration_us(self, size_bytes: int) -> float:
+        return self.latency_us + size_bytes / (self.busbw_gbs * 1e3)
+
+
+class Inventory(_Model):
+    """One fabric: see the module docstring. ``name`` is the ``fabric`` column in datasets."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    description: str = ""
+    gpus_per_node: int = Field(ge=1, le=64)
+    access: Access = Field(default_factory=Access)
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    launcher: Launcher = Field(default_factory=Launcher)
+    node_sets: dict[str, NodeSet] = Field(default_factory=lambda: {"default": NodeSet()})
+    default_node_set: str = "default"
+    #: Fabric environment exported in every job (NIC, RoCE/IB, MNNVL/IMEX variables).
+    environment: dict[str, str] = Field(default_factory=dict)
+    nccl_tests: NcclTests
+    nccl: NcclInstall = Field(default_factory=NcclInstall)
+    plugin: Plugin = Field(default_factory=Plugin)
+    algorithms: Algorithms = Field(default_factory=Algorithms)
+    estimate: Estimate = Field(default_factory=Estimate)
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            bad = [k for k in value if not isinstance(k, str) or not _ENV_NAME.match(k)]
+            if bad:
+                raise ValueError(f"environment variable names must match [A-Za-z_][A-Za-z0-9_]*, but got {bad}")
+            return {k: _env_value(v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _default_set(self) -> Inventory:
+        if self.default_node_set not in self.node_sets:
+            raise ValueError(f"default_node_set {self.default_node_set!r} is not among node_sets "
+                             f"({', '.join(sorted(self.node_sets))})")
+        return self
+
+    @property
+    def synthetic(self) -> bool:
+        """Simulated fabrics are named ``sim-*`` and their data are labelled synthetic."""
+        return self.name.startswith("sim-")
+
+    def offer(self) -> FabricOffer:
+        return self.algorithms.offer()
+
+    def node_set(self, name: str | None) -> NodeSet:
+        key = name or self.default_node_set
+        try:
+            return self.node_sets[key]
+        except KeyError:
+            raise InventoryError(f"node set {key!r} is not defined in inventory {self.name!r}",
+                                 hint=f"use one of {', '.join(sorted(self.node_sets))}") from None
+
+    def nccl_view(self, nodes: int, node_set: str | None = None) -> tuple[int, int]:
+        """(nodes, GPUs per node) as NCCL sees them, for the arm validity rules.
+
+        With MNNVL an NVLink block is one NCCL node, so a 16-node GB200 job inside one block
+        has one node of 64 GPUs (which disables NVLSTree and PAT there, as in NCCL).
+        """
+        segment = self.node_set(node_set).segment(nodes) if self.algorithms.mnnvl else None
+        if not segment:
+            return nodes, self.gpus_per_node
+        return math.ceil(nodes / segment), segment * self.gpus_per_node
+
+
+def _env_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+# --------------------------------------------------------------------------- YAML with line marks
+
+
+def load_yaml_marked(path: Path, error_cls: type[NcclbotError]) -> tuple[Any, yaml.Node | None]:
+    """Read a YAML file into (data, node tree); the node tree maps error locations to lines.
+
+    Raises ``error_cls`` with the file and line for a missing file or a syntax error.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error_cls("file not found", path=path, hint="check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error_cls(f"cannot read the file: {exc}", path=path) from None
+    return parse_yaml_marked(text, path, error_cls)
+
+
+def parse_yaml_marked(text: str, path: str | Path, error_cls: type[NcclbotError]) -> tuple[Any, yaml.Node | None]:
+    """Parse YAML text; see :func:`load_yaml_marked`."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise error_cls(f"invalid YAML: {problem}", path=path, line=line,
+                        hint="check indentation and quoting on that line") from None
+    if not isinstance(data, dict):
+        raise error_cls("the file must hold a mapping of keys to values", path=path, line=1)
+    return data, node
+
+
+def _line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
+    """The line of the deepest YAML node along ``loc`` (pydantic error locations)."""
+    line = None if node is None else node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if k.value == part), None)
+            if found is None:
+                continue  # a union tag or a missing key: stay at the parent
+            key_node, node = found
+            line = (node if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode))
+                    else key_node).start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+    return line
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The concrete types inside Optional/Union/list/dict annotations."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return [t for arg in typing.get_args(annotation) for t in _unwrap(arg)]
+    return [annotation]
+
+
+def _model_at(model: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The pydantic model class that owns the mapping at ``loc`` (to list its valid keys)."""
+    current: Any = model
+    for part in loc:
+        models = [t for t in _unwrap(current) if isinstance(t, type) and issubclass(t, BaseModel)]
+        containers = [t for t in _unwrap(current) if typing.get_origin(t) in (list, dict)]
+        if models and isinstance(part, str) and part in models[0].model_fields:
+            current = models[0].model_fields[part].annotation
+        elif containers:
+            current = typing.get_args(containers[0])[-1]
+        # anything else is a union tag in the location: stay where we are
+    models = [t for t in _unwrap(current) if isinstance(t, type) and issubclass(t, BaseModel)]
+    return models[0] if models else None
+
+
+def validation_problem(exc: pydantic.ValidationError, node: yaml.Node | None,
+                       model: type[BaseModel]) -> tuple[str, int | None]:
+    """Turn a pydantic error into (message listing every problem with field and line, first line)."""
+    lines: list[tuple[int | None, str]] = []
+    first_line: int | None = None
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"]]
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(node, loc)
+        if first_line is None:
+            first_line = line
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            owner = _model_at(model, loc[:-1])
+            allowed = ", ".join(owner.model_fields) if owner else "see the documentation"
+            message = f"unknown key; allowed keys here: {allowed}"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        elif message.startswith("Value error, "):
+            message = message[len("Value error, "):]
+        lines.append((line, f"{field}: {message}"))
+    if len(lines) == 1:
+        return lines[0][1], first_line
+    return "".join(f"\n    line {ln}: {text}" if ln else f"\n    {text}" for ln, text in lines), first_line
+
+
+def parse_inventory_text(text: str, path: str | Path = "<inventory>") -> Inventory:
+    """Validate inventory YAML text; raises InventoryError with file, line, field and allowed values."""
+    data, node = parse_yaml_marked(text, path, InventoryError)
+    return _validate(data, node, path)
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Load and validate an inventory file (a path, or a name shipped in ``inventories/``)."""
+    path = _locate(Path(path))
+    data, node = load_yaml_marked(path, InventoryError)
+    inventory = _validate(data, node, path)
+    log.debug("loaded inventory %s from %s", inventory.name, path)
+    return inventory
+
+
+def _locate(path: Path) -> Path:
+    if path.exists() or path.is_absolute() or len(path.parts) > 1:
+        return path
+    from ncclbot_sweep.resources import resource_path
+
+    shipped = resource_path("inventories", path.name if path.suffix else f"{path.name}.yaml")
+    return shipped if shipped.exists() else path
+
+
+def _validate(data: Any, node: yaml.Node | None, path: str | Path) -> Inventory:
+    try:
+        return Inventory.model_validate(data)
+    except pydantic.ValidationError as exc:
+        message, line = validation_problem(exc, node, Inventory)
+        raise InventoryError(f"invalid inventory: {message}", path=path, line=line,
+                             hint="fix the field named above; 'ncclbot-sweep inventory check FILE' re-checks it") from None
+
+
+def describe_inventory(inventory: Inventory, path: str | Path | None = None) -> str:
+    """A short human summary of a valid inventory (what ``inventory check`` prints)."""
+    sched = inventory.scheduler
+    where = inventory.access.host if inventory.access.kind == "ssh" else "this machine"
+    offer = inventory.offer()
+    lines = [
+        f"{path}: valid" if path else f"{inventory.name}: valid",
+        f"  fabric       {inventory.name}{' (synthetic)' if inventory.synthetic else ''}"
+        + (f" - {inventory.description}" if inventory.description else ""),
+        f"  access       {inventory.access.kind} ({where})",
+        f"  scheduler    {sched.kind}" + (f", partition {sched.partition}" if sched.partition else "")
+        + (f", account {sched.account}" if sched.account else "")
+        + f", time limit <= {sched.time_limit_min} min",
+        f"  launcher     {inventory.launcher.kind}" + (f" --mpi={inventory.launcher.mpi}" if inventory.launcher.mpi else "")
+        + (f", container {inventory.launcher.container.image}" if inventory.launcher.container else ""),
+        f"  gpus/node    {inventory.gpus_per_node}",
+        "  node sets    " + ", ".join(
+            name + (f" (block {ns.block_nodes} nodes)" if ns.block_nodes else "")
+            + (" [default]" if name == inventory.default_node_set else "")
+            for name, ns in inventory.node_sets.items()),
+        f"  algorithms   {', '.join(sorted(offer.families))}; protocols {', '.join(sorted(offer.protocols))}"
+        + ("; MNNVL" if inventory.algorithms.mnnvl else ""),
+        f"  nccl-tests   {inventory.nccl_tests.bin_dir} (version {inventory.nccl_tests.version}, "
+        + ("per-iteration JSON -I/-J" if inventory.nccl_tests.per_iteration_json else "per-iteration cycles -N") + ")",
+        f"  nccl         {inventory.nccl.version or 'unknown version'}"
+        + (f", plugin {inventory.plugin.path}" if inventory.plugin.path else ", no plugin"),
+        f"  environment  {len(inventory.environment)} variables"
+        + (": " + ", ".join(sorted(inventory.environment)) if inventory.environment else ""),
+    ]
+    return "\n".join(lines)
