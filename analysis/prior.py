@@ -13,17 +13,18 @@ Both are keyed by context; duplicate rows (several runs or sources) are averaged
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import Arm
 
 from .pools import CONTEXT_COLUMNS, Pools
 
-__all__ = ["align_predictions", "predictions_from_cost_tables", "predictions_from_tuning_tables", "load_prior"]
+__all__ = ["CallParams", "align_predictions", "predictions_from_cost_tables", "predictions_from_tuning_tables", "load_prior"]
 
 log = logging.getLogger(__name__)
 
@@ -57,31 +58,78 @@ def predictions_from_cost_tables(pools: Pools, cost_tables: pd.DataFrame) -> np.
     return align_predictions(pools, cost_tables, "predicted_us")
 
 
-def predictions_from_tuning_tables(pools: Pools, tuning_tables: pd.DataFrame) -> np.ndarray:
+@dataclasses.dataclass(frozen=True)
+class CallParams:
+    """Per-communicator facts NCCL's per-call formula needs beyond the tuning table.
+
+    ``comm_channels`` (runtime channels, ring plateau check), ``comp_cap`` (90 = Hopper,
+    100 = Blackwell), ``model_nodes`` (NVLink domains; None = physical nodes), ``x86_cpu``.
+    When ``comm_channels`` is None the largest ``nchannels`` of the run's table rows is used,
+    else 16.
+    """
+
+    comm_channels: int | None = None
+    comp_cap: int = 90
+    model_nodes: int | None = None
+    x86_cpu: bool = True
+
+
+def predictions_from_tuning_tables(pools: Pools, tuning_tables: pd.DataFrame, *,
+                                   params: Callable[[str, int, int], CallParams] | None = None) -> np.ndarray:
     """Per-call predictions derived from NCCL's init tuning tables via :mod:`ncclbot_sweep.costmodel`.
 
-    Raises :class:`AnalysisError` when the cost-model module is not available.
+    One table per (fabric, nodes, ranks) (the first ``run_id`` if several runs printed one);
+    ``params(fabric, nodes, ranks)`` gives the call facts (default :class:`CallParams`).
+    Unavailable entries (bandwidth 0) stay NaN.
     """
-    try:
-        from ncclbot_sweep import costmodel
-    except ImportError as exc:  # the simulator engineer's module; optional at import time
-        raise AnalysisError("ncclbot_sweep.costmodel is not available to derive predictions",
-                            hint="ingest NCCL logs with cost tables (NCCL_DEBUG_SUBSYS=TUNING)") from exc
+    from ncclbot_sweep import costmodel
+
+    out = np.full(pools.depth.shape, np.nan)
     if tuning_tables.empty:
-        return np.full(pools.depth.shape, np.nan)
-    rows = costmodel.predict_from_tuning_tables(tuning_tables, pools.contexts[list(CONTEXT_COLUMNS)])
-    return align_predictions(pools, rows, "predicted_us")
+        return out
+    arms = [Arm.parse(a) for a in pools.arms]
+    tables = _tables_by_communicator(tuning_tables)
+    for c, (fabric, coll, nodes, ranks, size) in enumerate(pools.context_keys()):
+        found = tables.get((fabric, int(nodes), int(ranks)))
+        if found is None:
+            continue
+        table, nch = found
+        p = params(fabric, int(nodes), int(ranks)) if params else CallParams()
+        ctx = costmodel.CallContext(
+            collective=coll, n_bytes=int(size), nodes=p.model_nodes or int(nodes), ranks=int(ranks),
+            comm_channels=p.comm_channels or nch or 16, min_comp_cap=p.comp_cap, x86_cpu=p.x86_cpu)
+        for k, arm in enumerate(arms):
+            value = costmodel.algo_time_us(table, ctx, arm)
+            if value >= 0:
+                out[c, k] = value
+    return out
+
+
+def _tables_by_communicator(tuning_tables: pd.DataFrame) -> dict:
+    from ncclbot_sweep import costmodel
+
+    tables = {}
+    df = tuning_tables.dropna(subset=["fabric", "nodes", "ranks", "arm"])
+    for (fabric, nodes, ranks), g in df.groupby(["fabric", "nodes", "ranks"], sort=True):
+        first = g[g["run_id"] == sorted(g["run_id"].astype(str))[0]] if "run_id" in g else g
+        cells = {(row.collective, str(row.arm)): (float(row.latency_us), float(row.algbw_gbs))
+                 for row in first.itertuples(index=False)}
+        nch = first["nchannels"].max() if "nchannels" in first and first["nchannels"].notna().any() else None
+        tables[(fabric, int(nodes), int(ranks))] = (costmodel.TuningTable.from_cells(cells),
+                                                   None if nch is None else int(nch))
+    return tables
 
 
 def load_prior(pools: Pools, *, cost_tables: pd.DataFrame | None = None,
-               tuning_tables: pd.DataFrame | None = None) -> np.ndarray:
+               tuning_tables: pd.DataFrame | None = None,
+               params: Callable[[str, int, int], CallParams] | None = None) -> np.ndarray:
     """Best available ``[C, K]`` predictions: cost tables first, tuning tables to fill gaps."""
     pred = np.full(pools.depth.shape, np.nan)
     if cost_tables is not None and not cost_tables.empty:
         pred = predictions_from_cost_tables(pools, cost_tables)
     missing = pools.measured & ~np.isfinite(pred)
     if missing.any() and tuning_tables is not None and not tuning_tables.empty:
-        derived = predictions_from_tuning_tables(pools, tuning_tables)
+        derived = predictions_from_tuning_tables(pools, tuning_tables, params=params)
         pred = np.where(np.isfinite(pred), pred, derived)
     covered = (pools.measured & np.isfinite(pred)).any(axis=1)
     log.info("cost-model prior covers %d of %d contexts", int(covered.sum()), len(pools))

@@ -31,7 +31,7 @@ from .estimators import BanditState
 from .policies import Policy, draw_counts
 from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
 
-__all__ = ["ReplayProblem", "ReplayRun", "make_problem", "run_policy", "run_replay", "split_labels", "SPLITS"]
+__all__ = ["ReplayProblem", "ReplayRun", "make_problem", "oracle_sums", "run_policy", "run_replay", "split_labels", "SPLITS"]
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,8 @@ class ReplayRun:
         return self.selection_us / self.oracle_selection_us[None, :] - 1.0
 
 
-def _oracle(problem: ReplayProblem, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+def oracle_sums(problem: ReplayProblem, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """Realized and selection-priced totals of the measured-best arm over ``horizon`` steps."""
     pools = problem.pools
     c = np.arange(len(pools))
     depth = pools.depth[c, pools.best]
@@ -194,7 +195,7 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
         a = a.reshape(n_blocks, n_ctx, *a.shape[1:])
         return np.repeat(a, len(seeds), axis=0) if det else a
 
-    oracle, oracle_sel = _oracle(problem, horizon)
+    oracle, oracle_sel = oracle_sums(problem, horizon)
     return ReplayRun(
         policy=policy.name, deterministic=det, seeds=seeds, served_us=per_seed(served),
         selection_us=per_seed(selection), oracle_us=oracle, oracle_selection_us=oracle_sel,

@@ -12,6 +12,7 @@ pool (the paper uses a Huber location; the median is the zero-tuning robust choi
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -82,7 +83,9 @@ def bic_switch_point(trace: np.ndarray, *, min_segment: int = 2) -> SwitchPoint:
 
 def _relative_trace(pools: Pools, rows: np.ndarray) -> np.ndarray:
     samples = pools.samples[rows]  # [c, K, D]
-    loc = np.nanmedian(samples, axis=2, keepdims=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # unmeasured arms are all-NaN
+        loc = np.nanmedian(samples, axis=2, keepdims=True)
     rel = samples / loc
     with np.errstate(invalid="ignore"):
         return np.nanmean(rel.reshape(-1, rel.shape[2]), axis=0)
