@@ -47,6 +47,7 @@ __all__ = [
     "to_table",
     "table_dir",
     "source_done",
+    "SourceWriter",
     "is_synthetic_fabric",
 ]
 
@@ -81,6 +82,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("min_bytes", _I64), ("max_bytes", _I64), ("warmup_iters", _I32), ("iters", _I32),
         ("agg_iters", _I32), ("validation", _I32), ("graph", _I32), ("cycles", _I32),
         ("oob_values", _I64), ("avg_busbw_gbs", _F64), ("header", _S), ("source_format", _S),
+        ("plugins", _S), ("func_matrix", _S), ("nccl_algo_env", _S), ("nccl_proto_env", _S), ("env", _S),
     ),
     "iterations": _schema(
         ("run_id", _S), ("fabric", _S), ("collective", _S), ("nodes", _I32), ("ranks", _I32),
@@ -248,6 +250,85 @@ def write_rows(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]] | 
         _atomic_write(part, path)
         written += part.num_rows
     return written
+
+
+class SourceWriter:
+    """Streams the rows of one source into every table it touches, then commits atomically.
+
+    Used by ingest for big files: batches go to temporary Parquet files (one per table and
+    partition) as they arrive, so memory does not grow with the file; :meth:`commit` renames
+    them into place (``src-<sha256>.parquet``), :meth:`abort` deletes them. A partition
+    that already holds this source's file is left alone (idempotent).
+    """
+
+    def __init__(self, root: str | Path, sha256: str) -> None:
+        self.root = Path(root)
+        self.sha256 = sha256
+        self._writers: dict[tuple[str, Path], Any] = {}
+        self._tmp: dict[tuple[str, Path], Path] = {}
+        self.rows: dict[str, int] = {}
+
+    def write(self, name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> int:
+        """Add rows (dicts, a frame or an Arrow table) of this source to table ``name``."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        table = to_table(name, rows)
+        if table.num_rows == 0:
+            return 0
+        keys = partition_columns(name)
+        groups = [((), table)]
+        if keys:
+            uniq = table.select(list(keys)).group_by(list(keys)).aggregate([]).to_pylist()
+            if len(uniq) > 1:
+                groups = []
+                for combo in uniq:
+                    mask = None
+                    for key in keys:
+                        col = table.column(key)
+                        cond = pc.is_null(col) if combo[key] is None else pc.equal(col, combo[key])
+                        mask = cond if mask is None else pc.and_(mask, cond)
+                    groups.append((tuple(combo[k] for k in keys), table.filter(mask)))
+            else:
+                groups = [(tuple(uniq[0][k] for k in keys), table)]
+        for values, part in groups:
+            folder = table_dir(self.root, name).joinpath(
+                *(f"{k}={_partition_value(v)}" for k, v in zip(keys, values)))
+            key = (name, folder)
+            if key not in self._writers:
+                if (folder / f"src-{self.sha256}.parquet").exists():
+                    self._writers[key] = None
+                else:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    tmp = folder / f".src-{self.sha256}.{uuid.uuid4().hex}.tmp"
+                    self._tmp[key] = tmp
+                    self._writers[key] = pq.ParquetWriter(tmp, part.drop_columns(list(keys)).schema,
+                                                          compression="zstd")
+            writer = self._writers[key]
+            if writer is not None:
+                writer.write_table(part.drop_columns(list(keys)))
+                self.rows[name] = self.rows.get(name, 0) + part.num_rows
+        return table.num_rows
+
+    def commit(self) -> dict[str, int]:
+        """Close and rename every file into place; return rows written per table."""
+        for key, writer in self._writers.items():
+            if writer is None:
+                continue
+            writer.close()
+            tmp = self._tmp[key]
+            os.replace(tmp, key[1] / f"src-{self.sha256}.parquet")
+        self._writers.clear()
+        return dict(self.rows)
+
+    def abort(self) -> None:
+        """Drop everything written so far (the source will be ingested again next time)."""
+        for key, writer in self._writers.items():
+            if writer is not None:
+                writer.close()
+                self._tmp[key].unlink(missing_ok=True)
+        self._writers.clear()
+        self.rows.clear()
 
 
 def source_done(root: str | Path, sha256: str) -> bool:

@@ -1,0 +1,390 @@
+"""Ingest: walk inputs, detect formats, hash sources, parse, write tables, account for every file.
+
+Called by ``ncclbot-sweep ingest PATH... --dataset DIR``. Inputs are files, folders, and
+campaign folders (:class:`~ncclbot_sweep.paths.CampaignPaths` layout); a folder holding
+``step.json`` is one *step*, read as a unit (its ``stdout.txt``, ``nccl.log``,
+``result.json`` and ``exit``), and its hash covers all of them.
+
+Invariants: ingest is idempotent (a source whose hash the ``sources`` ledger holds is
+skipped); every input file ends up ingested, partly ingested (rows plus quarantine rows
+saying what was left out, with line numbers) or quarantined; a crash leaves no partial
+table file (see :class:`~ncclbot_sweep.datasets.SourceWriter`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import gzip
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ncclbot_sweep import datasets
+from ncclbot_sweep.errors import DatasetError
+from ncclbot_sweep.executors.base import StepOutcome
+from ncclbot_sweep.parsers import detect_format, parse_source
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
+from ncclbot_sweep.paths import StepFiles
+
+__all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 4 << 20
+#: Campaign bookkeeping files: not measurements, so neither ingested nor quarantined.
+_CAMPAIGN_FILES = {"campaign.yaml", "inventory.yaml", "manifest.sqlite", "job.sh", "provenance.json",
+                   "manifest.sqlite-journal", "manifest.sqlite-wal", "manifest.sqlite-shm"}
+
+
+@dataclasses.dataclass
+class IngestSummary:
+    """What one ingest did: per file outcome, rows per table, quarantine reasons."""
+
+    files: int = 0
+    ingested: int = 0
+    partial: int = 0
+    skipped: int = 0
+    quarantined: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    ignored: list[str] = dataclasses.field(default_factory=list)
+    rows: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def add_rows(self, rows: dict[str, int]) -> None:
+        for name, n in rows.items():
+            if name not in ("sources",):
+                self.rows[name] = self.rows.get(name, 0) + n
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unit:
+    kind: str  # "file" or "step"
+    path: Path
+
+
+def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
+    """Expand inputs into units: step folders (``step.json``) and loose files, sorted."""
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise DatasetError("input does not exist", path=path, hint="check the path, or quote globs")
+        if path.is_file():
+            yield _Unit("file", path)
+            continue
+        if (path / "step.json").is_file():
+            yield _Unit("step", path)
+            continue
+        step_dirs = sorted(p.parent for p in path.rglob("step.json"))
+        inside = set(step_dirs)
+        for step in step_dirs:
+            yield _Unit("step", step)
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            if any(parent in inside for parent in file.parents) or file.name.startswith("."):
+                continue
+            yield _Unit("file", file)
+
+
+def _sha256_files(files: Sequence[Path]) -> str:
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        with open(file, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                digest.update(chunk)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _open_bytes(path: Path):
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def _head(path: Path, n: int = 65536) -> bytes:
+    with _open_bytes(path) as fh:
+        return fh.read(n)
+
+
+def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | None = None,
+           on_progress: Callable[[str, int, int], None] | None = None) -> IngestSummary:
+    """Ingest every input under ``paths`` into the dataset at ``dataset``; return a summary.
+
+    ``fabric`` labels loose files (default ``unknown``); step folders use their ``step.json``.
+    ``on_progress(path, done, total)`` is called after each unit (the CLI draws a bar).
+    Raises :class:`DatasetError` only for inputs that do not exist.
+    """
+    root = Path(dataset)
+    root.mkdir(parents=True, exist_ok=True)
+    units = list(iter_inputs(paths))
+    summary = IngestSummary()
+    for done, unit in enumerate(units, 1):
+        if unit.kind == "file" and unit.path.name in _CAMPAIGN_FILES:
+            summary.ignored.append(str(unit.path))
+        elif unit.kind == "step":
+            _ingest_step(unit.path, root, summary)
+        else:
+            _ingest_file(unit.path, root, fabric or "unknown", summary)
+        if on_progress is not None:
+            on_progress(str(unit.path), done, len(units))
+    return summary
+
+
+# ---------------------------------------------------------------------- loose files
+def _ingest_file(path: Path, root: Path, fabric: str, summary: IngestSummary) -> None:
+    summary.files += 1
+    sha = _sha256_files([path])
+    if datasets.source_done(root, sha):
+        summary.skipped += 1
+        return
+    source = SourceInfo(path=str(path), sha256=sha, run_id=sha[:16], fabric=fabric)
+    writer = datasets.SourceWriter(root, sha)
+    fmt = detect_format(_head(path))
+    try:
+        result = _parse_file(path, fmt, source, writer)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        # A file we cannot even read goes to quarantine with the reason, not into a crash.
+        log.warning("cannot read %s: %s", path, exc)
+        result = ParseResult(unusable=True, issues=[Issue(None, f"cannot read: {exc}")])
+    _finish(root, writer, source, fmt, result, summary, size=path.stat().st_size)
+
+
+def _parse_file(path: Path, fmt: str | None, source: SourceInfo, writer: datasets.SourceWriter) -> ParseResult:
+    if fmt is None:
+        return ParseResult(unusable=True, issues=[Issue(None, "unrecognised format (not nccl-tests output, "
+                                                              "an NCCL log or a known trace)")])
+    if fmt == "nccl-tests-text":
+        return _stream_text(path, source, writer)
+    with _open_bytes(path) as fh:
+        data = fh.read()
+    return parse_source(fmt, data, source)
+
+
+def _stream_text(path: Path, source: SourceInfo, writer: datasets.SourceWriter) -> ParseResult:
+    """Big nccl-tests logs: rows go to the writer batch by batch (memory stays flat)."""
+    from ncclbot_sweep.parsers.nccl_log import parse_nccl_log
+    from ncclbot_sweep.parsers.nccltests_text import TextParser
+
+    parser = TextParser(source, on_rows=lambda table: writer.write("iterations", table))
+    with _open_bytes(path) as fh:
+        while chunk := fh.read(_CHUNK):
+            parser.feed(chunk)
+    result = parser.close()
+    head = _head(path)
+    if b"NCCL INFO" in head or b"NCCL WARN" in head:
+        with _open_bytes(path) as fh:
+            lines = (raw.decode("utf-8", "replace") for raw in fh)
+            log_result, facts = parse_nccl_log(lines, source)
+        for name in ("tuning_tables", "choices"):
+            result.tables[name] = log_result.tables.get(name, [])
+        _apply_log_facts(result.rows("runs"), facts, None, result)
+    return result
+
+
+# ---------------------------------------------------------------------- step folders
+def _ingest_step(folder: Path, root: Path, summary: IngestSummary) -> None:
+    files = StepFiles(folder)
+    members = [Path(p) for p in (files.meta, files.stdout, files.nccl_log, files.result_json, files.exit_marker)
+               if Path(p).is_file()]
+    summary.files += 1
+    sha = _sha256_files(members)
+    if datasets.source_done(root, sha):
+        summary.skipped += 1
+        return
+    try:
+        meta = json.loads(Path(files.meta).read_text())
+        if not isinstance(meta, dict):
+            raise ValueError("step.json is not an object")
+    except (ValueError, OSError) as exc:
+        source = SourceInfo(path=str(folder), sha256=sha, run_id=sha[:16])
+        result = ParseResult(unusable=True, issues=[Issue(1, f"step.json unreadable: {exc}")])
+        _finish(root, datasets.SourceWriter(root, sha), source, "step", result, summary, size=0)
+        return
+    run_id = f"{meta.get('step_key') or sha[:16]}.{sha[:8]}"
+    source = SourceInfo(path=str(folder), sha256=sha, run_id=run_id,
+                        fabric=str(meta.get("fabric") or "unknown"), meta=meta)
+    writer = datasets.SourceWriter(root, sha)
+    result = _parse_step(files, meta, source)
+    size = sum(p.stat().st_size for p in members)
+    _finish(root, writer, source, "step", result, summary, size=size)
+
+
+def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> ParseResult:
+    from ncclbot_sweep.parsers.nccl_log import parse_nccl_log
+
+    result = ParseResult()
+    text_runs: list[dict] = []
+    stdout = Path(files.stdout)
+    if stdout.is_file():
+        text = parse_source("nccl-tests-text", stdout.read_bytes(), source)
+        text_runs = text.rows("runs")
+        result.merge(ParseResult(tables={"iterations": text.tables.get("iterations", [])},
+                                 issues=text.issues))
+    result_json = Path(files.result_json)
+    json_runs: list[dict] = []
+    if result_json.is_file():
+        parsed = parse_source("nccl-tests-json", result_json.read_bytes(), source)
+        json_runs = parsed.rows("runs")
+        result.issues.extend(parsed.issues)
+        json_iters = parsed.tables.get("iterations", [])
+        per_iter = any(row.get("iteration") is not None for row in parsed.rows("iterations"))
+        if per_iter or not result.count("iterations"):
+            result.tables["iterations"] = json_iters  # per-iteration rows win (architecture section 4)
+    run = _merge_runs(text_runs, json_runs)
+    facts = None
+    log_path = Path(files.nccl_log)
+    if log_path.is_file():
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            log_result, facts = parse_nccl_log(fh, source)
+        for name in ("tuning_tables", "choices"):
+            result.tables[name] = log_result.tables.get(name, [])
+        result.issues.extend(i for i in log_result.issues if i.line is not None)
+    _step_run_columns(run, meta, files, source)
+    _apply_log_facts([run], facts, meta.get("arm"), result)
+    result.tables["runs"] = [run]
+    return result
+
+
+def _merge_runs(text_runs: list[dict], json_runs: list[dict]) -> dict[str, Any]:
+    run: dict[str, Any] = {}
+    for candidate in (json_runs[:1] + text_runs[:1]):
+        for key, value in candidate.items():
+            if value is not None and run.get(key) is None:
+                run[key] = value
+    if text_runs and json_runs:
+        run["source_format"] = "nccl-tests-text+json"
+        if text_runs[0].get("outcome") == "ok" or json_runs[0].get("outcome") == "ok":
+            run["outcome"] = "ok"
+            run["failure"] = None
+    run.pop("_gpus_per_process", None)
+    run.pop("_rows", None)
+    return run
+
+
+def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFiles, source: SourceInfo) -> None:
+    """Fill a step's ``runs`` row from ``step.json`` and its exit marker."""
+    for key in ("campaign", "campaign_key", "job_key", "step_key", "kind", "collective", "binary",
+                "nodes", "ranks", "gpus_per_node", "arm", "policy"):
+        if meta.get(key) is not None:
+            run[key] = meta[key]
+    run["fabric"] = source.fabric
+    run["run_id"] = source.run_id
+    run["source_path"] = source.path
+    run["source_sha256"] = source.sha256
+    run["source_format"] = run.get("source_format") or "step"
+    if meta.get("env") is not None:
+        run["env"] = json.dumps(meta["env"], sort_keys=True)
+    exit_path = Path(files.exit_marker)
+    code = None
+    if exit_path.is_file():
+        try:
+            code = int(exit_path.read_text().strip().split()[0])
+        except (ValueError, IndexError):
+            code = None
+    run["exit_code"] = code
+    if code is None:
+        outcome, why = StepOutcome.FAILED, "no exit marker: the step did not finish"
+    elif code == 0:
+        outcome, why = StepOutcome(run.get("outcome") or "ok"), run.get("failure")
+        if run.get("_rows_missing"):
+            outcome = StepOutcome.FAILED
+    elif code == 124:
+        outcome, why = StepOutcome.TIMEOUT, f"exit code {code} (timeout)"
+    else:
+        outcome, why = StepOutcome.FAILED, run.get("failure") or f"exit code {code}"
+    if run.get("outcome") == StepOutcome.INVALID_ARM.value:
+        outcome = StepOutcome.INVALID_ARM
+    run["outcome"] = outcome.value
+    run["failure"] = why
+
+
+def _apply_log_facts(runs: list[dict], facts: Any, forced_arm: str | None, result: ParseResult) -> None:
+    if facts is None:
+        return
+    for run in runs:
+        cols = facts.as_run_columns(forced_arm or run.get("arm"))
+        for key, value in cols.items():
+            if value is not None and (run.get(key) is None or key in ("arm_observed", "arm_mismatch")):
+                run[key] = value
+        if facts.invalid_arm:
+            run["outcome"] = StepOutcome.INVALID_ARM.value
+            run["failure"] = facts.invalid_arm
+        if cols.get("arm_mismatch"):
+            note = f"forced arm {forced_arm or run.get('arm')} did not run: NCCL chose {cols['arm_observed']}"
+            run["failure"] = f"{run['failure']}; {note}" if run.get("failure") else note
+        run["nodes"] = run.get("nodes") or facts.nodes
+        run["ranks"] = run.get("ranks") or facts.ranks
+
+
+# ---------------------------------------------------------------------- writing
+def _finish(root: Path, writer: datasets.SourceWriter, source: SourceInfo, fmt: str | None,
+            result: ParseResult, summary: IngestSummary, *, size: int) -> None:
+    rows_written = 0
+    try:
+        if not result.unusable:
+            for name, items in result.tables.items():
+                for item in items:
+                    if isinstance(item, dict):
+                        item = [item]
+                    if name == "runs":
+                        item = [_clean_run(r, source) for r in item]
+                    writer.write(name, item)
+            rows_written = sum(writer.rows.values())
+        status = "quarantined" if result.unusable or rows_written == 0 else (
+            "partial" if result.issues else "ingested")
+        if status == "quarantined" and not result.issues:
+            result.issues.append(Issue(None, "no rows could be read from the file"))
+        quarantine = [{"source_format": fmt, "line": i.line, "reason": i.reason, "excerpt": i.excerpt[:500],
+                       "partial": status == "partial", "source_path": source.path,
+                       "source_sha256": source.sha256} for i in result.issues]
+        if quarantine:
+            writer.write("quarantine", quarantine)
+        counts = {k: v for k, v in writer.rows.items() if k != "quarantine"}
+        writer.write("sources", [{"source_format": fmt, "status": status, "size_bytes": size,
+                                  "rows": json.dumps(counts, sort_keys=True),
+                                  "ingested_at": dt.datetime.now(dt.timezone.utc),
+                                  "source_path": source.path, "source_sha256": source.sha256}])
+        written = writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    summary.add_rows({k: v for k, v in written.items() if k not in ("quarantine",)})
+    if status == "quarantined":
+        summary.quarantined.append((source.path, "; ".join(i.reason for i in result.issues[:3])))
+    elif status == "partial":
+        summary.partial += 1
+        summary.ingested += 1
+    else:
+        summary.ingested += 1
+    if result.issues:
+        summary.rows["quarantine"] = summary.rows.get("quarantine", 0) + len(result.issues)
+
+
+def _clean_run(run: dict[str, Any], source: SourceInfo) -> dict[str, Any]:
+    out = {k: v for k, v in run.items() if not k.startswith("_")}
+    out.setdefault("fabric", source.fabric)
+    out["synthetic"] = datasets.is_synthetic_fabric(out.get("fabric"))
+    if out.get("nodes") and out.get("ranks") and not out.get("gpus_per_node"):
+        out["gpus_per_node"] = out["ranks"] // out["nodes"]
+    return out
+
+
+# ---------------------------------------------------------------------- info
+def dataset_info(dataset: str | Path) -> dict[str, Any]:
+    """Rows per table, sources by status, and the quarantine reasons of a dataset folder."""
+    root = Path(dataset)
+    if not root.is_dir():
+        raise DatasetError("dataset folder does not exist", path=root,
+                           hint="run `ncclbot-sweep ingest PATH... --dataset DIR` first")
+    tables = {}
+    for name in datasets.TABLES:
+        folder = datasets.table_dir(root, name)
+        files = list(folder.rglob("*.parquet")) if folder.is_dir() else []
+        tables[name] = {"files": len(files), "rows": datasets.read_arrow(root, name).num_rows if files else 0}
+    sources = datasets.read_table(root, "sources")
+    quarantine = datasets.read_table(root, "quarantine")
+    by_status = sources["status"].value_counts().to_dict() if len(sources) else {}
+    reasons = quarantine["reason"].value_counts().head(20).to_dict() if len(quarantine) else {}
+    return {"root": str(root), "tables": tables, "sources": by_status, "quarantine_reasons": reasons}

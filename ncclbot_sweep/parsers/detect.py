@@ -1,0 +1,43 @@
+"""Which parser reads a file, decided from its first bytes (never from its name alone)."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["detect_format", "FORMATS"]
+
+#: Every format ingest knows, with the parser that reads it.
+FORMATS = (
+    "nccl-tests-text", "nccl-tests-json", "rccl-tests-jsonlines", "nccl-log", "ncclbot-trace",
+    "nccl-profiler-trace", "nccl-inspector-json", "nccl-inspector-prometheus", "kineto-trace",
+)
+
+_TEXT_TABLE = re.compile(r"nThread\s+\d+\s+nGpus|^\W*#?\s*size\s+count\s+type|out-of-place\s+in-place"
+                         r"|Collective test starting|nccl-tests version|^\s*\d+\s+\d+\s+[a-z0-9_]+\s+"
+                         r"(?:[a-z]+\s+)?-?\d*\s*[\d.]+\s+[\d.]+\s+[\d.]+", re.M)
+
+
+def detect_format(head: bytes) -> str | None:
+    """Name the format of a file from its first bytes (gzip already undone), or None."""
+    text = head.decode("utf-8", "replace")
+    stripped = text.lstrip()
+    if stripped.startswith("# ncclbot-trace"):
+        return "ncclbot-trace"
+    if '"traceEvents"' in text or ('"schemaVersion"' in text and '"deviceProperties"' in text):
+        return "kineto-trace"
+    if "inspector_output_format_version" in text or '"coll_perf"' in text:
+        return "nccl-inspector-json"
+    if re.search(r"^# (?:HELP|TYPE) nccl_|^nccl_[a-z_]+\{", text, re.M):
+        return "nccl-inspector-prometheus"
+    if '"ph"' in text and re.search(r'"cat"\s*:\s*"(?:COLL|GROUP|PROXY|NET|P2P|KERNEL|GPU)', text):
+        return "nccl-profiler-trace"
+    if stripped.startswith("{") and '"busBw"' in text and '"inPlace"' in text:
+        return "rccl-tests-jsonlines"
+    if "nccl-tests structured output" in text or (stripped.startswith("{") and '"results"' in text) \
+            or (stripped.startswith("{") and '"config"' in text and '"nccl_version"' in text):
+        return "nccl-tests-json"
+    if _TEXT_TABLE.search(text):
+        return "nccl-tests-text"
+    if "NCCL INFO" in text or "NCCL WARN" in text:
+        return "nccl-log"
+    return None

@@ -1,0 +1,182 @@
+"""PyTorch/Kineto traces -> ``workload`` rows (what collectives a training job issues).
+
+One row per (collective, group size, message size, dtype, process group) with the number of
+calls and their total GPU time. Message sizes follow section 3: the full buffer for
+AllGather/ReduceScatter (``max(in, out) nelems x dtype size``).
+
+Where the facts come from, best first:
+
+1. NCCL kernels whose args carry ``record_param_comms`` metadata (PyTorch >= 2.3);
+2. ``record_param_comms`` CPU ops with ``Collective name`` (or ``nccl:<op>`` annotations with
+   ``Input Dims``), their GPU time taken from the NCCL kernels of the same collective in
+   issue order;
+3. NCCL kernels alone (old and new names: ``ncclKernel_AllReduce_RING_LL_Sum_float``,
+   ``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``): collective and time, size unknown.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import re
+from typing import Any
+
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
+from ncclbot_sweep.parsers.jsonfix import load_truncated
+
+__all__ = ["parse_kineto", "kernel_collective", "torch_collective"]
+
+_WIDTH = {"float": 4, "float32": 4, "half": 2, "float16": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2,
+          "double": 8, "float64": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "signed char": 1, "char": 1,
+          "byte": 1, "unsigned char": 1, "uint8": 1, "int8": 1, "bool": 1, "short": 2, "int16": 2,
+          "f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i8": 1, "u8": 1, "i32": 4, "u32": 4, "i64": 8, "u64": 8}
+_KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_TORCH_COLL = [("allreduce", "AllReduce"), ("allgather", "AllGather"), ("reducescatter", "ReduceScatter"),
+               ("alltoall", "AlltoAll"), ("broadcast", "Broadcast"), ("reduce", "Reduce"),
+               ("sendrecv", "SendRecv"), ("send", "SendRecv"), ("recv", "SendRecv"), ("gather", "Gather"),
+               ("scatter", "Scatter"), ("barrier", "Barrier")]
+
+
+def kernel_collective(name: str) -> str | None:
+    """Collective of an NCCL kernel name, old or new form; None if not an NCCL kernel."""
+    m = _KERNEL_RE.match(name)
+    if not m:
+        return None
+    return torch_collective(m.group(1))
+
+
+def torch_collective(name: str) -> str | None:
+    """NCCL spelling of a PyTorch collective name (``_all_gather_base`` -> ``AllGather``)."""
+    key = name.lower().replace("nccl:", "").replace("_", "")
+    key = key.removesuffix("base").removesuffix("intotensor").removesuffix("tensor").removesuffix("coalesced")
+    if key in ("wait", ""):
+        return None
+    for prefix, coll in _TORCH_COLL:
+        if key.startswith(prefix):
+            return coll
+    return None
+
+
+def _width(dtype: Any) -> int | None:
+    return _WIDTH.get(str(dtype).strip().lower()) if dtype is not None else None
+
+
+def _kernel_dtype(name: str) -> str | None:
+    head = name.split("(", 1)[0].split("_")
+    for tok in reversed(head):
+        if tok.lower() in _WIDTH:
+            return tok
+    return None
+
+
+def parse_kineto(text: str, source: SourceInfo) -> ParseResult:
+    """Parse one Kineto trace (already decompressed). Never raises on malformed input."""
+    result = ParseResult()
+    try:
+        doc, truncated = load_truncated(text)
+    except (ValueError, json.JSONDecodeError) as exc:
+        result.unusable = True
+        result.issues.append(Issue(1, f"not JSON: {exc}"))
+        return result
+    if truncated:
+        result.issues.append(Issue(None, "trace JSON truncated; complete events were kept"))
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        result.unusable = True
+        result.issues.append(Issue(None, "no traceEvents list"))
+        return result
+    dist = doc.get("distributedInfo") if isinstance(doc, dict) else None
+    rank = dist.get("rank") if isinstance(dist, dict) else None
+    trace_id = f"{source.run_id}" + (f":rank{rank}" if rank is not None else "")
+    kernels, calls = _collect(events)
+    groups = _aggregate(kernels, calls)
+    base = {"trace_id": trace_id, "fabric": source.meta.get("fabric") or source.fabric, "source": "kineto",
+            "source_path": source.path, "source_sha256": source.sha256}
+    for key, (ncalls, total) in groups.items():
+        coll, group_size, size, dtype, pg = key
+        result.add("workload", {**base, "collective": coll, "group_size": group_size, "size_bytes": size,
+                                "dtype": dtype, "calls": ncalls, "total_us": total, "process_group": pg})
+    if not groups:
+        result.unusable = True
+        result.issues.append(Issue(None, "no NCCL kernels or communication ops in the trace"))
+    return result
+
+
+def _call_from_args(coll: str, args: dict) -> tuple:
+    width = _width(args.get("dtype"))
+    nelems = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0))
+    size = nelems * width if width else None
+    group = args.get("Group size")
+    return coll, int(group) if isinstance(group, (int, float)) else None, size, \
+        str(args.get("dtype")).lower() if args.get("dtype") else None, \
+        str(args["Process Group Name"]) if args.get("Process Group Name") is not None else None
+
+
+def _collect(events: list) -> tuple[list[tuple[tuple, float, float]], dict[str, list[tuple]]]:
+    """Kernels as (key-or-partial-key, ts, dur) and CPU-side calls per collective, in time order."""
+    kernels: list[tuple[tuple, float, float]] = []
+    calls: dict[str, list[tuple[float, tuple]]] = collections.defaultdict(list)
+    for ev in events:
+        if not isinstance(ev, dict):
+            continue
+        name, args = str(ev.get("name", "")), ev.get("args") or {}
+        cat = ev.get("cat")
+        if cat == "kernel":
+            coll = kernel_collective(name)
+            if coll is None:
+                continue
+            if args.get("Collective name"):
+                key = _call_from_args(torch_collective(str(args["Collective name"])) or coll, args)
+            else:
+                key = (coll, None, None, _kernel_dtype(name), None)
+            kernels.append((key, float(ev.get("ts") or 0), float(ev.get("dur") or 0)))
+        elif cat == "cpu_op" and name == "record_param_comms" and args.get("Collective name"):
+            coll = torch_collective(str(args["Collective name"]))
+            if coll:
+                calls[coll].append((float(ev.get("ts") or 0), _call_from_args(coll, args)))
+        elif cat == "user_annotation" and name.startswith("nccl:") and args.get("Input Dims"):
+            coll = torch_collective(name)
+            dims = args["Input Dims"][0] if args["Input Dims"] else []
+            dtype = (args.get("Input type") or [None])[0]
+            width = _width(dtype)
+            if coll and isinstance(dims, list) and dims and width:
+                calls[coll + ":annot"].append((float(ev.get("ts") or 0),
+                                               (coll, None, math.prod(int(d) for d in dims) * width,
+                                                str(dtype).lower(), None)))
+    ordered = {k: [c for _, c in sorted(v, key=lambda x: x[0])] for k, v in calls.items()}
+    return sorted(kernels, key=lambda k: k[1]), ordered
+
+
+def _aggregate(kernels: list, calls: dict[str, list[tuple]]) -> dict[tuple, list]:
+    groups: dict[tuple, list] = {}
+
+    def add(key: tuple, dur: float | None) -> None:
+        entry = groups.setdefault(key, [0, None])
+        entry[0] += 1
+        if dur is not None:
+            entry[1] = (entry[1] or 0.0) + dur
+
+    used: collections.Counter = collections.Counter()
+    for key, _, dur in kernels:
+        coll = key[0]
+        if key[2] is not None:
+            add(key, dur)
+            continue
+        # Kernels without metadata take the k-th CPU-side call of their collective.
+        for source in (coll, coll + ":annot"):
+            seq = calls.get(source, [])
+            if used[source] < len(seq):
+                add(seq[used[source]], dur)
+                used[source] += 1
+                break
+        else:
+            add(key, dur)
+    for source, seq in calls.items():
+        if source.endswith(":annot") and used[source.removesuffix(":annot")]:
+            continue
+        if not source.endswith(":annot") and any(k[2] is not None for k, _, _ in kernels):
+            continue  # kernels carried the metadata already
+        for call in seq[used[source]:]:
+            add(call, None)  # a call whose kernel the trace did not capture
+    return {k: (v[0], v[1]) for k, v in groups.items()}

@@ -1,0 +1,317 @@
+"""NCCL debug logs (``NCCL_DEBUG=INFO``) -> ``tuning_tables``, ``choices`` and run facts.
+
+What is read, in any NCCL version the fixtures cover (2.3 to 2.29):
+
+* the init latency/bandwidth table, in its three layouts: the single-line
+  ``Latency/AlgBw | Tree/ LL | ...`` header (9 columns, ``CollNet`` meaning CollNetDirect),
+  the two-row ``Algorithm``/``Protocol`` header, and the 2.29+ layout of three such blocks;
+* per-call choice lines, named (``Broadcast: 1024 Bytes -> Algo RING proto LL
+  channel{Lo..Hi}={0..0}``) and numeric (``805306368 Bytes -> Algo 1 proto 2 time 3970.68``);
+* ``COLL`` lines (``AllReduce: opCount 1a ... count 64 datatype 7 ... [nranks=2]``), opCount hex;
+* the NCCL version, plugin load lines, ``NCCL_ALGO``/``NCCL_PROTO`` set by environment,
+  the ``Enabled NCCL Func/Proto/Algo Matrix`` and ``nRanks/nNodes`` of the init line;
+* the ``No algorithm/protocol available`` warning, which makes the run ``invalid_arm``.
+
+Lines of other ranks may be interleaved anywhere; lines that are not understood are not
+errors (a debug log is mostly other things), but a table row cut short is an issue.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ncclbot_sweep.names import (
+    COLLECTIVES,
+    Arm,
+    canonical_algorithm,
+    canonical_collective,
+    canonical_protocol,
+)
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, strip_prefix
+
+__all__ = ["LogFacts", "parse_nccl_log", "DATATYPE_BYTES"]
+
+_MSG_RE = re.compile(r"NCCL (INFO|WARN|TRACE|ERROR) ?(.*)$")
+_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)(\S*)")
+_CHOICE_RE = re.compile(
+    r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
+    r"(?: time (?P<time>[\d.eE+-]+))?"
+    r"(?:.*?channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
+    r"(?:.*?nchannels (?P<nch>\d+))?"
+)
+_COLL_RE = re.compile(
+    r"^(?P<coll>[A-Za-z]+): opCount (?P<op>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ count (?P<count>\d+) "
+    r"datatype (?P<dt>\d+) op (?P<redop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)"
+    r"(?: \[nranks=(?P<nranks>\d+)\])?"
+)
+_INIT_RE = re.compile(r"nRanks (\d+) nNodes (\d+)")
+_ENV_RE = re.compile(r"NCCL_(ALGO|PROTO) set by environment to (\S+)")
+_PLUGIN_RE = re.compile(r"^(?:(TUNER|PROFILER|NET|ENV|Net)/Plugin|NET/\w+ ?: ?Using|Using network|.*plugin).*", re.I)
+_NO_ALGO_RE = re.compile(r"no algorithm/protocol available", re.I)
+_CELL_RE = re.compile(r"^\s*([\d.]+)\s*/\s*([\d.]+)\s*$")
+
+#: NCCL datatype index -> bytes per element (ncclInt8 .. ncclFloat8e5m2).
+DATATYPE_BYTES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
+_DATATYPE_NAMES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "half",
+                   7: "float", 8: "double", 9: "bfloat16", 10: "f8e4m3", 11: "f8e5m2"}
+
+
+@dataclasses.dataclass
+class LogFacts:
+    """Run-level facts a log gives; ingest merges them into the ``runs`` row."""
+
+    nccl_version: str | None = None
+    plugins: list[str] = dataclasses.field(default_factory=list)
+    algo_env: str | None = None
+    proto_env: str | None = None
+    func_matrix: dict[str, Any] = dataclasses.field(default_factory=dict)
+    invalid_arm: str | None = None
+    ranks: int | None = None
+    nodes: int | None = None
+    observed_arms: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+    def as_run_columns(self, forced_arm: str | None) -> dict[str, Any]:
+        """Columns for ``runs``; flags a forced arm that did not run (choices show another)."""
+        observed = self.observed_arms.most_common(1)[0][0] if self.observed_arms else None
+        mismatch = None
+        if forced_arm and self.observed_arms:
+            mismatch = any(arm != forced_arm for arm in self.observed_arms)
+        return {
+            "nccl_version": self.nccl_version,
+            "plugins": json.dumps(self.plugins) if self.plugins else None,
+            "func_matrix": json.dumps(self.func_matrix) if self.func_matrix else None,
+            "nccl_algo_env": self.algo_env, "nccl_proto_env": self.proto_env,
+            "arm_observed": observed, "arm_mismatch": mismatch,
+        }
+
+
+@dataclasses.dataclass
+class _Table:
+    layout: str
+    arms: list[str | None]
+    nthreads: list[int | None] = dataclasses.field(default_factory=list)
+    algos: list[str] = dataclasses.field(default_factory=list)
+    group: int = 0
+
+
+def _cells(rest: str) -> list[str]:
+    parts = rest.split("|")
+    if parts and not parts[-1].strip():
+        parts = parts[:-1]
+    return [p.strip() for p in parts]
+
+
+def _arm_name(algo: str, proto: str) -> str | None:
+    try:
+        return str(Arm(canonical_algorithm(algo), canonical_protocol(proto)))
+    except ValueError:
+        return None
+
+
+class _LogParser:
+    def __init__(self, source: SourceInfo) -> None:
+        self.source = source
+        self.facts = LogFacts()
+        self.result = ParseResult()
+        self.table: _Table | None = None
+        self.pending_algos: list[str] | None = None
+        self.matrix_header: list[str] | None = None
+        self.seq = 0
+        self.any_nccl = False
+        self.group = -1
+        self.blocks: dict[int, int] = {}
+
+    def base(self) -> dict[str, Any]:
+        meta = self.source.meta
+        return {"run_id": self.source.run_id, "fabric": meta.get("fabric") or self.source.fabric,
+                "nodes": meta.get("nodes") or self.facts.nodes, "ranks": meta.get("ranks") or self.facts.ranks,
+                "source_path": self.source.path, "source_sha256": self.source.sha256}
+
+    def line(self, raw: str, lineno: int) -> None:
+        text = strip_prefix(raw.rstrip("\r\n"))
+        m = _MSG_RE.search(text)
+        if m is None:
+            self._continuation(text, lineno)
+            return
+        self.any_nccl = True
+        level, msg = m.group(1), m.group(2)
+        if _NO_ALGO_RE.search(msg):
+            self.facts.invalid_arm = msg.strip()[:300]
+        if level == "WARN":
+            return
+        self.matrix_header = None
+        stripped = msg.strip()
+        if self._table_line(stripped, lineno):
+            return
+        if (c := _CHOICE_RE.match(stripped)) is not None:
+            self._choice(c, lineno)
+        elif (c := _COLL_RE.match(stripped)) is not None:
+            self._coll(c, lineno)
+        elif (v := _VERSION_RE.search(stripped)) is not None and self.facts.nccl_version is None:
+            self.facts.nccl_version = v.group(1)
+        elif (e := _ENV_RE.search(stripped)) is not None:
+            setattr(self.facts, "algo_env" if e.group(1) == "ALGO" else "proto_env", e.group(2))
+        elif stripped.startswith("Enabled NCCL Func/Proto/Algo Matrix"):
+            self.matrix_header = []
+        elif (i := _INIT_RE.search(stripped)) is not None:
+            self.facts.ranks, self.facts.nodes = int(i.group(1)), int(i.group(2))
+        elif _PLUGIN_RE.match(stripped) and "/Plugin" in stripped:
+            if stripped not in self.facts.plugins and len(self.facts.plugins) < 50:
+                self.facts.plugins.append(stripped)
+
+    def _continuation(self, text: str, lineno: int) -> None:
+        """Lines without an NCCL prefix: the Func/Proto/Algo matrix body."""
+        if self.matrix_header is None or "|" not in text:
+            self.matrix_header = None
+            return
+        head, _, rest = text.partition("|")
+        groups = [g.split() for g in rest.split("|")]
+        if head.strip() == "Function":
+            self.matrix_header = [tok for g in groups for tok in g]
+            return
+        try:
+            coll = canonical_collective(head.strip())
+        except ValueError:
+            return
+        values = [tok for g in groups for tok in g]
+        names = self.matrix_header or []
+        self.facts.func_matrix[coll] = {n: int(v) for n, v in zip(names, values) if v.lstrip("-").isdigit()}
+
+    def _table_line(self, msg: str, lineno: int) -> bool:
+        head, sep, rest = msg.partition("|")
+        if not sep:
+            return False
+        key = head.strip()
+        if key == "Latency/AlgBw":
+            arms = []
+            for cell in _cells(rest):
+                algo, _, proto = cell.partition("/")
+                arms.append(_arm_name(algo.strip(), proto.strip()))
+            self.group += 1
+            self.table = _Table("single-line", arms, group=self.group)
+            return True
+        if key == "Algorithm":
+            self.pending_algos = [c for c in _cells(rest) if c]
+            return True
+        if key == "Protocol":
+            algos = self.pending_algos or []
+            protos = _cells(rest)[: 3 * len(algos)]
+            arms = [_arm_name(algos[i // 3], p) for i, p in enumerate(protos)]
+            # A table starts with the Tree block; 2.29+ prints it as several blocks.
+            if not algos or algos[0] == "Tree" or self.group < 0:
+                self.group += 1
+            self.blocks[self.group] = self.blocks.get(self.group, 0) + 1
+            self.table = _Table("two-row", arms, algos=algos, group=self.group)
+            self.pending_algos = None
+            return True
+        if self.table is None:
+            return False
+        if key == "Max NThreads":
+            self.table.nthreads = [int(c) if c.isdigit() else None for c in _cells(rest)]
+            return True
+        try:
+            coll = canonical_collective(key)
+        except ValueError:
+            return False
+        if coll not in COLLECTIVES:
+            return False
+        self._table_row(coll, _cells(rest), lineno)
+        return True
+
+    def _table_row(self, coll: str, cells: list[str], lineno: int) -> None:
+        table = self.table
+        rows = []
+        for i, cell in enumerate(cells):
+            if i >= len(table.arms):
+                break
+            arm = table.arms[i]
+            m = _CELL_RE.match(cell)
+            if m is None:
+                self.result.issues.append(Issue(lineno, f"tuning table cell {i} of {coll} is cut short", cell))
+                continue
+            if arm is None:
+                continue
+            nthreads = table.nthreads[i] if i < len(table.nthreads) else None
+            rows.append({**self.base(), "collective": coll, "arm": arm, "latency_us": float(m.group(1)),
+                         "algbw_gbs": float(m.group(2)), "max_nthreads": nthreads,
+                         "layout": table.layout, "line": lineno, "_group": table.group})
+        for row in rows:
+            self.result.add("tuning_tables", row)
+
+    def _choice(self, m: re.Match, lineno: int) -> None:
+        algo, proto = m.group("algo"), m.group("proto")
+        try:
+            if algo.isdigit() and proto.isdigit():
+                arm = str(Arm.from_indices(int(algo), int(proto)))
+            else:
+                arm = str(Arm(canonical_algorithm(algo), canonical_protocol(proto)))
+        except ValueError:
+            self.result.issues.append(Issue(lineno, f"unknown algorithm/protocol {algo}/{proto}"))
+            return
+        coll = None
+        if m.group("coll"):
+            try:
+                coll = canonical_collective(m.group("coll"))
+            except ValueError:
+                coll = None
+        lo, hi = m.group("lo"), m.group("hi")
+        channels = int(m.group("nch")) if m.group("nch") else (int(hi) - int(lo) + 1 if lo and hi else None)
+        self.facts.observed_arms[arm] += 1
+        self.result.add("choices", {
+            **self.base(), "seq": self.seq, "collective": coll, "size_bytes": int(m.group("bytes")),
+            "arm": arm, "channels": channels, "channel_lo": int(lo) if lo else None,
+            "channel_hi": int(hi) if hi else None,
+            "predicted_us": float(m.group("time")) if m.group("time") else None,
+            "kind": "algo", "line": lineno,
+        })
+        self.seq += 1
+
+    def _coll(self, m: re.Match, lineno: int) -> None:
+        try:
+            coll = canonical_collective(m.group("coll"))
+        except ValueError:
+            coll = m.group("coll")
+        count, dt = int(m.group("count")), int(m.group("dt"))
+        nranks = int(m.group("nranks")) if m.group("nranks") else None
+        width = DATATYPE_BYTES.get(dt)
+        size = count * width if width is not None else None
+        # nccl-tests' size column is the full buffer for AllGather/ReduceScatter (section 3),
+        # while NCCL's count there is per rank.
+        if size is not None and coll in ("AllGather", "ReduceScatter") and nranks:
+            size *= nranks
+        base = self.base()
+        base["ranks"] = base["ranks"] or nranks
+        self.result.add("choices", {
+            **base, "seq": self.seq, "collective": coll, "size_bytes": size, "count": count,
+            "datatype": _DATATYPE_NAMES.get(dt, str(dt)), "op_count": int(m.group("op"), 16),
+            "comm": m.group("comm"), "kind": "coll", "line": lineno,
+        })
+        self.seq += 1
+
+
+def parse_nccl_log(lines: Iterable[str] | str, source: SourceInfo) -> tuple[ParseResult, LogFacts]:
+    """Parse an NCCL debug log; return rows (``tuning_tables``, ``choices``) and run facts.
+
+    Never raises on malformed input. A file with no NCCL line at all is ``unusable``.
+    """
+    parser = _LogParser(source)
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    for lineno, raw in enumerate(lines, 1):
+        parser.line(raw, lineno)
+    result, facts = parser.result, parser.facts
+    for row in result.tables.get("tuning_tables", []):
+        row["nccl_version"] = facts.nccl_version
+        if parser.blocks.get(row.pop("_group"), 0) > 1:
+            row["layout"] = "three-block"
+    if parser.group >= 0 and not result.tables.get("tuning_tables"):
+        result.issues.append(Issue(None, "tuning table header without rows (log cut short)"))
+    if not parser.any_nccl:
+        result.unusable = True
+        result.issues.append(Issue(None, "no NCCL log line (NCCL INFO/WARN) found"))
+    return result, facts
