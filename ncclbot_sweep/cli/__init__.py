@@ -51,6 +51,10 @@ def _register() -> None:
 
     for command in orchestrate.COMMANDS:
         main.add_command(command)
+    from ncclbot_sweep.cli import ingest as ingest_cli
+
+    main.add_command(ingest_cli.ingest_command)
+    main.add_command(ingest_cli.datasets_group)
 
 
 _register()

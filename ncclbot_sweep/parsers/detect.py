@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ncclbot_sweep.parsers.common import PREFIX_RE_B
+
 __all__ = ["detect_format", "FORMATS"]
 
 #: Every format ingest knows, with the parser that reads it.
@@ -19,13 +21,14 @@ _TEXT_TABLE = re.compile(r"nThread\s+\d+\s+nGpus|^\W*#?\s*size\s+count\s+type|ou
 
 def detect_format(head: bytes) -> str | None:
     """Name the format of a file from its first bytes (gzip already undone), or None."""
+    head = PREFIX_RE_B.sub(b"", head)
     text = head.decode("utf-8", "replace")
     stripped = text.lstrip()
     if stripped.startswith("# ncclbot-trace"):
         return "ncclbot-trace"
     if '"traceEvents"' in text or ('"schemaVersion"' in text and '"deviceProperties"' in text):
         return "kineto-trace"
-    if "inspector_output_format_version" in text or '"coll_perf"' in text:
+    if stripped.startswith("{") and ("inspector_output_format_version" in text or '"coll_perf"' in text):
         return "nccl-inspector-json"
     if re.search(r"^# (?:HELP|TYPE) nccl_|^nccl_[a-z_]+\{", text, re.M):
         return "nccl-inspector-prometheus"

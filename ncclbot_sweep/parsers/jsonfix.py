@@ -90,7 +90,7 @@ def load_lenient(text: str) -> tuple[list[Any], list[tuple[int, str]]]:
         line = raw.strip().rstrip(",").strip()
         if line in ("", "[", "]", "{}]", "{}", "[{}]"):
             continue
-        if line.startswith("[") and line.endswith("]") and "{" not in line:
+        if ("[" in line and line.endswith("]") and "{" not in line) or "truncated" in line.lower():
             skipped.append((lineno, f"marker line {line[:60]!r}"))
             continue
         line = line.lstrip("[").strip()

@@ -1,0 +1,65 @@
+"""Commands ``ingest PATH... --dataset DIR`` and ``datasets info DIR`` (thin: parse, call, print)."""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["ingest_command", "datasets_group"]
+
+
+@click.command("ingest")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--dataset", "-d", required=True, type=click.Path(file_okay=False),
+              help="Dataset folder to write (created if missing).")
+@click.option("--fabric", default=None, help="Fabric name for loose files without step.json (default: unknown).")
+def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None) -> None:
+    """Parse nccl-tests output, NCCL logs and traces into Parquet tables.
+
+    PATH may be a file, a folder or a campaign folder. Ingesting the same file twice adds
+    nothing; files that cannot be parsed are listed in the dataset's quarantine table.
+
+    Example: ncclbot-sweep ingest runs/ logs/all_reduce.txt --dataset data/
+    """
+    from rich.console import Console
+
+    from ncclbot_sweep.ingest import ingest
+
+    console = Console(stderr=True)
+    if console.is_terminal:
+        from rich.progress import Progress
+
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("ingest", total=None)
+            summary = ingest(paths, dataset, fabric=fabric,
+                             on_progress=lambda p, done, total: progress.update(task, completed=done, total=total))
+    else:
+        summary = ingest(paths, dataset, fabric=fabric)
+    click.echo(f"files: {summary.files}  ingested: {summary.ingested} (partly: {summary.partial})  "
+               f"already in dataset: {summary.skipped}  quarantined: {len(summary.quarantined)}")
+    for name, count in sorted(summary.rows.items()):
+        click.echo(f"  {name:14s} {count:>10d} rows")
+    for path, reason in summary.quarantined:
+        click.echo(f"quarantined: {path}: {reason}")
+
+
+@click.group("datasets")
+def datasets_group() -> None:
+    """Inspect ingested datasets."""
+
+
+@datasets_group.command("info")
+@click.argument("dataset", type=click.Path())
+def info_command(dataset: str) -> None:
+    """Rows per table, sources by status and the main quarantine reasons.
+
+    Example: ncclbot-sweep datasets info data/
+    """
+    from ncclbot_sweep.ingest import dataset_info
+
+    info = dataset_info(dataset)
+    click.echo(f"dataset {info['root']}")
+    for name, stats in info["tables"].items():
+        click.echo(f"  {name:14s} {stats['rows']:>10d} rows in {stats['files']} files")
+    click.echo("sources: " + (", ".join(f"{k} {v}" for k, v in sorted(info["sources"].items())) or "none"))
+    for reason, count in info["quarantine_reasons"].items():
+        click.echo(f"  {count:>5d} x {reason}")
