@@ -1,0 +1,19 @@
+"""The simulated fabric: ground truth, NCCL-like cost model and nccl-tests-compatible binaries.
+
+The embedded default that ``make demo``, the tests and the examples run on (architecture
+section 7). Public entry points:
+
+* :func:`fabric` (``fabric("sim-h100")``): the cost table NCCL would compute
+  (``cost_table``), AUTO's choice, the valid arms and the true steady-state latency;
+* :class:`SimProcess`: per-call latencies with noise, lazy-connection transients and the
+  NVLS set-up stall, as one NCCL process sees them;
+* :func:`bin_dir`: a folder with ``all_reduce_perf`` and friends (not on PATH).
+"""
+
+from __future__ import annotations
+
+from ncclbot_sweep.sim.fabric import SimFabric, fabric, fabric_names
+from ncclbot_sweep.sim.install import BINARIES, bin_dir
+from ncclbot_sweep.sim.process import SimProcess
+
+__all__ = ["BINARIES", "SimFabric", "SimProcess", "bin_dir", "fabric", "fabric_names"]
