@@ -60,6 +60,7 @@ __all__ = [
     "parse_campaign_text",
     "parse_size",
     "plan_campaign",
+    "resolve_campaign_path",
 ]
 
 log = logging.getLogger(__name__)
@@ -390,12 +391,13 @@ def parse_campaign_text(text: str, path: str | Path = "<campaign>") -> Campaign:
 
 def load_campaign(path: str | Path) -> Campaign:
     """Load and validate a campaign file (a path, or a name shipped in ``campaigns/``)."""
-    path = _locate(Path(path))
+    path = resolve_campaign_path(Path(path))
     data, node = load_yaml_marked(path, CampaignError)
     return _validate(data, node, path)
 
 
-def _locate(path: Path) -> Path:
+def resolve_campaign_path(path: Path) -> Path:
+    """A path as given if it exists, else the shipped campaign of that name (``demo``)."""
     if path.exists() or path.is_absolute() or len(path.parts) > 1:
         return path
     from ncclbot_sweep.resources import resource_path

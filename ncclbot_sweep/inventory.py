@@ -47,6 +47,7 @@ __all__ = [
     "load_inventory",
     "load_yaml_marked",
     "parse_inventory_text",
+    "resolve_inventory_path",
     "validation_problem",
 ]
 
@@ -449,14 +450,15 @@ def parse_inventory_text(text: str, path: str | Path = "<inventory>") -> Invento
 
 def load_inventory(path: str | Path) -> Inventory:
     """Load and validate an inventory file (a path, or a name shipped in ``inventories/``)."""
-    path = _locate(Path(path))
+    path = resolve_inventory_path(Path(path))
     data, node = load_yaml_marked(path, InventoryError)
     inventory = _validate(data, node, path)
     log.debug("loaded inventory %s from %s", inventory.name, path)
     return inventory
 
 
-def _locate(path: Path) -> Path:
+def resolve_inventory_path(path: Path) -> Path:
+    """A path as given if it exists, else the shipped inventory of that name (``sim-h100``)."""
     if path.exists() or path.is_absolute() or len(path.parts) > 1:
         return path
     from ncclbot_sweep.resources import resource_path

@@ -56,4 +56,136 @@ def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budg
     click.echo(json.dumps(plan.summary(), indent=2) if as_json else describe_plan(plan))
 
 
-COMMANDS = [inventory_group, plan_cmd]
+@click.command("render")
+@click.argument("campaign_path")
+@_INVENTORY
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False),
+              help="Campaign folder to write job scripts into (created if needed).")
+@_BUDGET
+def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget: bool) -> None:
+    """Render the job scripts (job.sh) and step descriptions (step.json) without running them.
+
+    Example: ncclbot-sweep render campaigns/demo.yaml -i sim-h100 --out /tmp/demo-render
+    """
+    from ncclbot_sweep.campaign import load_campaign, plan_campaign
+    from ncclbot_sweep.inventory import load_inventory
+    from ncclbot_sweep.render import render_campaign
+
+    plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
+                         enforce_budget=not ignore_budget)
+    scripts = render_campaign(plan, Path(out))
+    click.echo(f"rendered {len(scripts)} job scripts ({len(plan.steps)} steps) into {out}")
+
+
+def _echo_summary(summary, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(summary.as_dict(), indent=2))
+        return
+    steps = ", ".join(f"{v} {k}" for k, v in sorted(summary.steps.items()))
+    jobs = ", ".join(f"{v} {k}" for k, v in sorted(summary.jobs.items()))
+    click.echo(f"campaign {summary.campaign} on {summary.fabric} in {summary.root}")
+    click.echo(f"  jobs:  {jobs}")
+    click.echo(f"  steps: {summary.steps_ok}/{summary.total_steps} ok ({steps})")
+    for bad in summary.failed[:20]:
+        click.echo(f"  {bad['outcome']:<11} {bad['label']}  (jobs/{bad['job_key']}/steps/{bad['step_key']})")
+    if len(summary.failed) > 20:
+        click.echo(f"  ... and {len(summary.failed) - 20} more")
+
+
+def _finish(summary, as_json: bool, waited: bool) -> None:
+    from ncclbot_sweep.errors import ExitCode
+
+    _echo_summary(summary, as_json)
+    if waited and summary.failed:
+        raise SystemExit(ExitCode.USER_ERROR)
+
+
+_WAIT = click.option("--wait/--no-wait", default=True, show_default=True,
+                     help="Stay until every job has ended (else return after submitting).")
+
+
+@click.command("submit")
+@click.argument("campaign_path")
+@_INVENTORY
+@click.option("--workdir", "-w", required=True, type=click.Path(file_okay=False),
+              help="The campaign folder (created, or continued if it exists).")
+@_WAIT
+@_JSON
+@_BUDGET
+def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool, as_json: bool,
+               ignore_budget: bool) -> None:
+    """Plan, render and run a campaign; jobs already submitted are never submitted again.
+
+    Example: ncclbot-sweep submit campaigns/demo.yaml -i sim-h100 --workdir runs/demo
+    """
+    from ncclbot_sweep.progress import progress_reporter
+    from ncclbot_sweep.runner import submit
+
+    with progress_reporter() as progress:
+        summary = submit(campaign_path, inventory_path, workdir, wait=wait, progress=progress,
+                         enforce_budget=not ignore_budget)
+    _finish(summary, as_json, wait)
+
+
+@click.command("status")
+@click.argument("workdir", type=click.Path(file_okay=False))
+@_JSON
+def status_cmd(workdir: str, as_json: bool) -> None:
+    """Reconcile a campaign folder with the scheduler and print job and step states.
+
+    Example: ncclbot-sweep status runs/demo --json
+    """
+    from ncclbot_sweep.runner import status
+
+    _echo_summary(status(workdir), as_json)
+
+
+@click.command("resume")
+@click.argument("workdir", type=click.Path(file_okay=False))
+@_WAIT
+@_JSON
+def resume_cmd(workdir: str, wait: bool, as_json: bool) -> None:
+    """Finish a campaign: adopt running jobs, re-run only steps that are missing or failed.
+
+    Example: ncclbot-sweep resume runs/demo
+    """
+    from ncclbot_sweep.progress import progress_reporter
+    from ncclbot_sweep.runner import resume
+
+    with progress_reporter() as progress:
+        summary = resume(workdir, wait=wait, progress=progress)
+    _finish(summary, as_json, wait)
+
+
+@click.command("cancel")
+@click.argument("workdir", type=click.Path(file_okay=False))
+@_JSON
+def cancel_cmd(workdir: str, as_json: bool) -> None:
+    """Cancel the campaign's open and unsubmitted jobs ('resume' continues later).
+
+    Example: ncclbot-sweep cancel runs/demo
+    """
+    from ncclbot_sweep.runner import cancel
+
+    _echo_summary(cancel(workdir), as_json)
+
+
+@click.command("demo")
+@click.option("--out", "out", default="demo-out", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the demo's outputs (the campaign goes into OUT/campaign).")
+def demo_cmd(out: str) -> None:
+    """Run the paper's forced-arm sweep on the simulated H100 fabric, on this machine.
+
+    Example: ncclbot-sweep demo --out demo-out
+    """
+    from ncclbot_sweep.demo import run_demo
+    from ncclbot_sweep.progress import progress_reporter
+
+    click.echo(f"demo: running campaigns/demo.yaml on inventories/sim-h100.yaml into {out}/campaign")
+    with progress_reporter() as progress:
+        root, summary = run_demo(Path(out), progress=progress)
+    _finish(summary, False, True)
+    click.echo(f"demo: campaign folder {root}")
+
+
+COMMANDS = [inventory_group, plan_cmd, render_cmd, submit_cmd, status_cmd, resume_cmd, cancel_cmd, demo_cmd]

@@ -1,0 +1,287 @@
+"""The local executor: runs job scripts as subprocesses of this machine, Slurm-style.
+
+Used with the simulated fabric (the embedded default) and in tests. It behaves like a tiny
+scheduler whose whole state lives in files under ``state_dir``, so a campaign command can
+die at any point and the next one (``status``/``resume``) adopts what is still running:
+
+* ``submit`` records the job (PENDING) and starts it when fewer than ``max_concurrent``
+  jobs run; ``poll`` also starts pending jobs as slots free up (the scheduler's tick);
+* each job runs ``bash job.sh`` in its own session under ``timeout`` (the job's time
+  limit), with the Slurm environment a batch script expects (``SLURM_JOB_ID``,
+  ``SLURM_NNODES``, ``SLURM_NTASKS``, ``SLURM_JOB_NODELIST``, ...); a wrapper writes the
+  exit code into ``<state>/<id>/rc`` when the script ends;
+* an ``srun`` stand-in is first on ``PATH``. It accepts the flags the templates render
+  (always ``--flag=value``), and starts **task 0 only** with the full ``SLURM_NTASKS`` and
+  ``SLURM_NNODES``: launching one process per rank (32 nodes x 8 GPUs) would be far too
+  slow, and the simulated nccl-tests binaries print only from ``SLURM_PROCID=0`` and take
+  the job size from the environment. Container flags are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from ncclbot_sweep.errors import ExecutorError
+from ncclbot_sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
+
+__all__ = ["LocalExecutor"]
+
+log = logging.getLogger(__name__)
+
+_CANCELLED = "cancelled"
+# Runs the job under its time limit and records the exit code before exiting (atomically).
+_WRAPPER = 'timeout --kill-after=10 "$3" bash "$1"; rc=$?; echo "$rc" >"$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
+_SRUN = r"""#!/bin/bash
+# srun stand-in of the ncclbot-sweep local executor: runs task 0 only, with the full job size in
+# the environment (see ncclbot_sweep/executors/local.py). Accepts --flag=value options.
+nodes="${SLURM_NNODES:-1}"
+ntasks="${SLURM_NTASKS:-1}"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --nodes=*) nodes="${1#--nodes=}" ;;
+        --ntasks=*) ntasks="${1#--ntasks=}" ;;
+        --) shift; break ;;
+        -*) ;;
+        *) break ;;
+    esac
+    shift
+done
+if [ $# -eq 0 ]; then
+    echo "srun (ncclbot local stand-in): no command given" >&2
+    exit 2
+fi
+counter="${NCCLBOT_LOCAL_JOB_STATE:-/tmp}/srun-steps"
+echo x >>"$counter" 2>/dev/null
+export SLURM_STEP_ID="$(( $(wc -l <"$counter" 2>/dev/null || echo 1) - 1 ))"
+export SLURM_STEPID="$SLURM_STEP_ID"
+export SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0
+export SLURM_NTASKS="$ntasks" SLURM_NPROCS="$ntasks" SLURM_NNODES="$nodes"
+export SLURM_STEP_NUM_TASKS="$ntasks" SLURM_STEP_NUM_NODES="$nodes"
+exec "$@"
+"""
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """Kernel start time of ``pid`` (to tell our process from a recycled pid), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    if fields[0] == "Z":  # a zombie has finished
+        return None
+    return fields[19]
+
+
+class LocalExecutor(Executor):
+    """Runs jobs on this machine; see the module docstring. Safe to re-create after a crash."""
+
+    name = "local"
+
+    def __init__(self, *, state_dir: Path, gpus_per_node: int, max_concurrent: int = 2) -> None:
+        self.state_dir = Path(state_dir)
+        self.gpus_per_node = gpus_per_node
+        self.max_concurrent = max_concurrent
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._bin = self.state_dir / "bin"
+        self._bin.mkdir(exist_ok=True)
+        srun = self._bin / "srun"
+        if not srun.exists() or srun.read_text() != _SRUN:
+            tmp = srun.with_suffix(".tmp")
+            tmp.write_text(_SRUN)
+            tmp.chmod(0o755)
+            os.replace(tmp, srun)
+        self._children: dict[str, subprocess.Popen] = {}
+
+    # ------------------------------------------------------------------ records
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.state_dir / ".lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _record_dir(self, job_id: str) -> Path:
+        return self.state_dir / "jobs" / job_id
+
+    def _ids(self) -> list[str]:
+        root = self.state_dir / "jobs"
+        if not root.exists():
+            return []
+        return sorted((p.name for p in root.iterdir() if p.name.isdigit()), key=int)
+
+    def _read(self, job_id: str) -> dict:
+        try:
+            return json.loads((self._record_dir(job_id) / "spec.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    # ------------------------------------------------------------------ Executor
+
+    def submit(self, job: JobSpec) -> str:
+        """Record ``job`` and start it if a slot is free; returns its numeric id as a string."""
+        script = Path(job.local_dir) / job.script_name
+        if not script.is_file():
+            raise ExecutorError(f"job {job.job_key}: no job script at {script}", hint="render the campaign first")
+        with self._locked():
+            job_id = str(int(self._ids()[-1]) + 1 if self._ids() else 1)
+            record = self._record_dir(job_id)
+            record.mkdir(parents=True)
+            spec = {"tag": job.tag, "campaign_key": job.campaign_key, "job_key": job.job_key,
+                    "dir": str(Path(job.local_dir).resolve()), "nodes": job.nodes,
+                    "time_limit_s": job.time_limit_s, "submitted_at": time.time()}
+            (record / "spec.json").write_text(json.dumps(spec))
+            log.info("local job %s queued for %s", job_id, job.tag)
+            self._schedule()
+        return job_id
+
+    def poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        """Start pending jobs that fit, then report every id (unknown ids are UNKNOWN)."""
+        with self._locked():
+            self._schedule()
+        return {job_id: self._status(job_id) for job_id in job_ids}
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Stop these jobs: pending ones never start, running ones get SIGTERM, then SIGKILL."""
+        with self._locked():
+            for job_id in job_ids:
+                record = self._record_dir(job_id)
+                if not record.exists() or (record / "rc").exists():
+                    continue
+                pid = self._live_pid(job_id)
+                if pid is not None:
+                    self._kill_group(pid)
+                (record / "rc").write_text(_CANCELLED)
+                log.info("local job %s cancelled", job_id)
+
+    def fetch(self, job: JobSpec) -> None:
+        """Nothing to copy: local jobs write straight into the campaign folder."""
+
+    def find_tagged(self, campaign_key: str) -> Mapping[str, str]:
+        """``{tag: id}`` of every job of this campaign the executor has seen (the latest per tag)."""
+        prefix = job_tag(campaign_key, "")
+        found: dict[str, str] = {}
+        for job_id in self._ids():
+            tag = self._read(job_id).get("tag", "")
+            if tag.startswith(prefix):
+                found[tag] = job_id
+        return found
+
+    def close(self) -> None:
+        """Reap finished children; running jobs keep running (they are adopted on resume)."""
+        for child in self._children.values():
+            child.poll()
+
+    # ------------------------------------------------------------------ internals
+
+    def _status(self, job_id: str) -> JobStatus:
+        record = self._record_dir(job_id)
+        if not record.exists():
+            return JobStatus(JobState.UNKNOWN, reason="no such local job")
+        child = self._children.get(job_id)
+        if child is not None:
+            child.poll()  # reap, so a finished job is not seen as a zombie forever
+        alive = self._live_pid(job_id) is not None
+        rc_file = record / "rc"
+        if rc_file.exists():
+            text = rc_file.read_text().strip()
+            if text == _CANCELLED:
+                return JobStatus(JobState.CANCELLED, reason="cancelled")
+            code = int(text) if text.lstrip("-").isdigit() else -1
+            if code == 0:
+                return JobStatus(JobState.COMPLETED, 0)
+            if code in (124, 137):
+                return JobStatus(JobState.TIMEOUT, code, reason="job time limit reached")
+            return JobStatus(JobState.FAILED, code, reason=f"job script exited with {code}")
+        if alive:
+            return JobStatus(JobState.RUNNING)
+        if not (record / "pid").exists():
+            return JobStatus(JobState.PENDING, reason="waiting for a free slot")
+        return JobStatus(JobState.FAILED, reason="the job's process vanished without an exit code (killed?)")
+
+    def _live_pid(self, job_id: str) -> int | None:
+        try:
+            pid_text, start = (self._record_dir(job_id) / "pid").read_text().split()
+        except (OSError, ValueError):
+            return None
+        pid = int(pid_text)
+        return pid if _proc_start_time(pid) == start else None
+
+    def _running_count(self) -> int:
+        count = 0
+        for job_id in self._ids():
+            record = self._record_dir(job_id)
+            if (record / "pid").exists() and not (record / "rc").exists() and self._live_pid(job_id):
+                count += 1
+        return count
+
+    def _schedule(self) -> None:
+        """Start pending jobs, oldest first, while fewer than ``max_concurrent`` run (lock held)."""
+        free = self.max_concurrent - self._running_count()
+        for job_id in self._ids():
+            if free <= 0:
+                break
+            record = self._record_dir(job_id)
+            if (record / "pid").exists() or (record / "rc").exists():
+                continue
+            self._start(job_id)
+            free -= 1
+
+    def _start(self, job_id: str) -> None:
+        spec = self._read(job_id)
+        record = self._record_dir(job_id)
+        job_dir = Path(spec["dir"])
+        env = self._environment(job_id, spec)
+        with open(record / "output.txt", "ab") as out:
+            child = subprocess.Popen(
+                ["bash", "-c", _WRAPPER, "ncclbot-local-job", str(job_dir / "job.sh"), str(record / "rc"),
+                 str(max(1, int(spec["time_limit_s"])))],
+                cwd=job_dir, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        self._children[job_id] = child
+        start = _proc_start_time(child.pid)
+        (record / "pid").write_text(f"{child.pid} {start}")
+        log.info("local job %s started (pid %d) for %s", job_id, child.pid, spec["tag"])
+
+    def _environment(self, job_id: str, spec: dict) -> dict[str, str]:
+        nodes = int(spec["nodes"])
+        ntasks = nodes * self.gpus_per_node
+        nodelist = "localhost" if nodes == 1 else f"local[1-{nodes}]"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+        env.update({
+            "PATH": f"{self._bin}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
+            "NCCLBOT_LOCAL_JOB_STATE": str(self._record_dir(job_id)),
+            "SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_JOB_NAME": spec["tag"],
+            "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes),
+            "SLURM_NTASKS": str(ntasks), "SLURM_NPROCS": str(ntasks),
+            "SLURM_NTASKS_PER_NODE": str(self.gpus_per_node), "SLURM_TASKS_PER_NODE": f"{self.gpus_per_node}(x{nodes})",
+            "SLURM_GPUS_PER_NODE": str(self.gpus_per_node), "SLURM_JOB_NODELIST": nodelist,
+            "SLURM_NODELIST": nodelist, "SLURM_SUBMIT_DIR": spec["dir"], "SLURM_SUBMIT_HOST": socket.gethostname(),
+            "SLURM_CLUSTER_NAME": "local", "SLURM_JOB_PARTITION": "local",
+        })
+        return env
+
+    @staticmethod
+    def _kill_group(pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _proc_start_time(pid) is not None:
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)

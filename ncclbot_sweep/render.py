@@ -1,0 +1,248 @@
+"""Job scripts: render each planned job into ``jobs/<job>/job.sh`` and describe each step in ``step.json``.
+
+Every value that comes from an inventory or a campaign reaches the script through one
+quoting rule (STYLE habit 16): the Jinja environment's ``finalize`` shell-quotes every
+``{{ expression }}``, so a template cannot forget to quote. The only unquoted values are
+those wrapped in :class:`_Raw` here after validation: environment variable *names*
+(identifiers only) and ``#SBATCH`` values, which are not shell syntax; those refuse line
+breaks and quotes (a line break in a ``#`` line would start a new command).
+
+The script contract (architecture section 4; read by the executors and the parsers):
+
+* one job = one allocation; each step runs one nccl-tests binary through the launcher
+  (``srun`` inside the allocation) under ``timeout``, with its own environment
+  (``NCCL_ALGO``/``NCCL_PROTO`` for forced arms, the plugin variables for live ones),
+  ``NCCL_DEBUG=INFO``, ``NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING`` and ``NCCL_DEBUG_FILE`` into the
+  step's ``nccl.log``, stdout into ``stdout.txt``;
+* per-iteration measurement: nccl-tests >= 2.19 runs ``-n <iters> -I 1 -J result.json``,
+  older versions ``-n 1 -N <iters>`` (one printed cycle per iteration);
+* the step's exit code is written into ``exit`` last; a step whose ``exit`` says 0 is
+  skipped when the script runs again, so resuming never re-runs a finished step;
+* provenance (hosts, GPUs, driver, versions, effective environment, NCCL config files,
+  plugin checksum) is captured once per job into ``provenance.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+from pathlib import Path, PurePath
+from typing import Any
+
+import jinja2
+
+from ncclbot_sweep import __version__
+from ncclbot_sweep.campaign import Job, Plan, Step
+from ncclbot_sweep.errors import InventoryError, RenderError
+from ncclbot_sweep.executors.base import job_tag
+from ncclbot_sweep.paths import CampaignPaths
+from ncclbot_sweep.resources import resource_dir
+
+__all__ = ["DEBUG_ENV", "render_campaign", "render_job_script", "step_metadata", "template_name"]
+
+log = logging.getLogger(__name__)
+
+#: NCCL logging every step gets (the parsers read the TUNING tables and per-call choices).
+DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:@%=+/\-\[\]^*|&!]+$")
+
+
+class _Raw(str):
+    """A string emitted verbatim; only this module creates them, after validation."""
+
+
+def _finalize(value: Any) -> str:
+    if isinstance(value, _Raw):
+        return str(value)
+    if value is None:
+        raise RenderError("a template value is missing (None); the template must not print it")
+    return shlex.quote(str(value))
+
+
+def _env_name(name: str) -> _Raw:
+    if not _NAME.match(name):
+        raise RenderError(f"environment variable name {name!r} is not an identifier",
+                          hint="use letters, digits and '_' only")
+    return _Raw(name)
+
+
+def _sbatch(value: Any, what: str) -> _Raw:
+    """A value for an ``#SBATCH`` line: plain, double-quoted when it has spaces, else refused."""
+    text = str(value)
+    if _SBATCH_PLAIN.match(text):
+        return _Raw(text)
+    if re.search(r"[\x00-\x1f\"'\\`$]", text):
+        raise RenderError(f"{what} {text!r} cannot go on an #SBATCH line (line break, quote, '$' or backslash)",
+                          hint=f"fix {what} in the inventory")
+    return _Raw(f'"{text}"')
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        finalize=_finalize,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def template_name(kind: str) -> str:
+    """The template of a campaign kind: ``forced``, ``live``, ``stock`` or ``overhead``."""
+    return f"job-{kind}.sh.j2"
+
+
+def _sbatch_lines(plan: Plan, job: Job) -> list[_Raw]:
+    inv, sched = plan.inventory, plan.inventory.scheduler
+    node_set = inv.node_set(job.node_set)
+    tag = job_tag(plan.campaign_key, job.key)
+    lines = [f"--job-name={_sbatch(tag, 'job tag')}", f"--comment={_sbatch(tag, 'job tag')}",
+             f"--nodes={job.nodes}", f"--ntasks-per-node={inv.gpus_per_node}",
+             f"--gpus-per-node={inv.gpus_per_node}", f"--time={job.time_limit_min}"]
+    for option, value in (("partition", sched.partition), ("account", sched.account), ("qos", sched.qos),
+                          ("reservation", sched.reservation)):
+        if value:
+            lines.append(f"--{option}={_sbatch(value, 'scheduler.' + option)}")
+    constraints = [c for c in (sched.constraint, node_set.constraint) if c]
+    if constraints:
+        joined = "&".join(f"({c})" if "|" in c else c for c in constraints)
+        lines.append(f"--constraint={_sbatch(joined, 'constraint')}")
+    excluded = list(sched.exclude) + list(node_set.exclude)
+    if excluded:
+        lines.append(f"--exclude={_sbatch(','.join(excluded), 'exclude')}")
+    if node_set.nodelist:
+        lines.append(f"--nodelist={_sbatch(node_set.nodelist, 'node_sets.nodelist')}")
+    segment = node_set.segment(job.nodes)
+    if segment:
+        lines.append(f"--segment={segment}")
+    for extra in sched.extra_sbatch:
+        lines.append(str(_sbatch(extra, "scheduler.extra_sbatch")))
+    return [_Raw(line) for line in lines]
+
+
+def _launch_words(plan: Plan, job: Job) -> list[str]:
+    """The launcher command before the binary (each word quoted by the template)."""
+    inv, launcher = plan.inventory, plan.inventory.launcher
+    ranks = job.nodes * inv.gpus_per_node
+    if launcher.kind == "mpirun":
+        return ["mpirun", "-np", str(ranks), "--map-by", f"ppr:{inv.gpus_per_node}:node",
+                *launcher.mpirun_flags]
+    words = ["srun", f"--nodes={job.nodes}", f"--ntasks={ranks}", f"--ntasks-per-node={inv.gpus_per_node}"]
+    if launcher.mpi:
+        words.append(f"--mpi={launcher.mpi}")
+    if launcher.container:
+        words.append(f"--container-image={launcher.container.image}")
+        if launcher.container.mounts:
+            words.append(f"--container-mounts={','.join(launcher.container.mounts)}")
+        words += launcher.container.flags
+    return words + list(launcher.flags)
+
+
+def _binary_path(plan: Plan, step: Step) -> str:
+    try:
+        bin_dir = plan.inventory.nccl_tests.resolved_bin_dir()
+    except InventoryError:
+        raise
+    return str(PurePath(bin_dir) / step.binary)
+
+
+def _test_args(plan: Plan, step: Step) -> list[str]:
+    """nccl-tests flags for one step (the per-iteration flags depend on the version)."""
+    sizes = step.sizes
+    args = ["-b", str(sizes["min"]), "-e", str(sizes["max"]), "-f", str(sizes["factor"]), "-g", "1",
+            "-d", step.dtype, "-o", step.op, "-w", str(step.warmup)]
+    if plan.inventory.nccl_tests.per_iteration_json:
+        args += ["-n", str(step.iterations), "-I", "1"]
+    else:
+        args += ["-n", "1", "-N", str(step.iterations)]
+    return args + list(step.flags)
+
+
+def step_metadata(plan: Plan, job: Job, step: Step) -> dict[str, Any]:
+    """What ``step.json`` says of a step (read by ingest; see ``ncclbot_sweep.paths``)."""
+    inv = plan.inventory
+    env = dict(inv.environment) | dict(step.env) | DEBUG_ENV
+    return {
+        "schema": 1, "writer": f"ncclbot-sweep {__version__}",
+        "campaign": plan.campaign.name, "campaign_key": plan.campaign_key, "job_key": job.key,
+        "step_key": step.key, "fabric": inv.name, "synthetic": inv.synthetic, "kind": step.kind,
+        "collective": step.collective, "binary": step.binary, "nodes": step.nodes,
+        "gpus_per_node": step.gpus_per_node, "ranks": step.ranks, "node_set": step.node_set,
+        "arm": None if step.arm is None else str(step.arm), "policy": step.policy, "plugin": step.plugin,
+        "variant": step.variant, "repeat": step.repeat, "sizes": step.sizes, "iterations": step.iterations,
+        "warmup": step.warmup, "dtype": step.dtype, "op": step.op, "timeout_s": step.timeout_s, "env": env,
+        "per_iteration": "json" if inv.nccl_tests.per_iteration_json else "cycles",
+        "nccl_tests_version": inv.nccl_tests.version, "nccl_version": inv.nccl.version,
+        "plugin_path": inv.plugin.path if step.plugin else None,
+        "plugin_version": inv.plugin.version if step.plugin else None,
+    }
+
+
+def render_job_script(plan: Plan, job: Job, run_root: PurePath) -> str:
+    """The text of ``job.sh`` for ``job``, with the campaign folder at ``run_root`` where it runs."""
+    inv = plan.inventory
+    paths = CampaignPaths(run_root)
+    steps = []
+    for step in job.steps:
+        steps.append({
+            "key": step.key, "label": step.label, "dir": str(paths.step_dir(job.key, step.key)),
+            "env": [(_env_name(k), v) for k, v in step.env.items()], "plugin": step.plugin,
+            "timeout_s": step.timeout_s, "launch": _launch_words(plan, job),
+            "binary": _binary_path(plan, step), "args": _test_args(plan, step),
+            "json": inv.nccl_tests.per_iteration_json,
+        })
+    context = {
+        "campaign": plan.campaign.name, "campaign_key": plan.campaign_key, "job_key": job.key,
+        "tag": job_tag(plan.campaign_key, job.key), "fabric": inv.name, "version": __version__,
+        "sbatch": _sbatch_lines(plan, job), "job_dir": str(paths.job_dir(job.key)),
+        "fabric_env": [(_env_name(k), v) for k, v in inv.environment.items()],
+        "debug_env": [(_env_name(k), v) for k, v in DEBUG_ENV.items()],
+        "nccl_lib_dir": inv.nccl.lib_dir, "nccl_version": inv.nccl.version or "",
+        "nccl_tests_version": inv.nccl_tests.version, "plugin_path": inv.plugin.path or "",
+        "plugin_version": inv.plugin.version or "", "steps": steps, "nodes": job.nodes,
+    }
+    try:
+        return _environment().get_template(template_name(plan.campaign.kind)).render(context)
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template {template_name(plan.campaign.kind)} failed: {exc}",
+                          hint="the templates ship with the package; reinstall or report a bug") from exc
+
+
+def _write_if_changed(path: Path, text: str, mode: int | None = None) -> bool:
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    if mode is not None:
+        os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    return True
+
+
+def render_campaign(plan: Plan, local_root: Path, *, run_root: PurePath | None = None) -> list[Path]:
+    """Write every job's ``job.sh`` and every step's ``step.json`` under ``local_root``.
+
+    ``run_root`` is where the folder lives when the jobs run (the cluster's shared file
+    system); it defaults to ``local_root``. Idempotent: unchanged files are not rewritten.
+    Returns the job script paths in plan order.
+    """
+    local = CampaignPaths.local(local_root)
+    run_root = run_root if run_root is not None else Path(local_root).resolve()
+    scripts = []
+    for job in plan.jobs:
+        script = Path(local.job_script(job.key))
+        _write_if_changed(script, render_job_script(plan, job, run_root), 0o755)
+        for step in job.steps:
+            meta = json.dumps(step_metadata(plan, job, step), indent=2, sort_keys=True) + "\n"
+            _write_if_changed(Path(local.step_files(job.key, step.key).meta), meta)
+        scripts.append(script)
+    log.info("rendered %d job scripts into %s", len(scripts), local_root)
+    return scripts

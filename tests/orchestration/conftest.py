@@ -1,0 +1,121 @@
+"""Fixtures for the orchestration tests: a fake nccl-tests binary folder and a local inventory.
+
+The fake binaries are small bash scripts standing in for nccl-tests (the issue allows any
+binary until the simulated fabric is used): they log each start and end with the step key
+into ``$NCCLBOT_FAKE_LOG``, write stdout, the NCCL log and the ``-J`` JSON file, and can be
+told to sleep (``NCCLBOT_FAKE_SLEEP``), fail (``NCCLBOT_FAKE_FAIL_ALGO``) or refuse an arm the
+way NCCL does (``NCCLBOT_FAKE_INVALID_ALGO``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ncclbot_sweep.names import COLLECTIVE_BINARY
+
+FAKE = r"""#!/bin/bash
+# Fake nccl-tests binary for ncclbot-sweep orchestration tests.
+name="$(basename "$0")"
+json=""
+args=("$@")
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -J) json="$2"; shift ;;
+    esac
+    shift
+done
+log="${NCCLBOT_FAKE_LOG:-/dev/null}"
+echo "start $NCCLBOT_STEP_KEY $name ${NCCL_ALGO:-}/${NCCL_PROTO:-}" >>"$log"
+echo "# nccl-tests fake: $name ${args[*]}"
+echo "# ranks ${SLURM_NTASKS:-?} nodes ${SLURM_NNODES:-?} procid ${SLURM_PROCID:-?}"
+if [ -n "${NCCL_DEBUG_FILE:-}" ]; then
+    echo "host:1:1 [0] NCCL INFO NCCL_ALGO set by environment to ${NCCL_ALGO:-unset}" >"$NCCL_DEBUG_FILE"
+fi
+if [ -n "${NCCLBOT_FAKE_INVALID_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLBOT_FAKE_INVALID_ALGO" ]; then
+    echo "host:1:1 [0] NCCL WARN No algorithm/protocol available for function AllReduce with datatype ncclFloat32. NCCL_ALGO was set to $NCCL_ALGO." >>"$NCCL_DEBUG_FILE"
+    echo "test.cu:100 NCCL failure 'invalid usage'" >&2
+    exit 3
+fi
+sleep "${NCCLBOT_FAKE_SLEEP:-0}"
+if [ -n "${NCCLBOT_FAKE_FAIL_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLBOT_FAKE_FAIL_ALGO" ]; then
+    echo "fake failure" >&2
+    exit 7
+fi
+[ -n "$json" ] && echo '{"version": 3, "results": []}' >"$json"
+echo "# Avg bus bandwidth    : 1.0"
+echo "end $NCCLBOT_STEP_KEY" >>"$log"
+"""
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    folder = tmp_path / "fake bin"
+    folder.mkdir()
+    for binary in COLLECTIVE_BINARY.values():
+        path = folder / binary
+        path.write_text(FAKE)
+        path.chmod(0o755)
+    return folder
+
+
+def local_inventory_text(bin_dir: Path, *, name: str = "sim-local", concurrent: int = 2, extra: str = "") -> str:
+    return f"""\
+name: {name}
+gpus_per_node: 8
+access: {{kind: local}}
+scheduler:
+  kind: local
+  max_concurrent_jobs: {concurrent}
+  poll_interval_s: 0.05
+  poll_interval_max_s: 0.2
+launcher: {{kind: srun, mpi: null}}
+nccl_tests:
+  bin_dir: "{bin_dir}"
+  version: "2.19.6"
+algorithms: {{families: [tree, ring, nvls]}}
+estimate: {{step_overhead_s: 1, job_overhead_s: 1, latency_us: 1, busbw_gbs: 1000}}
+{extra}"""
+
+
+SMALL_CAMPAIGN = """\
+name: small
+kind: forced
+collectives: [AllReduce]
+nodes: [2, 4]
+sizes: {min: 1K, max: 64K}
+arms: [Ring/LL, Ring/LL128, Ring/Simple, Tree/LL]
+iterations: 5
+warmup: 1
+timeout_s: 60
+packing: {steps_per_job: 2}
+"""
+
+
+@pytest.fixture
+def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Route the fake binaries' start/end log into a file; returns its path."""
+    log = tmp_path / "fake.log"
+    monkeypatch.setenv("NCCLBOT_FAKE_LOG", str(log))
+    for var in ("NCCLBOT_FAKE_SLEEP", "NCCLBOT_FAKE_FAIL_ALGO", "NCCLBOT_FAKE_INVALID_ALGO"):
+        monkeypatch.delenv(var, raising=False)
+    return log
+
+
+def starts_and_ends(log: Path) -> tuple[dict[str, int], dict[str, int]]:
+    starts: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    if not log.exists():
+        return starts, ends
+    for line in log.read_text().splitlines():
+        kind, key = line.split()[:2]
+        bucket = starts if kind == "start" else ends
+        bucket[key] = bucket.get(key, 0) + 1
+    return starts, ends
+
+
+@pytest.fixture
+def env_copy() -> dict[str, str]:
+    return dict(os.environ)
