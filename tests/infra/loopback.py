@@ -135,6 +135,10 @@ class SlurmCluster:
         for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
             if shutil.which(tool) is None:
                 raise InfraUnavailable(f"{tool} is not installed (run tests/infra/install-slurm-sshd.sh)")
+        busy = [p for p in (SLURMCTLD_PORT, *SLURMD_PORTS) if _port_open(p)]
+        if busy:
+            raise InfraUnavailable(f"loopback ports {busy} are already in use (another test cluster "
+                                   "running?); stop it first")
         self.write_config()
         self.start_munge()
         self.start_ctld()
@@ -260,6 +264,29 @@ class Sshd:
         if proc.returncode != 0:
             raise InfraUnavailable(f"sshd failed to start: {proc.stderr.strip()}")
         _wait_for(lambda: _port_open(self.port), 15, "sshd", self.root / "sshd.log")
+
+    def kill_sessions(self) -> int:
+        """Cut every open connection (kill the per-connection sshd children); returns how many."""
+        try:
+            listener = int((self.root / "sshd.pid").read_text().strip())
+        except (OSError, ValueError):
+            return 0
+        killed = 0
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == listener:
+                try:
+                    os.kill(int(proc.name), signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass
+        return killed
 
     def stop(self) -> None:
         _wait_gone(_kill_pidfile(self.root / "sshd.pid"))
