@@ -55,6 +55,9 @@ def _register() -> None:
 
     main.add_command(ingest_cli.ingest_command)
     main.add_command(ingest_cli.datasets_group)
+    from ncclbot_sweep.cli import sim as sim_cli
+
+    main.add_command(sim_cli.sim_group)
 
 
 _register()

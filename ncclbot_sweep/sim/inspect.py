@@ -1,0 +1,79 @@
+"""Human-readable views of the simulated fabric for ``ncclbot-sweep sim`` (no printing here).
+
+:func:`cost_table_rows` lays one context's cost table beside the ground truth, the way an
+engineer checks AUTO by hand: predicted time, true steady-state time, AUTO's pick and the
+measured-best arm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ncclbot_sweep import costmodel
+from ncclbot_sweep.names import Arm
+from ncclbot_sweep.sim.fabric import fabric
+from ncclbot_sweep.sim.nccltests.ncclog import tuning_table_lines
+
+__all__ = ["CostRow", "cost_table_rows", "format_cost_table", "parse_size_text", "tuning_table_text"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CostRow:
+    """One arm of a context: NCCL's predicted time and the simulator's true steady time."""
+
+    arm: Arm
+    predicted_us: float
+    true_us: float
+    auto: bool
+    best: bool
+
+
+def parse_size_text(text: str) -> int:
+    """``1048576``, ``1M``, ``1MiB``, ``512B`` or ``16GiB`` -> bytes (powers of 1024)."""
+    from ncclbot_sweep.sim.nccltests.options import UsageError, parse_size
+
+    value = text.strip()
+    for suffix in ("iB", "ib", "B", "b"):
+        if value.endswith(suffix) and len(value) > len(suffix):
+            value = value[: -len(suffix)]
+            break
+    try:
+        return parse_size(value)
+    except UsageError:
+        raise ValueError(f"size must look like 1048576, 1M or 1MiB, but got {text!r}") from None
+
+
+def cost_table_rows(fabric_name: str, collective: str, nodes: int, size_bytes: int) -> list[CostRow]:
+    """Every valid arm of the context with its predicted and true latency, AUTO and best marked."""
+    sim = fabric(fabric_name)
+    costs = sim.cost_table(collective, nodes, size_bytes)
+    arms = sim.valid_arms(collective, nodes)
+    auto = costmodel.auto_arm(costs)
+    truth = {arm: sim.steady_latency_us(collective, nodes, arm, size_bytes) for arm in arms}
+    best = min(truth, key=truth.get) if truth else None
+    return [
+        CostRow(arm, float(costs[arm.algorithm_index, arm.protocol_index]), truth[arm], arm == auto, arm == best)
+        for arm in arms
+    ]
+
+
+def format_cost_table(rows: list[CostRow]) -> list[str]:
+    """Lines of a small fixed-width table, with AUTO's loss against the best arm at the end."""
+    lines = [f"{'arm':<16s} {'predicted_us':>14s} {'true_us':>14s}  mark"]
+    for row in rows:
+        mark = " ".join(m for m, on in (("AUTO", row.auto), ("BEST", row.best)) if on)
+        lines.append(f"{str(row.arm):<16s} {row.predicted_us:14.2f} {row.true_us:14.2f}  {mark}")
+    auto = next((r for r in rows if r.auto), None)
+    best = next((r for r in rows if r.best), None)
+    if auto and best:
+        predicted = sorted(r.predicted_us for r in rows if r.predicted_us >= 0)
+        margin = predicted[1] / predicted[0] - 1 if len(predicted) > 1 and predicted[0] > 0 else float("inf")
+        lines.append(f"AUTO loss vs best: {100 * (auto.true_us / best.true_us - 1):.1f}%   predicted runner-up margin: {margin:.2f}")
+    return lines
+
+
+def tuning_table_text(fabric_name: str, nodes: int) -> list[str]:
+    """NCCL's init tuning table for a job of ``nodes`` nodes, as the simulator logs it."""
+    sim = fabric(fabric_name)
+    tuned = sim.tuned(nodes)
+    return tuning_table_lines(tuned.table, tuned.max_threads)
