@@ -1,0 +1,76 @@
+"""Policy API: names and defaults, the per-step StepPolicy, and UCB1's documented formula."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ncclbot_sweep.analysis.estimators import Estimator
+from ncclbot_sweep.analysis.policies import POLICIES, StepPolicy, make_policy
+from ncclbot_sweep.analysis.replay import run_policy
+from ncclbot_sweep.errors import AnalysisError
+
+from .test_replay_reference import random_problem
+
+
+def test_sixteen_policies_with_champion_defaults():
+    assert len(POLICIES) == 16
+    ucb = make_policy("ucb1")
+    assert (ucb.alpha, ucb.pseudo_count) == (0.0928, 2.89)
+    assert (ucb.estimator.kind, ucb.estimator.clip, ucb.estimator.lr, ucb.estimator.decay) == ("sgd", 0.389, 0.468, 0.467)
+    assert make_policy("greedy").eps == 0.0 and make_policy("greedy").is_deterministic
+    assert not make_policy("Softmax").is_deterministic
+
+
+def test_make_policy_rejects_unknown_names_and_parameters():
+    with pytest.raises(AnalysisError, match="policy must be one of"):
+        make_policy("LinUCB")
+    with pytest.raises(AnalysisError, match="has no parameter"):
+        make_policy("UCB1", temperature=1.0)
+    assert make_policy("UCB1", estimator={"kind": "mean"}).estimator == Estimator(kind="mean", clip=0.389, lr=0.468,
+                                                                                   decay=0.467)
+
+
+def test_ucb1_step_by_hand():
+    """Two arms predicted 10 and 20 us: priors 1.0 and 0.5 with 2.89 virtual pulls each."""
+    p = StepPolicy(make_policy("UCB1"), [10.0, 20.0])
+    assert p.means() == [1.0, 0.5]
+    assert p.select() == 0
+    assert p.update(0, 12.5) == 0.8  # reward mu_hat_min / X
+    n = 2.89 + 1.0
+    step = 0.468 * n ** -0.467
+    expect = 1.0 + step * max(-0.389, 0.8 - 1.0)
+    assert p.means()[0] == pytest.approx(expect, rel=1e-15)
+    big_n = n + 2.89
+    scores = [expect + 0.0928 * math.sqrt(2 * math.log(big_n) / n), 0.5 + 0.0928 * math.sqrt(2 * math.log(big_n) / 2.89)]
+    assert p.select() == int(np.argmax(scores))
+
+
+def test_filter_drops_arms_predicted_beyond_rho_max_and_keeps_undefined():
+    p = StepPolicy(make_policy("UCB1"), [10.0, 25.0, None, 19.0])
+    assert p.offered == [True, False, True, True]
+    assert p.select() == 2  # the undefined arm starts cold: unpulled arms first
+
+
+def test_ties_go_to_the_lowest_arm_index():
+    p = StepPolicy(make_policy("greedy"), [10.0, 10.0, 10.0])
+    assert p.select() == 0
+
+
+@pytest.mark.parametrize("name", ["UCB1", "greedy", "KL-UCB", "UCB-V"])
+def test_step_policy_follows_the_engine(name):
+    problem = random_problem(11, n_ctx=4)
+    policy = make_policy(name)
+    run = run_policy(problem, policy, horizon=30, seeds=[0], record_arms=True)
+    for c in range(len(problem)):
+        pred = problem.predicted[c]
+        measured = problem.pools.measured[c]
+        step = StepPolicy(policy, [v if m else 1e30 for v, m in zip(pred, measured)], rho_max=problem.rho_max)
+        pulls = np.zeros(len(pred), dtype=int)
+        for t in range(30):
+            arm = step.select()
+            assert arm == run.arms[0, c, t]
+            step.update(arm, problem.pools.samples[c, arm, pulls[arm] % problem.pools.depth[c, arm]])
+            pulls[arm] += 1
