@@ -1,0 +1,176 @@
+"""Datasets and ingest: schemas, atomic idempotent writes, readers (pandas, polars, DuckDB),
+campaign step folders, quarantine accounting and the two CLI commands."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ncclbot_sweep import datasets
+from ncclbot_sweep.cli import main
+from ncclbot_sweep.errors import DatasetError
+from ncclbot_sweep.ingest import dataset_info, ingest
+
+REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real"
+
+
+def _real() -> Path:
+    if not REAL.is_dir():
+        pytest.skip("shared fixtures not present")
+    return REAL
+
+
+def test_write_rows_idempotent_and_read_back(tmp_path):
+    rows = [dict(run_id="r", fabric="f", collective="AllReduce", nodes=2, size_bytes=8, time_us=1.5,
+                 source_sha256="aa", source_path="p"),
+            dict(run_id="r", fabric="f", collective="AllReduce", nodes=None, size_bytes=16, time_us=2.5,
+                 source_sha256="aa", source_path="p")]
+    assert datasets.write_rows(tmp_path, "iterations", rows) == 2
+    assert datasets.write_rows(tmp_path, "iterations", rows) == 0
+    df = datasets.read_table(tmp_path, "iterations").sort_values("size_bytes")
+    assert list(df["size_bytes"]) == [8, 16]
+    assert df["nodes"].iloc[0] == 2 and df["nodes"].isna().iloc[1]
+    assert list(df.columns) == datasets.SCHEMAS["iterations"].names
+    only2 = datasets.read_table(tmp_path, "iterations", filters=[("nodes", "=", 2)])
+    assert len(only2) == 1
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_read_absent_table_is_empty_with_columns(tmp_path):
+    df = datasets.read_table(tmp_path, "runs")
+    assert len(df) == 0 and list(df.columns) == datasets.SCHEMAS["runs"].names
+
+
+def test_unknown_table_and_column_errors(tmp_path):
+    with pytest.raises(DatasetError, match="unknown table"):
+        datasets.write_rows(tmp_path, "nope", [])
+    with pytest.raises(DatasetError, match="no column"):
+        datasets.write_rows(tmp_path, "runs", [{"run_id": "x", "bogus": 1}])
+
+
+@pytest.fixture(scope="module")
+def fixture_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ds")
+    summary = ingest([_real()], root)
+    return root, summary
+
+
+def test_every_fixture_file_is_accounted(fixture_dataset):
+    root, summary = fixture_dataset
+    files = [p for p in _real().rglob("*") if p.is_file()]
+    sources = datasets.read_table(root, "sources")
+    assert summary.files == len(files) == len(sources)
+    assert set(sources["status"]) <= {"ingested", "partial", "quarantined"}
+    quarantined = set(sources.loc[sources["status"] == "quarantined", "source_path"])
+    assert {Path(p).name for p in quarantined} == {"INDEX.md", "nccl-ext-profiler-example-trace-readme.json.txt"}
+    q = datasets.read_table(root, "quarantine")
+    assert set(quarantined) <= set(q["source_path"])
+    assert q["reason"].notna().all()
+
+
+def test_ingest_twice_adds_nothing(fixture_dataset):
+    root, summary = fixture_dataset
+    before = {name: datasets.read_arrow(root, name).num_rows for name in datasets.TABLES}
+    again = ingest([_real()], root)
+    assert again.skipped == summary.files and not again.rows
+    assert {name: datasets.read_arrow(root, name).num_rows for name in datasets.TABLES} == before
+
+
+def test_every_table_reads_with_duckdb_and_polars(fixture_dataset):
+    duckdb = pytest.importorskip("duckdb")
+    polars = pytest.importorskip("polars")
+    root, summary = fixture_dataset
+    for name in datasets.TABLES:
+        files = list((root / name).rglob("*.parquet"))
+        if not files:
+            continue
+        n = duckdb.sql(f"select count(*) from read_parquet('{root / name}/**/*.parquet', "
+                       f"hive_partitioning=true, union_by_name=true)").fetchall()[0][0]
+        assert n == datasets.read_arrow(root, name).num_rows, name
+        assert polars.read_parquet(f"{root / name}/**/*.parquet", hive_partitioning=True).height == n
+    a3 = duckdb.sql(f"select nodes, ranks, hosts from read_parquet('{root}/runs/**/*.parquet', "
+                    "hive_partitioning=true) where hosts like 'ztan-mig%'").fetchall()
+    assert a3 == [(2, 16, "ztan-mig-235z,ztan-mig-gq73")]
+    assert summary.rows["iterations"] > 900 and summary.rows["tuning_tables"] == 145
+
+
+def _step(folder: Path, *, arm: str | None, exit_code: str | None = "0", log: str = "", stdout: str | None = None,
+          fabric: str = "sim-h100") -> Path:
+    folder.mkdir(parents=True)
+    meta = {"campaign": "demo", "campaign_key": "ck", "job_key": "jk", "step_key": folder.name, "fabric": fabric,
+            "kind": "forced", "collective": "AllReduce", "binary": "all_reduce_perf", "nodes": 2,
+            "gpus_per_node": 8, "ranks": 16, "arm": arm, "policy": None if arm else "AUTO",
+            "env": {"NCCL_ALGO": arm.split("/")[0] if arm else None}}
+    (folder / "step.json").write_text(json.dumps(meta))
+    src = _real() / "A" / "a3mega-h100-2node-16rank-allreduce.txt"
+    (folder / "stdout.txt").write_text(stdout if stdout is not None else src.read_text())
+    if log:
+        (folder / "nccl.log").write_text(log)
+    if exit_code is not None:
+        (folder / "exit").write_text(exit_code + "\n")
+    return folder
+
+
+def test_campaign_step_folders(tmp_path):
+    jobs = tmp_path / "camp" / "jobs" / "j1" / "steps"
+    (tmp_path / "camp" / "campaign.yaml").parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "camp" / "campaign.yaml").write_text("name: demo\n")
+    _step(jobs / "s-ok", arm="Ring/LL128",
+          log="h:1:1 [0] NCCL INFO AllReduce: 8 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..1}\n")
+    _step(jobs / "s-mismatch", arm="Tree/LL",
+          log="h:1:1 [0] NCCL INFO AllReduce: 8 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}\n")
+    _step(jobs / "s-invalid", arm="NVLS/LL", exit_code="1", stdout="",
+          log="h:1:1 [0] enqueue.cc:1 NCCL WARN Error : no algorithm/protocol available for AllReduce\n")
+    _step(jobs / "s-timeout", arm="Ring/LL", exit_code="124")
+    _step(jobs / "s-unfinished", arm="Ring/Simple", exit_code=None)
+    summary = ingest([tmp_path / "camp"], tmp_path / "ds")
+    assert summary.ignored == [str(tmp_path / "camp" / "campaign.yaml")]
+    runs = datasets.read_table(tmp_path / "ds", "runs").set_index("step_key")
+    assert runs.loc["s-ok", "outcome"] == "ok" and not runs.loc["s-ok", "arm_mismatch"]
+    assert runs.loc["s-mismatch", "arm_mismatch"] and "did not run" in runs.loc["s-mismatch", "failure"]
+    assert runs.loc["s-invalid", "outcome"] == "invalid_arm"
+    assert runs.loc["s-timeout", "outcome"] == "timeout"
+    assert runs.loc["s-unfinished", "outcome"] == "failed"
+    assert runs["synthetic"].all() and set(runs["fabric"]) == {"sim-h100"}
+    it = datasets.read_table(tmp_path / "ds", "iterations", filters=[("fabric", "=", "sim-h100")])
+    ok = it[it["run_id"] == runs.loc["s-ok", "run_id"]]
+    assert len(ok) == 62 and set(ok["arm"]) == {"Ring/LL128"} and set(ok["nodes"]) == {2}
+    assert set(ok["collective"]) == {"AllReduce"}
+
+
+def test_step_result_json_per_iteration_rows_win(tmp_path):
+    step = _step(tmp_path / "c" / "jobs" / "j" / "steps" / "s1", arm="Ring/Simple")
+    shutil.copy(_real() / "A" / "gpusyslab-nt2.19.7-allreduce-t4-2gpu-J-output.json", step / "result.json")
+    ingest([step], tmp_path / "ds")
+    it = datasets.read_table(tmp_path / "ds", "iterations")
+    assert len(it) == 100 and it["iteration"].notna().all()
+    run = datasets.read_table(tmp_path / "ds", "runs").iloc[0]
+    assert run["source_format"] == "nccl-tests-text+json" and run["outcome"] == "ok"
+
+
+def test_cli_ingest_and_info(tmp_path):
+    src = _real() / "A" / "superbench-nccl_reduce.txt"
+    runner = CliRunner()
+    res = runner.invoke(main, ["ingest", str(src), "--dataset", str(tmp_path / "ds"), "--fabric", "lab"])
+    assert res.exit_code == 0, res.output
+    assert "ingested: 1" in res.output and "iterations" in res.output
+    res = runner.invoke(main, ["datasets", "info", str(tmp_path / "ds")])
+    assert res.exit_code == 0 and "iterations" in res.output and "68 rows" in res.output
+    assert datasets.read_table(tmp_path / "ds", "runs")["fabric"].tolist() == ["lab"]
+
+
+def test_cli_info_missing_dataset(tmp_path):
+    res = CliRunner().invoke(main, ["datasets", "info", str(tmp_path / "none")])
+    assert res.exit_code == 1
+    assert res.output.splitlines()[0] == f"Error: {tmp_path / 'none'}: dataset folder does not exist"
+
+
+def test_dataset_info_counts(fixture_dataset):
+    root, _ = fixture_dataset
+    info = dataset_info(root)
+    assert info["tables"]["runs"]["rows"] == datasets.read_arrow(root, "runs").num_rows
+    assert info["sources"]["quarantined"] == 2
