@@ -1,0 +1,99 @@
+/*
+ * comm.c: the process-wide registry of communicators, keyed by commId.
+ *
+ * NCCL opens the tuner and the profiler separately but, for the same file, gets
+ * the same handle and so these same globals (reference section 5). The profiler
+ * init runs first for each communicator, then the tuner init; finalize runs in
+ * the opposite order. The last release frees the state.
+ * Thread safety: every function here takes the registry mutex.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "learn.h"
+#include "state.h"
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static nb_comm **g_comms;
+static size_t g_n, g_cap;
+
+void nb_registry_lock(void) { pthread_mutex_lock(&g_lock); }
+void nb_registry_unlock(void) { pthread_mutex_unlock(&g_lock); }
+
+uint64_t nb_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static nb_comm *create(uint64_t comm_id) {
+  nb_comm *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->comm_id = comm_id;
+  c->rank = -1;
+  c->rec_base = aligned_alloc(256, (size_t)NB_NREC * NB_REC_SIZE);
+  if (!c->rec_base || nb_mq_init(&c->mq, 4096) != 0) {
+    free(c->rec_base);
+    free(c);
+    return NULL;
+  }
+  memset(c->rec_base, 0, (size_t)NB_NREC * NB_REC_SIZE);
+  for (int i = 0; i < NB_NREC; i++) ((nb_rec *)(c->rec_base + (size_t)i * NB_REC_SIZE))->comm = c;
+  return c;
+}
+
+nb_comm *nb_comm_acquire(uint64_t comm_id, int tuner_side) {
+  nb_comm *found = NULL;
+  pthread_mutex_lock(&g_lock);
+  for (size_t i = 0; i < g_n; i++)
+    if (g_comms[i]->comm_id == comm_id && !(tuner_side ? g_comms[i]->tuner_refs
+                                                        : g_comms[i]->prof_refs)) {
+      found = g_comms[i];
+      break;
+    }
+  if (!found && g_n == g_cap) {
+    size_t ncap = g_cap ? g_cap * 2 : 16;
+    nb_comm **n = realloc(g_comms, ncap * sizeof *n);
+    if (n) {
+      g_comms = n;
+      g_cap = ncap;
+    }
+  }
+  if (!found && g_n < g_cap) {
+    found = create(comm_id);
+    if (found) g_comms[g_n++] = found;
+  }
+  if (found) {
+    if (tuner_side)
+      found->tuner_refs++;
+    else
+      found->prof_refs++;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return found;
+}
+
+void nb_comm_release(nb_comm *c, int tuner_side) {
+  pthread_mutex_lock(&g_lock);
+  if (tuner_side)
+    c->tuner_refs--;
+  else
+    c->prof_refs--;
+  int last = c->tuner_refs <= 0 && c->prof_refs <= 0;
+  if (last) {
+    for (size_t i = 0; i < g_n; i++)
+      if (g_comms[i] == c) {
+        g_comms[i] = g_comms[--g_n];
+        break;
+      }
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (last) {
+    nb_learn_teardown(c);
+    nb_mq_free(&c->mq);
+    free(c->rec_base);
+    free(c);
+  }
+}

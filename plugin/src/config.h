@@ -1,0 +1,49 @@
+/*
+ * config.h: NCCLBOT_* settings, read once per process at the first init.
+ *
+ * Read at each communicator's tuner init (so every communicator holds an
+ * immutable snapshot); nothing reads the environment afterwards.
+ */
+#ifndef NCCLBOT_CONFIG_H
+#define NCCLBOT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { NB_POLICY_AUTO = 0, NB_POLICY_STATIC, NB_POLICY_GREEDY, NB_POLICY_UCB1 } nb_policy;
+typedef enum { NB_EST_SGD = 0, NB_EST_MEAN, NB_EST_GAIN } nb_estimator;
+typedef enum { NB_FAIL_FREEZE = 0, NB_FAIL_ABORT } nb_on_failure;
+
+typedef struct {
+  int valid;           /* 0: a setting was invalid; the plugin stays AUTO */
+  char why[256];       /* what was invalid, for the one WARN line */
+  nb_policy policy;
+  nb_estimator estimator;
+  double alpha;        /* UCB1 exploration coefficient */
+  double pseudo_count; /* warm-start virtual pulls (nu); 0 = cold start */
+  double rho_max;      /* arm filter: keep mu(a) <= rho_max * mu_min */
+  double sgd_lr, sgd_decay, sgd_clip; /* clipped-SGD: step lr / n^decay, clip residual */
+  double gain;         /* constant-gain eta */
+  uint64_t min_bytes;  /* size gate: below it NCCL's choice stands, nothing is timed */
+  uint32_t max_contexts;
+  uint32_t sync_every; /* m: timed pulls per synchronisation round */
+  uint32_t sync_timeout_ms;
+  nb_on_failure on_failure;
+  int sync_configured;
+  char sync_host[256];
+  int sync_port;
+  char sync_token[256];
+  char static_table[1024];
+  char trace_dir[1024];
+  char state_dir[1024];
+  uint64_t fingerprint; /* hash of every decision-relevant setting (ranks must agree) */
+} nb_config;
+
+void nb_config_from_env(nb_config *cfg);
+/* Parse from an explicit getenv-like function (tests, coordinator). */
+void nb_config_parse(nb_config *cfg, const char *(*get)(const char *name));
+const char *nb_policy_name(nb_policy p);
+/* Log the table of settings (rank 0 at init). */
+void nb_config_announce(const nb_config *cfg);
+
+#endif

@@ -1,0 +1,279 @@
+/* coordinator.c: see coordinator.h. Runs as its own process (coord_main.c) or in the bench. */
+#define _GNU_SOURCE
+#include "coordinator.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+#define BUF_CAP (sizeof(nb_wire_hdr) + NB_WIRE_MAX_PAYLOAD)
+
+typedef struct {
+  int fd;
+  int session; /* -1 until HELLO */
+  size_t len;
+  char buf[BUF_CAP];
+} client;
+
+typedef struct {
+  int used;
+  uint64_t comm_id, fp;
+  uint32_t nranks, m;
+  int joined, started, cannot_learn, mismatch;
+  int64_t round; /* submission being merged */
+  uint32_t submitted;
+  uint64_t checksum;
+  int checksum_bad;
+  float *acc;
+  int64_t last_completed;
+  int frozen;
+  int64_t freeze_f;
+} session;
+
+static client **g_cl;
+static size_t g_ncl;
+static session *g_ss;
+static size_t g_nss;
+
+int nb_coord_listen(const char *host, int port, int *bound_port) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  if (getaddrinfo(host, ps, &hints, &res) != 0 || !res) return -1;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return -1;
+  }
+  freeaddrinfo(res);
+  struct sockaddr_in sa;
+  socklen_t sl = sizeof sa;
+  getsockname(fd, (struct sockaddr *)&sa, &sl);
+  *bound_port = ntohs(sa.sin_port);
+  return fd;
+}
+
+static void send_msg(int fd, uint32_t type, int64_t round, const void *pl, uint32_t len) {
+  nb_wire_hdr h = {NB_WIRE_MAGIC, type, round, 0, len, NB_WIRE_VERSION};
+  char out[sizeof h + NB_WIRE_MAX_PAYLOAD];
+  memcpy(out, &h, sizeof h);
+  if (len) memcpy(out + sizeof h, pl, len);
+  size_t n = sizeof h + len, off = 0;
+  while (off < n) {
+    ssize_t k = send(fd, out + off, n - off, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return; /* the poll loop notices the dead client */
+    off += (size_t)k;
+  }
+}
+
+static void to_session(int s, uint32_t type, int64_t round, const void *pl, uint32_t len) {
+  for (size_t i = 0; i < g_ncl; i++)
+    if (g_cl[i]->session == s) send_msg(g_cl[i]->fd, type, round, pl, len);
+}
+
+static void freeze(int s, int64_t f) {
+  session *ss = &g_ss[s];
+  if (!ss->started || ss->frozen) return;
+  ss->frozen = 1;
+  ss->freeze_f = f < ss->last_completed ? f : ss->last_completed;
+  fprintf(stderr, "ncclbot-coordinator: communicator %016llx frozen at round %lld\n",
+          (unsigned long long)ss->comm_id, (long long)ss->freeze_f);
+  to_session(s, NB_MSG_FREEZE, ss->freeze_f, NULL, 0);
+}
+
+static int token_ok(const char *a, size_t alen, const char *b) {
+  size_t blen = strlen(b);
+  unsigned char diff = alen != blen;
+  for (size_t i = 0; i < alen; i++) diff |= (unsigned char)(a[i] ^ b[i % (blen ? blen : 1)]);
+  return diff == 0;
+}
+
+static int find_session(const nb_hello *h) {
+  for (size_t i = 0; i < g_nss; i++)
+    if (g_ss[i].used && g_ss[i].comm_id == h->comm_id && !g_ss[i].started) return (int)i;
+  size_t i = 0;
+  while (i < g_nss && g_ss[i].used) i++;
+  if (i == g_nss) {
+    session *n = realloc(g_ss, (g_nss + 1) * sizeof *n);
+    if (!n) return -1;
+    g_ss = n;
+    g_nss++;
+  }
+  memset(&g_ss[i], 0, sizeof g_ss[i]);
+  g_ss[i].used = 1;
+  g_ss[i].comm_id = h->comm_id;
+  g_ss[i].fp = h->fingerprint;
+  g_ss[i].nranks = h->nranks;
+  g_ss[i].m = h->m;
+  g_ss[i].last_completed = 1;
+  g_ss[i].acc = calloc(h->m, sizeof(float));
+  return g_ss[i].acc ? (int)i : -1;
+}
+
+/* Returns -1 to drop the client. */
+static int on_hello(client *c, const nb_wire_hdr *h, const char *pl, const char *token) {
+  if (c->session >= 0 || h->len < sizeof(nb_hello)) return -1;
+  nb_hello hello;
+  memcpy(&hello, pl, sizeof hello);
+  if (hello.token_len != h->len - sizeof hello || !token_ok(pl + sizeof hello, hello.token_len, token)) {
+    const char *r = "bad token (NCCLBOT_SYNC_TOKEN differs from the coordinator's)";
+    send_msg(c->fd, NB_MSG_REJECT, 0, r, (uint32_t)strlen(r));
+    return -1;
+  }
+  if (hello.m == 0 || hello.m > 4096 || hello.nranks == 0) return -1;
+  int s = find_session(&hello);
+  if (s < 0) return -1;
+  session *ss = &g_ss[s];
+  c->session = s;
+  if (hello.fingerprint != ss->fp || hello.m != ss->m || hello.nranks != ss->nranks) ss->mismatch = 1;
+  if (!hello.can_learn) ss->cannot_learn = 1;
+  if (++ss->joined < (int)ss->nranks) return 0;
+  ss->started = 1;
+  if (ss->mismatch || ss->cannot_learn) {
+    const char *r = ss->mismatch ? "ranks disagree on NCCLBOT_* settings or saved state"
+                                 : "a rank cannot learn (no profiler)";
+    to_session(s, NB_MSG_REJECT, 0, r, (uint32_t)strlen(r));
+    ss->frozen = 1;
+    ss->freeze_f = 1;
+    return 0;
+  }
+  to_session(s, NB_MSG_START, 0, NULL, 0);
+  return 0;
+}
+
+static void on_submit(client *c, const nb_wire_hdr *h, const char *pl) {
+  if (c->session < 0) return;
+  session *ss = &g_ss[c->session];
+  if (ss->frozen) {
+    send_msg(c->fd, NB_MSG_FREEZE, ss->freeze_f, NULL, 0);
+    return;
+  }
+  if (h->len != ss->m * sizeof(float)) return;
+  const float *lat = (const float *)(const void *)pl;
+  if (ss->submitted == 0) {
+    ss->round = h->round;
+    ss->checksum = h->a;
+    ss->checksum_bad = 0;
+    memcpy(ss->acc, lat, h->len);
+  } else {
+    if (h->a != ss->checksum || h->round != ss->round) ss->checksum_bad = 1;
+    for (uint32_t i = 0; i < ss->m; i++) {
+      float a = ss->acc[i], b;
+      memcpy(&b, pl + i * sizeof(float), sizeof b);
+      ss->acc[i] = (a < 0 || b < 0 || a != a || b != b) ? -1.0f : (a > b ? a : b);
+    }
+  }
+  if (++ss->submitted < ss->nranks) return;
+  ss->submitted = 0;
+  if (ss->checksum_bad) {
+    fprintf(stderr, "ncclbot-coordinator: ranks logged different pulls in round %lld\n",
+            (long long)ss->round);
+    freeze(c->session, ss->last_completed);
+    return;
+  }
+  ss->last_completed = ss->round;
+  to_session(c->session, NB_MSG_RESULT, ss->round, ss->acc, h->len);
+}
+
+static void drop_client(size_t i) {
+  client *c = g_cl[i];
+  int s = c->session;
+  close(c->fd);
+  free(c);
+  g_cl[i] = g_cl[--g_ncl];
+  if (s < 0) return;
+  int left = 0;
+  for (size_t k = 0; k < g_ncl; k++) left += g_cl[k]->session == s;
+  if (left == 0) {
+    free(g_ss[s].acc);
+    memset(&g_ss[s], 0, sizeof g_ss[s]);
+    return;
+  }
+  if (g_ss[s].started)
+    freeze(s, g_ss[s].last_completed); /* a rank left: the others cannot complete rounds */
+  else
+    g_ss[s].joined--;
+}
+
+/* Handles every whole message buffered for client i; returns -1 to drop it. */
+static int on_readable(client *c, const char *token) {
+  ssize_t k = recv(c->fd, c->buf + c->len, BUF_CAP - c->len, 0);
+  if (k <= 0) return (k < 0 && errno == EINTR) ? 0 : -1;
+  c->len += (size_t)k;
+  while (c->len >= sizeof(nb_wire_hdr)) {
+    nb_wire_hdr h;
+    memcpy(&h, c->buf, sizeof h);
+    if (h.magic != NB_WIRE_MAGIC || h.version != NB_WIRE_VERSION || h.len > NB_WIRE_MAX_PAYLOAD)
+      return -1;
+    if (c->len < sizeof h + h.len) break;
+    const char *pl = c->buf + sizeof h;
+    int rc = 0;
+    switch (h.type) {
+      case NB_MSG_HELLO: rc = on_hello(c, &h, pl, token); break;
+      case NB_MSG_SUBMIT: on_submit(c, &h, pl); break;
+      case NB_MSG_FREEZE:
+        if (c->session >= 0) freeze(c->session, h.round);
+        break;
+      case NB_MSG_BYE: rc = -1; break;
+      default: rc = -1;
+    }
+    if (rc < 0) return -1;
+    size_t n = sizeof h + h.len;
+    memmove(c->buf, c->buf + n, c->len - n);
+    c->len -= n;
+  }
+  return 0;
+}
+
+int nb_coord_serve(int lfd, const char *token, volatile int *stop) {
+  struct pollfd *pf = NULL;
+  while (!*stop) {
+    struct pollfd *npf = realloc(pf, (g_ncl + 1) * sizeof *pf);
+    if (!npf) break;
+    pf = npf;
+    pf[0] = (struct pollfd){lfd, POLLIN, 0};
+    for (size_t i = 0; i < g_ncl; i++) pf[i + 1] = (struct pollfd){g_cl[i]->fd, POLLIN, 0};
+    int r = poll(pf, g_ncl + 1, 200);
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    size_t n = g_ncl;
+    for (size_t i = n; i-- > 0;)
+      if (pf[i + 1].revents && on_readable(g_cl[i], token) < 0) drop_client(i);
+    if (pf[0].revents & POLLIN) {
+      int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+      client **ncl = fd >= 0 ? realloc(g_cl, (g_ncl + 1) * sizeof *ncl) : NULL;
+      client *c = ncl ? calloc(1, sizeof *c) : NULL;
+      if (ncl) g_cl = ncl;
+      if (c) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = fd;
+        c->session = -1;
+        g_cl[g_ncl++] = c;
+      } else if (fd >= 0) {
+        close(fd);
+      }
+    }
+  }
+  free(pf);
+  return 0;
+}

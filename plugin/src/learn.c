@@ -1,0 +1,408 @@
+/*
+ * learn.c: the per-communicator decision loop (paper Algorithm 1, Appendix F).
+ *
+ * Rank consistency. Every decision is a deterministic function of statistics
+ * that all ranks hold identically. Timed pulls are logged in call order (the
+ * same on every rank); every m pulls is a round boundary b. At boundary b a rank
+ *   1. waits for the merged result of submission b-1 (sent one round earlier,
+ *      so normally already there),
+ *   2. applies the result of submission b-2 (safe: holding b-1 proves every
+ *      rank holds b-2),
+ *   3. submits its local latencies for pulls of round b-2 (one round of slack so
+ *      no rank waits for a GPU; pulls still unmeasured are sent as missing).
+ * The coordinator merges per pull the maximum latency over ranks (missing if
+ * any rank misses it). On failure at boundary b (timeout or lost connection) a
+ * rank applies b-2 and freezes, and tells the coordinator FREEZE(b-2), which
+ * relays that round to everyone; with fail mode it fails the collective instead.
+ */
+#include "learn.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "persist.h"
+#include "static_table.h"
+#include "sync.h"
+#include "trace.h"
+#include "wire.h"
+
+/* ---------- setup ---------- */
+
+static int alloc_learning(nb_comm *c) {
+  if (nb_tab_init(&c->tab) != 0) return -1;
+  uint64_t cap = 512;
+  while (cap < 8ULL * c->cfg.sync_every) cap *= 2;
+  c->log = calloc(cap, sizeof *c->log);
+  if (!c->log) return -1;
+  c->log_mask = cap - 1;
+  return 0;
+}
+
+static void go_inert(nb_comm *c, const char *why) {
+  NB_WARN("staying AUTO (NCCL's own choice) for communicator %016llx: %s",
+          (unsigned long long)c->comm_id, why);
+  c->mode = NB_MODE_INERT;
+}
+
+static void setup_learning(nb_comm *c) {
+  char why[512];
+  if (alloc_learning(c) != 0) {
+    go_inert(c, "out of memory");
+    return;
+  }
+  uint64_t state_hash = 0;
+  if (c->cfg.state_dir[0]) {
+    c->saved = nb_saved_load(&c->cfg, c->nranks, c->nnodes, &state_hash, why, sizeof why);
+    if (!c->saved && why[0]) NB_INFO("no saved state loaded: %s", why);
+  }
+  int can_learn = c->prof_refs > 0 && c->rank >= 0;
+  if (c->nranks <= 1) {
+    if (!can_learn) {
+      go_inert(c, "learning needs the profiler: set NCCL_PROFILER_PLUGIN to this same library");
+      return;
+    }
+    c->mode = NB_MODE_LEARN_LOCAL;
+  } else {
+    if (!c->cfg.sync_configured) {
+      go_inert(c, "learning policies on several ranks need NCCLBOT_SYNC_ADDR and "
+                  "NCCLBOT_SYNC_TOKEN (a coordinator) so that every rank makes the same choice; "
+                  "NCCLBOT_POLICY=auto or static work without it");
+      return;
+    }
+    why[0] = '\0';
+    c->sync = nb_sync_open(&c->cfg, c->comm_id, c->nranks, c->rank, can_learn,
+                           c->cfg.fingerprint ^ state_hash, why, sizeof why);
+    if (!c->sync) {
+      go_inert(c, why);
+      return;
+    }
+    if (!can_learn) { /* we said so in HELLO; the coordinator rejects the whole communicator */
+      go_inert(c, "learning needs the profiler: set NCCL_PROFILER_PLUGIN to this same library");
+      return;
+    }
+    c->mode = NB_MODE_LEARN_SYNC;
+  }
+  if (c->cfg.trace_dir[0]) nb_trace_open(c);
+}
+
+void nb_learn_setup(nb_comm *c, size_t nranks, size_t nnodes, int have_comm_id) {
+  nb_config_from_env(&c->cfg);
+  c->nranks = (int)nranks;
+  c->nnodes = (int)nnodes;
+  c->mode = NB_MODE_INERT;
+  if (!c->cfg.valid) {
+    go_inert(c, c->cfg.why);
+    return;
+  }
+  if (c->rank <= 0) nb_config_announce(&c->cfg);
+  char why[512] = "";
+  switch (c->cfg.policy) {
+    case NB_POLICY_AUTO:
+      return;
+    case NB_POLICY_STATIC:
+      c->stat_tab = nb_static_load(c->cfg.static_table, c->nranks, c->nnodes, why, sizeof why);
+      if (!c->stat_tab)
+        go_inert(c, why);
+      else
+        c->mode = NB_MODE_STATIC;
+      return;
+    default:
+      if (!have_comm_id) {
+        go_inert(c, "learning needs tuner v5+ (NCCL >= 2.28) to join profiler samples");
+        return;
+      }
+      setup_learning(c);
+  }
+}
+
+/* ---------- applying rewards ---------- */
+
+static void apply_entry(nb_comm *c, nb_pull *e, float merged_us, int64_t round) {
+  nb_ctx *x = &c->tab.ctx[e->ctx];
+  double reward = merged_us >= 0.0f ? nb_reward(x->mu_min, merged_us) : -1.0;
+  if (reward >= 0.0) {
+    nb_update(&c->cfg, &c->tab.stat[x->arm_off + e->arm_idx], reward);
+    c->n_applied++;
+  } else {
+    c->n_missing++;
+  }
+  if (c->trace) nb_trace_pull(c, e, x, reward, round);
+}
+
+/* Local mode: apply measured entries in order; an entry pending for long is missing. */
+static void apply_local(nb_comm *c) {
+  uint64_t window = (c->log_mask + 1) / 2;
+  while (c->applied < c->head) {
+    nb_pull *e = &c->log[c->applied & c->log_mask];
+    if (e->state == NB_PULL_PENDING) {
+      if (c->head - c->applied < window) break;
+      e->state = NB_PULL_MISSING;
+    }
+    apply_entry(c, e, e->state == NB_PULL_HAVE ? e->lat_us : -1.0f, -1);
+    c->applied++;
+  }
+  if (c->match_lo < c->applied) c->match_lo = c->applied;
+}
+
+/* Attach profiler samples to the oldest pending pull of the same context and arm. */
+static void drain(nb_comm *c) {
+  nb_meas m;
+  while (nb_mq_pop(&c->mq, &m) == 0) {
+    int64_t ci = nb_tab_find(&c->tab, m.key);
+    int matched = 0;
+    if (ci >= 0) {
+      for (uint64_t i = c->match_lo; i < c->head; i++) {
+        nb_pull *e = &c->log[i & c->log_mask];
+        if (e->state == NB_PULL_PENDING && e->ctx == (uint32_t)ci && e->arm == m.arm) {
+          e->lat_us = m.lat_us;
+          e->state = m.lat_us >= 0.0f ? NB_PULL_HAVE : NB_PULL_MISSING;
+          matched = 1;
+          break;
+        }
+      }
+    }
+    if (!matched) c->n_unmatched++;
+    while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
+      c->match_lo++;
+  }
+}
+
+/* ---------- synchronised rounds ---------- */
+
+static void apply_result(nb_comm *c, int64_t s) {
+  const float *res = nb_sync_result(c->sync, s);
+  uint64_t m = c->cfg.sync_every, first = (uint64_t)(s - 2) * m;
+  for (uint64_t i = 0; i < m; i++) {
+    nb_pull *e = &c->log[(first + i) & c->log_mask];
+    apply_entry(c, e, res ? res[i] : -1.0f, s);
+  }
+  c->sync->applied = s;
+}
+
+/* Apply every held result up to f, then stop learning (state identical on all ranks). */
+static void freeze_at(nb_comm *c, int64_t f, const char *why) {
+  for (int64_t s = c->sync->applied + 1; s <= f; s++) {
+    if (!nb_sync_result(c->sync, s)) {
+      NB_WARN("freeze at round %lld but round %lld is not held here; ranks may differ",
+              (long long)f, (long long)s);
+      break;
+    }
+    apply_result(c, s);
+  }
+  c->sync->frozen = 1;
+  NB_WARN("synchronisation stopped (%s); communicator %016llx keeps its bandit state frozen at "
+          "round %lld and stops learning (NCCLBOT_SYNC_ON_FAILURE=freeze)",
+          why, (unsigned long long)c->comm_id, (long long)f);
+}
+
+static void fail_comm(nb_comm *c, const char *why) {
+  c->failed = 1;
+  snprintf(c->fail_why, sizeof c->fail_why, "%.200s", why);
+  NB_WARN("synchronisation failed (%s); failing collectives of communicator %016llx so that "
+          "ranks cannot choose differently (NCCLBOT_SYNC_ON_FAILURE=fail)",
+          why, (unsigned long long)c->comm_id);
+}
+
+static void submit_round(nb_comm *c, int64_t b) {
+  uint64_t m = c->cfg.sync_every, first = (uint64_t)(b - 2) * m;
+  float *lat = c->sync->res[(b + 2) % NB_RES_RING]; /* slot of b-2, already applied */
+  uint64_t h = 1469598103934665603ULL;
+  for (uint64_t i = 0; i < m; i++) {
+    nb_pull *e = &c->log[(first + i) & c->log_mask];
+    if (e->state == NB_PULL_PENDING) e->state = NB_PULL_MISSING;
+    lat[i] = e->state == NB_PULL_HAVE ? e->lat_us : -1.0f;
+    uint64_t k = c->tab.ctx[e->ctx].key ^ ((uint64_t)e->arm << 50);
+    h = (h ^ k) * 1099511628211ULL;
+  }
+  c->sync->have[(b + 2) % NB_RES_RING] = -1;
+  while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
+    c->match_lo++;
+  if (nb_sync_submit(c->sync, b, h, lat) != 0) c->sync->held = c->sync->held; /* next wait fails */
+}
+
+/* Returns 0 to continue learning, 1 when frozen, -1 when failed. */
+static int boundary(nb_comm *c, int64_t b) {
+  uint64_t t0 = nb_now_ns();
+  char why[256];
+  if (b - 1 >= 2) {
+    int64_t f = 0;
+    int r = nb_sync_wait(c->sync, b - 1, c->cfg.sync_timeout_ms, &f, why, sizeof why);
+    if (r == NB_WAIT_FREEZE) {
+      freeze_at(c, f, why);
+      return 1;
+    }
+    if (r == NB_WAIT_FAIL) {
+      if (c->cfg.on_failure == NB_FAIL_ABORT) {
+        fail_comm(c, why);
+        return -1;
+      }
+      int64_t fz = b - 2 > c->sync->applied ? b - 2 : c->sync->applied;
+      nb_sync_send(c->sync, NB_MSG_FREEZE, fz);
+      freeze_at(c, fz, why);
+      return 1;
+    }
+  }
+  if (b - 2 >= 2) apply_result(c, b - 2);
+  if (b >= 2) submit_round(c, b);
+  double us = (double)(nb_now_ns() - t0) / 1000.0;
+  c->n_rounds++;
+  c->sync_us_total += us;
+  if (c->trace) nb_trace_sync(c, b, us);
+  return 0;
+}
+
+/* ---------- the decision ---------- */
+
+/* Write 0.0 into the chosen cell and lift earlier zero cells so NCCL's first-minimum scan picks it. */
+static void force_arm(float *table, int numAlgo, int numProto, int arm) {
+  int a = arm / NCCLBOT_NUM_PROTOS, p = arm % NCCLBOT_NUM_PROTOS;
+  if (a >= numAlgo || p >= numProto) return;
+  int target = a * numProto + p;
+  if (!nb_cost_available(table[target])) return;
+  for (int i = 0; i < target; i++) {
+    int ia = i / numProto, ip = i % numProto;
+    if (ia < NCCLBOT_NUM_ALGOS && ip < NCCLBOT_NUM_PROTOS && nb_cost_available(table[i]) &&
+        table[i] <= 0.0f)
+      table[i] = FLT_MIN;
+  }
+  table[target] = 0.0f;
+}
+
+static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numAlgo,
+                          int numProto) {
+  uint8_t ids[NCCLBOT_MAX_ARMS];
+  double mu[NCCLBOT_MAX_ARMS], mu_min;
+  int n = nb_filter_arms(table, numAlgo, numProto, c->cfg.rho_max, ids, mu, &mu_min);
+  int pass = n <= 1 || !(mu_min > 0.0) || c->tab.nctx >= c->cfg.max_contexts;
+  int64_t ci = nb_tab_add(&c->tab, key, pass ? 0 : n);
+  if (ci < 0) return -1;
+  nb_ctx *x = &c->tab.ctx[ci];
+  x->auto_arm = (uint8_t)nb_auto_arm(table, numAlgo, numProto);
+  if (pass) {
+    x->flags = NB_CTX_PASS;
+    return ci;
+  }
+  const nb_saved_ctx *sv = c->saved ? nb_saved_find(c->saved, key) : NULL;
+  x->mu_min = sv ? sv->mu_min : mu_min;
+  memcpy(&c->tab.arm_id[x->arm_off], ids, (size_t)n);
+  nb_arm_stat *st = &c->tab.stat[x->arm_off];
+  nb_warm_start(mu, x->mu_min, n, c->cfg.pseudo_count, st);
+  if (sv)
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < sv->narms; j++)
+        if (sv->arm[j] == ids[i]) st[i] = sv->stat[j];
+  return ci;
+}
+
+static uint32_t available_mask(const nb_comm *c, const nb_ctx *x, const float *table, int numAlgo,
+                               int numProto) {
+  uint32_t mask = 0;
+  for (int i = 0; i < x->narms; i++) {
+    int arm = c->tab.arm_id[x->arm_off + i];
+    int a = arm / NCCLBOT_NUM_PROTOS, p = arm % NCCLBOT_NUM_PROTOS;
+    if (a < numAlgo && p < numProto && nb_cost_available(table[a * numProto + p])) mask |= 1u << i;
+  }
+  return mask;
+}
+
+static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *table,
+                                    int numAlgo, int numProto) {
+  if (c->failed) {
+    NB_LOG(NCCL_LOG_WARN, NCCL_TUNING, "collective refused: %s", c->fail_why);
+    return ncclSystemError;
+  }
+  drain(c);
+  if (c->mode == NB_MODE_LEARN_LOCAL) apply_local(c);
+  uint64_t key = NB_KEY(coll, nBytes);
+  int64_t ci = nb_tab_find(&c->tab, key);
+  if (ci < 0) ci = create_ctx(c, key, table, numAlgo, numProto);
+  if (ci < 0 || (c->tab.ctx[ci].flags & NB_CTX_PASS)) return ncclSuccess;
+  nb_ctx *x = &c->tab.ctx[ci];
+  uint32_t mask = available_mask(c, x, table, numAlgo, numProto);
+  if (!mask) return ncclSuccess;
+  int learning = c->mode == NB_MODE_LEARN_LOCAL || !c->sync->frozen;
+  if (learning && c->mode == NB_MODE_LEARN_SYNC && c->head > 0 &&
+      c->head % c->cfg.sync_every == 0) {
+    int r = boundary(c, (int64_t)(c->head / c->cfg.sync_every));
+    if (r < 0) return ncclSystemError;
+    if (r > 0) learning = 0;
+    x = &c->tab.ctx[ci];
+  }
+  int idx = nb_select(c->cfg.policy, &c->tab.stat[x->arm_off], x->narms, mask, c->cfg.alpha);
+  int arm = c->tab.arm_id[x->arm_off + idx];
+  int auto_arm = nb_auto_arm(table, numAlgo, numProto);
+  force_arm(table, numAlgo, numProto, arm);
+  if (!learning) return ncclSuccess;
+  if (c->mode == NB_MODE_LEARN_LOCAL && c->head - c->applied > c->log_mask) apply_local(c);
+  nb_pull *e = &c->log[c->head & c->log_mask];
+  e->ctx = (uint32_t)ci;
+  e->pull_no = x->pulls++;
+  e->lat_us = -1.0f;
+  e->arm = (uint8_t)arm;
+  e->arm_idx = (uint8_t)idx;
+  e->auto_arm = (uint8_t)auto_arm;
+  e->state = NB_PULL_PENDING;
+  c->head++;
+  c->n_timed++;
+  return ncclSuccess;
+}
+
+ncclResult_t nb_learn_decide(nb_comm *c, int coll, size_t nBytes, float *table, int numAlgo,
+                             int numProto) {
+  c->n_calls++;
+  if (c->mode == NB_MODE_INERT || !table || coll < 0 || coll >= NCCLBOT_NUM_COLLS ||
+      numAlgo <= 0 || numProto <= 0)
+    return ncclSuccess;
+  if ((uint64_t)nBytes < c->cfg.min_bytes) return ncclSuccess;
+  if (c->mode == NB_MODE_STATIC) {
+    int arm = nb_static_lookup(c->stat_tab, coll, nBytes);
+    if (arm != NB_NO_ARM) force_arm(table, numAlgo, numProto, arm);
+    return ncclSuccess;
+  }
+  return decide_learning(c, coll, nBytes, table, numAlgo, numProto);
+}
+
+/* ---------- end of a communicator ---------- */
+
+void nb_learn_finalize(nb_comm *c) {
+  if (c->mode == NB_MODE_LEARN_LOCAL) {
+    drain(c);
+    apply_local(c);
+  }
+  if ((c->mode == NB_MODE_LEARN_LOCAL || c->mode == NB_MODE_LEARN_SYNC) && c->cfg.state_dir[0] &&
+      c->rank == 0) {
+    char why[256];
+    if (nb_state_save(c, why, sizeof why) != 0) NB_WARN("state not saved: %s", why);
+  }
+  if (c->mode == NB_MODE_LEARN_SYNC || c->mode == NB_MODE_LEARN_LOCAL)
+    NB_INFO("communicator %016llx: %llu calls, %llu timed pulls, %llu rewards applied, "
+            "%llu missing, %llu unmatched samples, %llu rounds (%.1f us mean), %llu profiler drops",
+            (unsigned long long)c->comm_id, (unsigned long long)c->n_calls,
+            (unsigned long long)c->n_timed, (unsigned long long)c->n_applied,
+            (unsigned long long)c->n_missing, (unsigned long long)c->n_unmatched,
+            (unsigned long long)c->n_rounds, c->n_rounds ? c->sync_us_total / c->n_rounds : 0.0,
+            (unsigned long long)__atomic_load_n(&c->n_prof_dropped, __ATOMIC_RELAXED));
+  if (c->sync) {
+    nb_sync_send(c->sync, NB_MSG_BYE, 0);
+    nb_sync_close(c->sync);
+    c->sync = NULL;
+  }
+  nb_trace_close(c);
+  c->mode = NB_MODE_INERT;
+}
+
+void nb_learn_teardown(nb_comm *c) {
+  if (c->sync) nb_sync_close(c->sync);
+  c->sync = NULL;
+  nb_trace_close(c);
+  nb_tab_free(&c->tab);
+  free(c->log);
+  c->log = NULL;
+  nb_static_free(c->stat_tab);
+  c->stat_tab = NULL;
+  nb_saved_free(c->saved);
+  c->saved = NULL;
+}

@@ -1,0 +1,87 @@
+/*
+ * mqueue.h: bounded lock-free multi-producer multi-consumer queue of
+ * measurements (profiler/proxy thread -> tuner/user thread). Fixed capacity,
+ * allocated at init; push on a full queue fails (the caller counts a drop).
+ * Sequence-numbered cells (D. Vyukov's bounded MPMC design).
+ */
+#ifndef NCCLBOT_MQUEUE_H
+#define NCCLBOT_MQUEUE_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct {
+  uint64_t key;   /* context key: collective << 58 | bytes */
+  float lat_us;   /* < 0: the sample was dropped (bad or missing timers) */
+  uint8_t arm;
+} nb_meas;
+
+typedef struct {
+  uint64_t seq;
+  nb_meas m;
+} nb_mq_cell;
+
+typedef struct {
+  nb_mq_cell *cells;
+  uint64_t mask;
+  uint64_t head __attribute__((aligned(64))); /* producers */
+  uint64_t tail __attribute__((aligned(64))); /* consumers */
+} nb_mq;
+
+static inline int nb_mq_init(nb_mq *q, uint64_t cap_pow2) {
+  q->cells = calloc(cap_pow2, sizeof *q->cells);
+  if (!q->cells) return -1;
+  for (uint64_t i = 0; i < cap_pow2; i++) q->cells[i].seq = i;
+  q->mask = cap_pow2 - 1;
+  q->head = q->tail = 0;
+  return 0;
+}
+
+static inline void nb_mq_free(nb_mq *q) {
+  free(q->cells);
+  q->cells = NULL;
+}
+
+static inline int nb_mq_push(nb_mq *q, const nb_meas *m) {
+  uint64_t pos = __atomic_load_n(&q->head, __ATOMIC_RELAXED);
+  for (;;) {
+    nb_mq_cell *c = &q->cells[pos & q->mask];
+    uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+    int64_t dif = (int64_t)seq - (int64_t)pos;
+    if (dif == 0) {
+      if (__atomic_compare_exchange_n(&q->head, &pos, pos + 1, 1, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED)) {
+        c->m = *m;
+        __atomic_store_n(&c->seq, pos + 1, __ATOMIC_RELEASE);
+        return 0;
+      }
+    } else if (dif < 0) {
+      return -1; /* full */
+    } else {
+      pos = __atomic_load_n(&q->head, __ATOMIC_RELAXED);
+    }
+  }
+}
+
+static inline int nb_mq_pop(nb_mq *q, nb_meas *out) {
+  uint64_t pos = __atomic_load_n(&q->tail, __ATOMIC_RELAXED);
+  for (;;) {
+    nb_mq_cell *c = &q->cells[pos & q->mask];
+    uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+    int64_t dif = (int64_t)seq - (int64_t)(pos + 1);
+    if (dif == 0) {
+      if (__atomic_compare_exchange_n(&q->tail, &pos, pos + 1, 1, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED)) {
+        *out = c->m;
+        __atomic_store_n(&c->seq, pos + q->mask + 1, __ATOMIC_RELEASE);
+        return 0;
+      }
+    } else if (dif < 0) {
+      return -1; /* empty */
+    } else {
+      pos = __atomic_load_n(&q->tail, __ATOMIC_RELAXED);
+    }
+  }
+}
+
+#endif

@@ -1,0 +1,160 @@
+/*
+ * state.h: per-communicator state shared by the tuner and the profiler.
+ *
+ * One nb_comm per commId (= NCCL's comm->commHash, given to both inits), kept in
+ * a process-wide registry with a reference per plugin side. Ownership:
+ *   - tuner fields (contexts, pull log, sync, trace): user thread only;
+ *   - profiler records: coll start on the user thread, kernel-channel events on
+ *     the proxy thread, joined through atomics;
+ *   - mq: the only channel from the profiler to the tuner.
+ */
+#ifndef NCCLBOT_STATE_H
+#define NCCLBOT_STATE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "mqueue.h"
+#include "policy.h"
+
+/* ---- contexts ---- */
+
+#define NB_CTX_PASS 0x1 /* nothing to learn (one arm, zero cost, over the cap): NCCL decides */
+
+typedef struct {
+  uint64_t key;      /* collective << 58 | nBytes */
+  double mu_min;     /* reward scale (paper Eq. 1) */
+  uint32_t arm_off;  /* first arm in the arm arena */
+  uint32_t pulls;    /* timed pulls issued */
+  uint8_t narms;
+  uint8_t flags;
+  uint8_t auto_arm;  /* NCCL's choice at first sight */
+} nb_ctx;
+
+#define NB_KEY(coll, bytes) (((uint64_t)(coll) << 58) | ((uint64_t)(bytes) & ((1ULL << 58) - 1)))
+#define NB_KEY_COLL(k) ((int)((k) >> 58))
+#define NB_KEY_BYTES(k) ((k) & ((1ULL << 58) - 1))
+
+typedef struct {
+  nb_ctx *ctx;
+  uint32_t nctx, cap;
+  uint32_t *slots; /* open addressing: ctx index + 1, 0 = empty */
+  uint32_t slot_mask;
+  uint8_t *arm_id;
+  nb_arm_stat *stat;
+  uint32_t narm, arm_cap;
+} nb_ctx_table;
+
+/* ---- pull log: one entry per timed pull, in call order (identical on all ranks) ---- */
+
+enum { NB_PULL_PENDING = 0, NB_PULL_HAVE = 1, NB_PULL_MISSING = 2 };
+
+typedef struct {
+  uint32_t ctx;
+  uint32_t pull_no; /* per-context pull index */
+  float lat_us;     /* local latency once known */
+  uint8_t arm;      /* arena-independent arm id */
+  uint8_t arm_idx;  /* index within the context's arms */
+  uint8_t auto_arm;
+  uint8_t state;
+} nb_pull;
+
+/* ---- profiler records ---- */
+
+#define NB_MAX_CH 64
+#define NB_REC_SIZE 768 /* multiple of 256: record handles have 8 clear low bits */
+#define NB_NREC 256
+
+struct nb_comm;
+typedef struct {
+  struct nb_comm *comm; /* owner, constant */
+  uint32_t live;     /* 1 while the collective's channels are outstanding (atomic) */
+  uint32_t stops;    /* kernel-channel stops seen (atomic) */
+  uint32_t bad;      /* a zero, missing or backwards timer (atomic) */
+  uint8_t nch;
+  uint8_t arm;
+  uint64_t key;
+  uint64_t maxdur;   /* max over channels of stop - start, ns (atomic) */
+  uint64_t stopped;  /* bitmask of channels whose stop state arrived (atomic) */
+  uint64_t start[NB_MAX_CH];
+} nb_rec;
+
+_Static_assert(sizeof(nb_rec) <= NB_REC_SIZE, "record fits its slot");
+
+/* ---- synchronisation client ---- */
+
+#define NB_RES_RING 4
+typedef struct {
+  int fd;
+  uint32_t m;
+  int64_t have[NB_RES_RING]; /* submission id held in each result slot, -1 none */
+  float *res[NB_RES_RING];   /* merged max latency per pull, <0 missing */
+  int64_t applied;           /* last submission id applied (starts at 1: nothing) */
+  int64_t held;              /* last submission id received */
+  int frozen;
+  char rbuf[65536];
+  size_t rlen;
+} nb_sync;
+
+typedef enum {
+  NB_MODE_INERT = 0, /* AUTO: NCCL's choice stands */
+  NB_MODE_STATIC,
+  NB_MODE_LEARN_LOCAL, /* one rank: rewards applied as they arrive */
+  NB_MODE_LEARN_SYNC,  /* several ranks: rewards applied in synchronised rounds */
+} nb_mode;
+
+typedef struct nb_static nb_static;
+typedef struct nb_saved nb_saved;
+
+typedef struct nb_comm {
+  uint64_t comm_id;
+  int tuner_refs, prof_refs;
+  int rank; /* from the profiler init; -1 unknown */
+  int nranks, nnodes;
+  nb_config cfg;
+  nb_mode mode;
+  int failed; /* abort mode after a synchronisation failure */
+  char fail_why[256];
+
+  nb_ctx_table tab;
+  nb_pull *log;
+  uint64_t log_mask;
+  uint64_t head;     /* timed pulls issued */
+  uint64_t match_lo; /* oldest entry that may still be pending */
+  uint64_t applied;  /* next entry to apply (local mode) */
+
+  nb_mq mq;
+  nb_sync *sync;
+  nb_static *stat_tab;
+  nb_saved *saved;
+  FILE *trace;
+  char *trace_buf;
+
+  /* profiler */
+  unsigned char *rec_base;
+  uint64_t rec_head;
+
+  /* counters (tuner thread unless noted) */
+  uint64_t n_calls, n_timed, n_unmatched, n_missing, n_applied, n_rounds;
+  uint64_t n_prof_dropped; /* profiler thread, atomic */
+  uint64_t n_queue_full;   /* profiler thread, atomic */
+  double sync_us_total;
+} nb_comm;
+
+/* registry (comm.c) */
+nb_comm *nb_comm_acquire(uint64_t comm_id, int tuner_side);
+void nb_comm_release(nb_comm *c, int tuner_side);
+void nb_registry_lock(void);
+void nb_registry_unlock(void);
+
+/* context table (ctxtable.c) */
+int nb_tab_init(nb_ctx_table *t);
+void nb_tab_free(nb_ctx_table *t);
+int64_t nb_tab_find(const nb_ctx_table *t, uint64_t key);
+int64_t nb_tab_add(nb_ctx_table *t, uint64_t key, int narms);
+
+/* time */
+uint64_t nb_now_ns(void);
+
+#endif

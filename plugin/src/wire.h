@@ -1,0 +1,49 @@
+/*
+ * wire.h: the coordinator protocol (TCP, little-endian, fixed 32-byte header).
+ *
+ *   client -> coordinator  HELLO   payload nb_hello + token bytes
+ *   coordinator -> client  START   all ranks joined with one fingerprint
+ *                          REJECT  payload: reason text (the plugin goes AUTO)
+ *   client -> coordinator  SUBMIT  round = submission id s; a = checksum of the
+ *                                  round's (context, arm) sequence; payload m floats
+ *   coordinator -> client  RESULT  round = s; payload m floats (max over ranks, <0 missing)
+ *   either way             FREEZE  round = f: freeze with results up to f applied
+ *   client -> coordinator  BYE     clean end (finalize)
+ */
+#ifndef NCCLBOT_WIRE_H
+#define NCCLBOT_WIRE_H
+
+#include <stdint.h>
+
+#define NB_WIRE_MAGIC 0x544f424eu /* "NBOT" */
+#define NB_WIRE_VERSION 1
+
+enum { NB_MSG_HELLO = 1, NB_MSG_START, NB_MSG_REJECT, NB_MSG_SUBMIT, NB_MSG_RESULT,
+       NB_MSG_FREEZE, NB_MSG_BYE };
+
+typedef struct {
+  uint32_t magic;
+  uint32_t type;
+  int64_t round;
+  uint64_t a;
+  uint32_t len; /* payload bytes */
+  uint32_t version;
+} nb_wire_hdr;
+
+typedef struct {
+  uint64_t comm_id;
+  uint64_t fingerprint; /* config + loaded state; every rank must agree */
+  uint32_t nranks;
+  uint32_t rank;
+  uint32_t m;
+  uint32_t can_learn; /* 0: this rank cannot learn (e.g. no profiler); all go AUTO */
+  uint32_t token_len;
+  uint32_t pad;
+} nb_hello;
+
+_Static_assert(sizeof(nb_wire_hdr) == 32, "header is 32 bytes");
+_Static_assert(sizeof(nb_hello) == 40, "hello is 40 bytes");
+
+#define NB_WIRE_MAX_PAYLOAD (4096 * 4 + 512)
+
+#endif
