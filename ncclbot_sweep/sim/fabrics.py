@@ -86,6 +86,8 @@ def _h100() -> FabricSpec:
             "Simple": TreeTruth(base_us=9.0, hop_us=13.0, chain_us=3.5, alg_gbs=150.0, chunk_bytes=524288, channel_gbs=40.0),
         },
         nvls_tree=TreeTruth(base_us=31.0, hop_us=17.0, chain_us=0.0, alg_gbs=150.0, chunk_bytes=65536, channel_gbs=3.0),
+        nvls=TreeTruth(base_us=22.0, hop_us=0.0, chain_us=0.0, alg_gbs=268.0, chunk_bytes=131072, channel_gbs=20.0),
+        nvls_gather_gbs=230.0,
     )
     return FabricSpec(
         name="sim-h100",
@@ -144,6 +146,12 @@ def _gb200(mnnvl: bool) -> FabricSpec:
             if mnnvl
             else None
         ),
+        nvls=(
+            TreeTruth(base_us=24.0, hop_us=0.0, chain_us=0.0, alg_gbs=460.0, chunk_bytes=131072, channel_gbs=30.0)
+            if mnnvl
+            else None
+        ),
+        nvls_gather_gbs=400.0,
         pat_step_us=5.0,
         pat_bus_gbs=120.0,
     )

@@ -72,8 +72,11 @@ class TruthParams:
     ring: dict[str, ProtoTruth]
     tree: dict[str, TreeTruth]
     nvls_tree: TreeTruth | None = None
+    nvls: TreeTruth | None = None  # NVLink SHARP inside one NVLink domain (AllReduce)
+    nvls_gather_gbs: float = 0.0  # NVLS AllGather/ReduceScatter bandwidth (no faster than Ring)
     pat_step_us: float = 6.0
     pat_bus_gbs: float = 150.0
+    pat_linear_us: float = 3.0  # per rank: PAT still walks every peer
 
 
 def _ring_steps(collective: str, ranks: int) -> int:
@@ -125,7 +128,12 @@ def steady_latency_us(params: TruthParams, collective: str, arm: Arm, *, nodes: 
         return _tree_us(params.tree[arm.protocol], chain=chain, node_chain=node_chain, size=size, levels=levels)
     if arm.algorithm == "NVLSTree" and params.nvls_tree is not None:
         return _tree_us(params.nvls_tree, chain=0, node_chain=0, size=size, levels=max(levels, 1))
+    if arm.algorithm == "NVLS" and params.nvls is not None:
+        if collective == "AllReduce":
+            return _tree_us(params.nvls, chain=0, node_chain=0, size=size, levels=0)
+        gather = dataclasses.replace(params.nvls, alg_gbs=params.nvls_gather_gbs or params.nvls.alg_gbs)
+        return _tree_us(gather, chain=0, node_chain=0, size=size, levels=0)
     if arm.algorithm == "PAT":
         steps = math.ceil(math.log2(max(ranks, 2)))
-        return 8.0 + steps * params.pat_step_us + size / (1000.0 * params.pat_bus_gbs)
+        return 8.0 + steps * params.pat_step_us + ranks * params.pat_linear_us + size / (1000.0 * params.pat_bus_gbs)
     raise ValueError(f"the simulated fabric has no physics for {arm} on {collective}")

@@ -135,9 +135,17 @@ def _enabled(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int, r
     return True
 
 
+_GRAPH_OF = {"PAT": "Tree", "NVLSTree": "NVLS", "CollNetChain": "CollNetDirect"}
+
+
+def _graph(spec: ModelSpec, algo: str) -> Graph | None:
+    """The graph an algorithm is tuned from: NVLSTree uses the NVLS graph, PAT the tree graph."""
+    return spec.graphs.get(algo) or spec.graphs.get(_GRAPH_OF.get(algo, ""))
+
+
 def _bandwidth(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int, ranks: int) -> float:
     """Stored algorithm bandwidth (reference 3.2 steps 1-5)."""
-    graph = spec.graphs.get(algo)
+    graph = _graph(spec, algo)
     if graph is None or graph.n_channels == 0:
         return 0.0
     cc = spec.comp_cap_index
@@ -190,7 +198,7 @@ def _bandwidth(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int,
 
 def _latency(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int, ranks: int) -> float:
     """Latency in us (reference 3.3)."""
-    graph = spec.graphs.get(algo, Graph(0, 0.0, 0.0))
+    graph = _graph(spec, algo) or Graph(0, 0.0, 0.0)
     intra_hw = _NVLINK if graph.nvl_intra else _PCI
     hw = intra_hw if nodes == 1 else _NET
     ppn = ranks / nodes
