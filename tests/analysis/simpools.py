@@ -36,3 +36,14 @@ def sim_frames(name: str = "sim-h100", *, collectives=("AllGather", "AllReduce",
                         cost_rows.append(dict(fabric=name, collective=coll, nodes=n, ranks=ranks, size_bytes=size,
                                               arm=str(arm), predicted_us=value, source="sim"))
     return pd.concat(it_rows, ignore_index=True), pd.DataFrame(cost_rows)
+
+
+def write_sim_dataset(root, name: str = "sim-h100", **kwargs):
+    """Write :func:`sim_frames` into a dataset root through ``datasets.write_rows``."""
+    from ncclbot_sweep.datasets import write_rows
+
+    it, cost = sim_frames(name, **kwargs)
+    it = it.assign(source_path="sim://" + it["run_id"], source_sha256=it["run_id"].map(lambda r: f"{hash(r) & 0xffffffff:08x}"))
+    write_rows(root, "iterations", it)
+    write_rows(root, "cost_tables", cost.assign(source_sha256="cost"))
+    return root

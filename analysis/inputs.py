@@ -1,0 +1,49 @@
+"""Read a dataset root into a replay problem (the edge where Parquet meets the analysis).
+
+Everything else in :mod:`ncclbot_sweep.analysis` works on frames and arrays; this module is
+the one place that reads ``iterations``, ``cost_tables`` and ``tuning_tables`` through
+:func:`ncclbot_sweep.datasets.read_table`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ncclbot_sweep.errors import AnalysisError
+
+from .pools import build_pools
+from .prior import load_prior
+from .replay import ReplayProblem, make_problem
+
+__all__ = ["load_problem"]
+
+log = logging.getLogger(__name__)
+
+
+def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tuple[int, int] = (11, 99),
+                 rho_max: float = 2.0, min_arms: int = 2) -> ReplayProblem:
+    """Pools, cost-model prior and arm filter for every context of a dataset (one fabric or all).
+
+    Raises :class:`AnalysisError` naming the dataset when it holds no usable iterations or
+    no prediction for any context.
+    """
+    from ncclbot_sweep.datasets import read_table
+
+    root = Path(dataset)
+    if not root.is_dir():
+        raise AnalysisError("dataset folder does not exist", path=root,
+                            hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
+    filters = [("fabric", "=", fabric)] if fabric else None
+    iterations = read_table(root, "iterations", filters=filters)
+    if iterations.empty:
+        raise AnalysisError("dataset has no iterations" + (f" for fabric {fabric!r}" if fabric else ""), path=root,
+                            hint="ingest a forced-arm sweep first (ncclbot-sweep ingest)")
+    pools = build_pools(iterations, window=window, min_arms=min_arms)
+    cost = read_table(root, "cost_tables", filters=filters)
+    tuning = read_table(root, "tuning_tables", filters=filters)
+    try:
+        predicted = load_prior(pools, cost_tables=cost, tuning_tables=tuning)
+        return make_problem(pools, predicted, rho_max=rho_max)
+    except AnalysisError as exc:
+        raise AnalysisError(exc.reason, path=root, hint=exc.hint) from exc

@@ -1,0 +1,148 @@
+"""The HTML report of one dataset: audit, replay, statistics, figures and table copies.
+
+``build_report`` runs the whole analysis as a list of named steps and writes into ``out``:
+``index.html`` (from ``templates/report.html.j2``), PNG figures, and a CSV and a Markdown
+copy of every table shown. Replay results can be passed in (``analyze replay`` output) to
+avoid replaying again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .audit import run_audit
+from .figures import plot_gate, plot_survival, survival_curves
+from .inputs import load_problem
+from .policies import make_policy
+from .replay import run_replay
+from .summary import confirmatory, per_context, per_scenario, summarize
+from .transient import detect_transients
+
+__all__ = ["DEFAULT_POLICIES", "ReportOptions", "build_report", "write_table", "to_markdown"]
+
+log = logging.getLogger(__name__)
+
+#: The policies ``make demo`` replays.
+DEFAULT_POLICIES: tuple[str, ...] = ("AUTO", "Random", "UCB1", "Softmax", "KL-UCB", "ETC")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportOptions:
+    """What to replay and how to score it."""
+
+    policies: Sequence[str] = DEFAULT_POLICIES
+    horizon: int = 100
+    seeds: int = 20
+    split: str = "scale"
+    threshold: float = 0.10
+    fabric: str | None = None
+    window: tuple[int, int] = (11, 99)
+    rho_max: float = 2.0
+    n_boot: int = 200
+
+
+def to_markdown(frame: pd.DataFrame, *, digits: int = 3) -> str:
+    """A GitHub-flavoured Markdown table (no extra dependency)."""
+    def cell(v):
+        if isinstance(v, (float, np.floating)):
+            return "" if np.isnan(v) else f"{v:.{digits}g}" if abs(v) < 1e-3 and v != 0 else f"{v:.{digits}f}"
+        return str(v)
+
+    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    sep = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, sep, *body]) + "\n"
+
+
+def write_table(frame: pd.DataFrame, out: Path, name: str) -> dict:
+    """Write ``<name>.csv`` and ``<name>.md`` into ``out/tables``; return what the template needs."""
+    folder = out / "tables"
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(folder / f"{name}.csv", index=False)
+    (folder / f"{name}.md").write_text(to_markdown(frame))
+    html = frame.to_html(index=False, border=0, classes="t", float_format=lambda v: f"{v:.2f}", na_rep="")
+    return {"name": name, "html": html, "csv": f"tables/{name}.csv", "md": f"tables/{name}.md", "rows": len(frame)}
+
+
+def _render(out: Path, context: dict) -> Path:
+    import jinja2
+
+    from ncclbot_sweep.resources import resource_dir
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+                             autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+    page = env.get_template("report.html.j2").render(**context)
+    path = out / "index.html"
+    path.write_text(page)
+    return path
+
+
+def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions = ReportOptions(),
+                 replay: pd.DataFrame | None = None) -> Path:
+    """Run audit, replay and statistics on ``dataset`` and write the report into ``out``.
+
+    Returns the path of ``index.html``. Idempotent: rerunning overwrites the same files.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    problem = load_problem(dataset, fabric=options.fabric, window=options.window, rho_max=options.rho_max)
+    if replay is None:
+        replay = run_replay(problem, [make_policy(p) for p in options.policies], horizon=options.horizon,
+                            seeds=range(options.seeds), split=options.split)
+    order = list(dict.fromkeys(replay["policy"]))
+    audit = run_audit(problem, horizon=options.horizon, threshold=options.threshold, replay=replay)
+    summary = summarize(replay, threshold=options.threshold, order=order)
+    learners = [p for p in order if p not in ("AUTO", "Random")]
+    tests = confirmatory(replay, [("AUTO", p) for p in learners], threshold=options.threshold) if "AUTO" in order else None
+    curves = survival_curves(per_context(replay), n_boot=options.n_boot)
+    figures = {"survival": plot_survival(curves, out / "survival.png").name, "gate": plot_gate(audit.gate, out / "gate.png").name}
+    tables = {
+        "summary": write_table(summary, out, "summary"),
+        "scenarios": write_table(per_scenario(replay, threshold=options.threshold), out, "scenarios"),
+        "audit": write_table(audit.summary, out, "audit_summary"),
+        "gate": write_table(audit.gate, out, "audit_gate"),
+        "tail": write_table(audit.tail, out, "tail_anatomy"),
+        "transients": write_table(detect_transients(problem.pools), out, "transients"),
+    }
+    if tests is not None and len(tests):
+        tables["tests"] = write_table(tests, out, "tests")
+    audit.contexts.to_csv(out / "tables" / "audit_contexts.csv", index=False)
+    parts = replay["part"].value_counts().to_dict()
+    context = {
+        "title": f"NCCL-BOT analysis of {Path(dataset).name}",
+        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "dataset": str(dataset), "fabrics": sorted(problem.contexts["fabric"].unique()),
+        "synthetic": any(str(f).startswith("sim-") for f in problem.contexts["fabric"].unique()),
+        "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
+        "options": options, "figures": figures, "tables": tables, "policies": order,
+        "headline": _headline(summary),
+    }
+    path = _render(out, context)
+    log.info("report written to %s", path)
+    return path
+
+
+def _headline(summary: pd.DataFrame) -> list[str]:
+    """One sentence per learning policy against AUTO, from the Table-1 summary."""
+    rows = summary.set_index("policy")
+    if "AUTO" not in rows.index:
+        return []
+    auto = rows.loc["AUTO"]
+    lines = []
+    for name, r in rows.iterrows():
+        if name in ("AUTO", "Random"):
+            continue
+        better = (r["realized_mean_pct"] < auto["realized_mean_pct"] and r["realized_p99_pct"] < auto["realized_p99_pct"]
+                  and r["realized_above"] < auto["realized_above"])
+        lines.append(f"{name}: realized mean {r['realized_mean_pct']:.2f}% vs AUTO {auto['realized_mean_pct']:.2f}%, "
+                     f"p99 {r['realized_p99_pct']:.1f}% vs {auto['realized_p99_pct']:.1f}%, contexts above 10% "
+                     f"{int(r['realized_above'])} vs {int(auto['realized_above'])}"
+                     + (" (better on all three)" if better else ""))
+    return lines

@@ -1,0 +1,134 @@
+"""``ncclbot-sweep analyze``: the NCCL-BOT analysis of an ingested dataset.
+
+Thin commands over :mod:`ncclbot_sweep.analysis`; pandas, numpy and matplotlib are imported
+inside the command bodies so ``--help`` stays light.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["analyze"]
+
+_DEFAULT_POLICIES = "AUTO,Random,UCB1,Softmax,KL-UCB,ETC"
+
+
+def _dataset_option(f):
+    f = click.option("--fabric", default=None, help="Only this fabric (default: every fabric in the dataset).")(f)
+    f = click.option("--rho-max", type=float, default=2.0, show_default=True,
+                     help="Arm filter: drop arms predicted slower than rho_max x the best prediction.")(f)
+    f = click.option("--window", type=(int, int), default=(11, 99), show_default=True,
+                     help="Steady-state window (first and last iteration) that ranks arms.")(f)
+    return click.option("--dataset", "dataset", required=True, type=click.Path(file_okay=False, path_type=Path),
+                        help="Dataset root written by 'ncclbot-sweep ingest'.")(f)
+
+
+def _problem(dataset, fabric, window, rho_max):
+    from ncclbot_sweep.analysis.inputs import load_problem
+
+    return load_problem(dataset, fabric=fabric, window=tuple(window), rho_max=rho_max)
+
+
+def _echo_table(frame, title: str) -> None:
+    from ncclbot_sweep.analysis.report import to_markdown
+
+    click.echo(f"\n{title}\n")
+    click.echo(to_markdown(frame) if len(frame) else "(none)\n")
+
+
+@click.group()
+def analyze() -> None:
+    """Audit NCCL's AUTO choice, replay bandit policies and write the report.
+
+    Example, after ingesting a simulated sweep:
+
+        ncclbot-sweep analyze report --dataset demo-out/dataset --out demo-out/report
+    """
+
+
+@analyze.command()
+@_dataset_option
+@click.option("--horizon", type=int, default=100, show_default=True, help="Steps priced for realized TRLT.")
+def pools(dataset, fabric, window, rho_max, horizon):
+    """Summarise the replay pools: contexts, arms, depth and the transient switch point per scenario."""
+    from ncclbot_sweep.analysis.transient import detect_transients
+
+    problem = _problem(dataset, fabric, window, rho_max)
+    p = problem.pools
+    click.echo(f"{len(p)} contexts, arms {', '.join(p.arms)}, pool depth {int(p.depth.max())}, "
+               f"mean offered arms {problem.offered.sum(axis=1).mean():.2f}")
+    _echo_table(detect_transients(p), "Transient switch point per scenario (BIC, one vs two segments)")
+
+
+@analyze.command()
+@_dataset_option
+@click.option("--horizon", type=int, default=100, show_default=True, help="Steps priced for realized TRLT.")
+@click.option("--threshold", type=float, default=0.10, show_default=True, help="Tail threshold (fraction).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write the audit tables as CSV into this folder.")
+def audit(dataset, fabric, window, rho_max, horizon, threshold, out):
+    """Audit AUTO: error rate, TRLT, runner-up margin gate (Figure 13) and tail anatomy (Table 29)."""
+    from ncclbot_sweep.analysis.audit import run_audit
+
+    result = run_audit(_problem(dataset, fabric, window, rho_max), horizon=horizon, threshold=threshold)
+    _echo_table(result.summary, "AUTO against the measured-best arm")
+    _echo_table(result.gate, "Runner-up margin gate")
+    _echo_table(result.tail, "Tail anatomy")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("contexts", "summary", "gate", "tail"):
+            getattr(result, name).to_csv(out / f"audit_{name}.csv", index=False)
+        click.echo(f"Audit tables written to {out}")
+
+
+@analyze.command()
+@_dataset_option
+@click.option("--policies", default=_DEFAULT_POLICIES, show_default=True,
+              help="Comma-separated policy names (AUTO, Random, UCB1, KL-UCB, Softmax, GaussianTS, eps-greedy, "
+                   "ETC, RR-ETC, UCB-V, UCB-tuned, EXP3, EXP3++, Tsallis-INF, FPL, Hierarchical).")
+@click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
+@click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")
+@click.option("--split", type=click.Choice(["scale", "random", "loco"]), default="scale", show_default=True,
+              help="scale: test on all but the two smallest node counts; random: 50/50; loco: leave one collective out.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("replay.parquet"),
+              show_default=True, help="Parquet file of results, one row per policy x context x seed.")
+def replay(dataset, fabric, window, rho_max, policies, horizon, seeds, split, out):
+    """Replay bandit policies on the forced-arm pools and print the Table-1 summary."""
+    from ncclbot_sweep.analysis.policies import make_policy
+    from ncclbot_sweep.analysis.replay import run_replay
+    from ncclbot_sweep.analysis.summary import summarize
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    problem = _problem(dataset, fabric, window, rho_max)
+    results = run_replay(problem, [make_policy(n) for n in names], horizon=horizon, seeds=range(seeds), split=split)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results.to_parquet(out, index=False)
+    _echo_table(summarize(results, order=[make_policy(n).name for n in names]), "TRLT on the test contexts (%)")
+    click.echo(f"Results written to {out}")
+
+
+@analyze.command()
+@_dataset_option
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Report folder.")
+@click.option("--policies", default=_DEFAULT_POLICIES, show_default=True, help="Comma-separated policy names.")
+@click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
+@click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")
+@click.option("--split", type=click.Choice(["scale", "random", "loco"]), default="scale", show_default=True,
+              help="How contexts are split into train and test.")
+@click.option("--replay", "replay_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Reuse results of 'analyze replay' instead of replaying again.")
+def report(dataset, fabric, window, rho_max, out, policies, horizon, seeds, split, replay_file):
+    """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out."""
+    from ncclbot_sweep.analysis.report import ReportOptions, build_report
+
+    results = None
+    if replay_file is not None:
+        import pandas as pd
+
+        results = pd.read_parquet(replay_file)
+    options = ReportOptions(policies=tuple(p.strip() for p in policies.split(",") if p.strip()), horizon=horizon,
+                            seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max)
+    path = build_report(dataset, out, options=options, replay=results)
+    click.echo(f"Report: {path}")
