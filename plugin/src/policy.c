@@ -99,11 +99,11 @@ void nb_update(const nb_config *cfg, nb_arm_stat *st, double reward) {
     case NB_EST_GAIN: /* constant gain: mean <- (1 - eta) mean + eta r (paper section 6.2) */
       st->mean += cfg->gain * (reward - st->mean);
       break;
-    case NB_EST_SGD: { /* clipped SGD: step lr / n^decay, residual clipped to +-clip */
+    case NB_EST_SGD: { /* clipped SGD: step lr * n^-decay, residual clipped to +-clip */
       double d = reward - st->mean;
       if (d > cfg->sgd_clip) d = cfg->sgd_clip;
       if (d < -cfg->sgd_clip) d = -cfg->sgd_clip;
-      st->mean += cfg->sgd_lr / pow(st->n, cfg->sgd_decay) * d;
+      st->mean += cfg->sgd_lr * pow(st->n, -cfg->sgd_decay) * d;
       break;
     }
   }
