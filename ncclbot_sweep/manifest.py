@@ -145,11 +145,12 @@ class Manifest:
         path = Path(path)
         if path.exists():
             manifest = cls.open(path)
-            theirs = manifest.meta().get("campaign_key")
+            existing = manifest.meta()
+            theirs = existing.get("campaign_key")
             if theirs != meta["campaign_key"]:
                 manifest.close()
                 raise ManifestError(
-                    f"this folder holds campaign {manifest_name(theirs, manifest.meta())}, not "
+                    f"this folder holds campaign {manifest_name(theirs, existing)}, not "
                     f"{meta.get('campaign')!r} on {meta.get('fabric')!r} (key {meta['campaign_key']})",
                     path=path, hint="use another --workdir for a different campaign or fabric")
             return manifest

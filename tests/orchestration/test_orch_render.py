@@ -1,0 +1,148 @@
+"""Job scripts: the contract of each kind, quoting of every inventory/campaign value, step.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FAKE, SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
+from ncclbot_sweep.campaign import load_campaign, parse_campaign_text, plan_campaign
+from ncclbot_sweep.cli import main
+from ncclbot_sweep.errors import RenderError
+from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
+from ncclbot_sweep.names import COLLECTIVE_BINARY
+from ncclbot_sweep.render import render_campaign, render_job_script
+from ncclbot_sweep.runner import submit
+
+EVIL = "x$(touch PWNED)`touch PWNED2`;touch PWNED3;'\"q\" && touch PWNED4 || true"
+
+
+def test_forced_script_contract():
+    plan = plan_campaign(load_campaign("forced-arm-h100"), load_inventory("h100-spectrumx"))
+    job = plan.jobs[0]
+    text = render_job_script(plan, job, Path("/shared/c"))
+    assert text.startswith("#!/bin/bash\n#SBATCH --job-name=ncclbot:")
+    assert f"#SBATCH --nodes={job.nodes}\n" in text and "#SBATCH --partition=h100\n" in text
+    assert "#SBATCH --exclusive\n" in text
+    assert text.count("exec timeout --kill-after=30 3600 srun --nodes=4 --ntasks=32") == len(job.steps)
+    assert "--mpi=pmix" in text
+    step = job.steps[0]
+    assert f"export NCCL_ALGO={step.arm.algorithm}\n" in text and f"export NCCL_PROTO={step.arm.protocol}\n" in text
+    assert "export NCCL_DEBUG=INFO" in text and "export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING" in text
+    assert 'export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"' in text
+    assert '-n 100 -I 1 -c 0 -J "$STEP_DIR/result.json"' in text  # nccl-tests 2.19: per-iteration JSON
+    assert 'ncclbot_step_done "$STEP_DIR"' in text and '"$STEP_DIR/exit"' in text
+    assert "export NCCL_IB_GID_INDEX=3" in text and "export LD_LIBRARY_PATH=/opt/nccl/lib" in text
+    assert "unset NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN" in text
+
+
+def test_old_nccl_tests_use_cycles():
+    old = parse_inventory_text(local_inventory_text(Path("/opt/nt")).replace('"2.19.6"', '"2.16.9"'))
+    plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN), old)
+    script = render_job_script(plan, plan.jobs[0], Path("/c"))
+    assert "-n 1 -N 5" in script and "-J" not in script.split("exec timeout")[1]
+
+
+def test_gb200_segment_container_and_live_plugin_env():
+    plan = plan_campaign(load_campaign("forced-arm-h100"), load_inventory("gb200-mnnvl-on"))
+    text = render_job_script(plan, plan.jobs[-1], Path("/c"))
+    assert "#SBATCH --segment=16\n" in text and "#SBATCH --nodes=32\n" in text
+    assert "--container-image=/shared/images/nccl-tests+ncclbot.sqsh" in text
+    assert "export NCCL_MNNVL_ENABLE=1" in text and "export NVIDIA_IMEX_CHANNELS=0" in text
+    live = plan_campaign(load_campaign("live-h100"), load_inventory("h100-spectrumx"))
+    text = render_job_script(live, live.jobs[0], Path("/c"))
+    assert "export NCCL_TUNER_PLUGIN=/opt/ncclbot/lib/libncclbot.so" in text
+    assert "export NCCLBOT_POLICY=ucb1" in text and 'export NCCLBOT_TRACE_DIR="$STEP_DIR/trace"' in text
+    assert text.count("unset NCCL_ALGO NCCL_PROTO NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN") == len(live.jobs[0].steps)
+
+
+def test_step_json_describes_the_step(tmp_path: Path):
+    plan = plan_campaign(load_campaign("live-h100"), load_inventory("h100-spectrumx"))
+    render_campaign(plan, tmp_path)
+    job = plan.jobs[0]
+    metas = [json.loads((tmp_path / "jobs" / job.key / "steps" / s.key / "step.json").read_text()) for s in job.steps]
+    stock = next(m for m in metas if m["policy"] == "stock")
+    assert stock["plugin"] is False and stock["arm"] is None and "NCCL_TUNER_PLUGIN" not in stock["env"]
+    ucb = next(m for m in metas if m["policy"] == "ucb1" and m["variant"] == "sync-4")
+    for field in ("campaign", "campaign_key", "job_key", "step_key", "fabric", "kind", "collective", "binary",
+                  "nodes", "gpus_per_node", "ranks", "arm", "policy", "sizes", "iterations", "warmup", "env"):
+        assert field in ucb
+    assert ucb["ranks"] == 64 and ucb["sizes"] == {"min": 512, "max": 16 * 2**30, "factor": 2}
+    assert ucb["env"]["NCCLBOT_SYNC_EVERY"] == "4" and ucb["env"]["NCCL_IB_TC"] == "106"
+    assert ucb["campaign"] == "live-h100" and ucb["fabric"] == "h100-spectrumx"
+
+
+def test_rendering_is_idempotent(tmp_path: Path):
+    plan = plan_campaign(load_campaign("demo"), load_inventory("h100-spectrumx"))
+    first = render_campaign(plan, tmp_path)
+    stamps = [p.stat().st_mtime_ns for p in first]
+    again = render_campaign(plan, tmp_path)
+    assert [p.stat().st_mtime_ns for p in again] == stamps
+
+
+def _evil_setup(tmp_path: Path) -> tuple[Path, Path, Path]:
+    weird = tmp_path / "we'ird $(touch PWNED) `x` ;dir\"q"
+    bin_dir = weird / "bin"
+    bin_dir.mkdir(parents=True)
+    for binary in COLLECTIVE_BINARY.values():
+        (bin_dir / binary).write_text(FAKE)
+        (bin_dir / binary).chmod(0o755)
+    extra = (f"description: {json.dumps(EVIL)}\n"
+             f"environment:\n  NCCL_EVIL: {json.dumps(EVIL)}\n  NCCL_IB_HCA: {json.dumps('=mlx5_0:1;touch PWNED5')}\n"
+             f"nccl: {{version: {json.dumps(EVIL)}, lib_dir: {json.dumps(str(weird / 'lib'))}}}\n"
+             f"plugin: {{path: {json.dumps(EVIL)}, version: {json.dumps(EVIL)}}}\n")
+    inv_text = local_inventory_text(Path("PLACEHOLDER"), extra=extra)
+    inv_text = inv_text.replace('bin_dir: "PLACEHOLDER"', f"bin_dir: {json.dumps(str(bin_dir))}")
+    inv_text = inv_text.replace('version: "2.19.6"', 'version: "2.19.6"\n  extra_flags: ["-c", "0; touch PWNED6"]')
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(inv_text)
+    camp = tmp_path / "c.yaml"
+    camp.write_text(SMALL_CAMPAIGN.replace("nodes: [2, 4]", "nodes: [2]")
+                    + f"env: {{NCCL_CAMPAIGN_EVIL: {json.dumps(EVIL)}}}\n")
+    return inv, camp, weird / "campaign\nfolder"
+
+
+def test_hostile_values_are_never_executed(tmp_path: Path, fake_env: Path):
+    """Every inventory and campaign value is shell-quoted: running the scripts executes none of them."""
+    inv, camp, workdir = _evil_setup(tmp_path)
+    summary = submit(camp, inv, workdir)
+    assert summary.complete, summary
+    pwned = [p for p in tmp_path.rglob("PWNED*")]
+    assert pwned == [], pwned
+    starts, ends = starts_and_ends(fake_env)
+    assert len(ends) == summary.total_steps == 4
+    job_dir = next((workdir / "jobs").iterdir())
+    prov = json.loads((job_dir / "provenance.json").read_text())
+    assert prov["environment"]["NCCL_EVIL"] == EVIL  # arrived verbatim
+    assert prov["nccl_version"] == EVIL and prov["plugin_version"] == EVIL
+    step = next((job_dir / "steps").iterdir())
+    stdout = (step / "stdout.txt").read_text()
+    assert "-c 0; touch PWNED6" in stdout  # one argument, passed through untouched
+    bash_n = subprocess.run(["bash", "-n", str(job_dir / "job.sh")], capture_output=True, text=True)
+    assert bash_n.returncode == 0, bash_n.stderr
+
+
+def test_sbatch_values_with_shell_syntax_are_refused(tmp_path: Path):
+    text = local_inventory_text(Path("/opt/nt")).replace("kind: local\n  max", "kind: slurm\n  partition: \"$(touch PWNED)\"\n  max")
+    plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN), parse_inventory_text(text))
+    with pytest.raises(RenderError, match="cannot go on an #SBATCH line") as info:
+        render_job_script(plan, plan.jobs[0], Path("/c"))
+    assert "scheduler.partition" in str(info.value)
+
+
+def test_cli_render(tmp_path: Path, fake_bin: Path):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(local_inventory_text(fake_bin))
+    camp = tmp_path / "c.yaml"
+    camp.write_text(SMALL_CAMPAIGN)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["render", str(camp), "--inventory", str(inv), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"rendered 4 job scripts (8 steps) into {out}\n"
+    assert len(list(out.glob("jobs/*/job.sh"))) == 4 and len(list(out.glob("jobs/*/steps/*/step.json"))) == 8
+    result = CliRunner().invoke(main, ["render", str(camp), "--inventory", str(tmp_path / "nope.yaml"), "--out", str(out)])
+    assert result.exit_code == 1 and "file not found" in result.output

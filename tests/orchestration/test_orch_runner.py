@@ -1,0 +1,263 @@
+"""Campaign runner on the local executor: idempotent submit, resume after SIGKILL, cancel, outcomes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
+from ncclbot_sweep.cli import main
+from ncclbot_sweep.errors import ExecutorError, ManifestError
+from ncclbot_sweep.executors import make_executor
+from ncclbot_sweep.inventory import parse_inventory_text
+from ncclbot_sweep.manifest import JobPhase, Manifest
+from ncclbot_sweep.runner import cancel, prepare, resume, status, submit
+
+
+def _files(tmp_path: Path, fake_bin: Path, campaign: str = SMALL_CAMPAIGN, concurrent: int = 2) -> tuple[Path, Path]:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(local_inventory_text(fake_bin, concurrent=concurrent))
+    camp = tmp_path / "campaign.yaml"
+    camp.write_text(campaign)
+    return camp, inv
+
+
+def test_submit_twice_runs_nothing_twice(tmp_path, fake_bin, fake_env):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    first = submit(camp, inv, work)
+    assert first.complete and first.total_steps == 8 and first.jobs == {"finished": 4}
+    starts, ends = starts_and_ends(fake_env)
+    assert len(starts) == 8 and set(starts.values()) == {1} and set(ends.values()) == {1}
+    second = submit(camp, inv, work)
+    assert second.complete
+    assert starts_and_ends(fake_env) == (starts, ends)  # nothing ran again
+    # The local srun stand-in gave task 0 the whole job size.
+    outputs = [p.read_text() for p in work.glob("jobs/*/steps/*/stdout.txt")]
+    assert any("# ranks 32 nodes 4 procid 0" in o for o in outputs)
+    assert any("# ranks 16 nodes 2 procid 0" in o for o in outputs)
+
+
+def test_growing_a_campaign_runs_only_new_steps(tmp_path, fake_bin, fake_env):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    submit(camp, inv, work)
+    starts_before, _ = starts_and_ends(fake_env)
+    camp.write_text(SMALL_CAMPAIGN.replace("nodes: [2, 4]", "nodes: [2, 4, 8]"))
+    summary = submit(camp, inv, work)
+    starts, _ = starts_and_ends(fake_env)
+    assert summary.total_steps == 12 and summary.complete
+    assert len(starts) == 12 and all(starts[k] == 1 for k in starts_before)
+
+
+def test_failed_and_invalid_steps_then_resume_reruns_only_those(tmp_path, fake_bin, fake_env, monkeypatch):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    monkeypatch.setenv("NCCLBOT_FAKE_FAIL_ALGO", "Tree")
+    summary = submit(camp, inv, work)
+    outcomes = {f["label"]: f["outcome"] for f in summary.failed}
+    assert outcomes == {"AllReduce 2n Tree/LL": "failed", "AllReduce 4n Tree/LL": "failed"}
+    assert summary.steps == {"ok": 6, "failed": 2}
+    # A failure does not stop the job: the other step of that job ran.
+    monkeypatch.delenv("NCCLBOT_FAKE_FAIL_ALGO")
+    again = submit(camp, inv, work)  # submit does not retry
+    assert again.steps == {"ok": 6, "failed": 2}
+    starts_before, _ = starts_and_ends(fake_env)
+    summary = resume(work)
+    assert summary.complete
+    starts, ends = starts_and_ends(fake_env)
+    rerun = {k for k in starts if starts[k] == 2}
+    assert len(rerun) == 2 and all(ends[k] == 1 for k in ends)
+    assert all(starts[k] == 1 for k in starts_before if k not in rerun)
+
+
+def test_invalid_arm_outcome(tmp_path, fake_bin, fake_env, monkeypatch):
+    camp, inv = _files(tmp_path, fake_bin)
+    monkeypatch.setenv("NCCLBOT_FAKE_INVALID_ALGO", "Tree")
+    summary = submit(camp, inv, tmp_path / "work")
+    assert {f["outcome"] for f in summary.failed} == {"invalid_arm"}
+    assert summary.steps["invalid_arm"] == 2
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    code = "import sys; from ncclbot_sweep.cli import main; sys.exit(main())"
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_ends(log: Path, count: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(starts_and_ends(log)[1]) >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {count} steps finished in {timeout} s")
+
+
+@pytest.mark.parametrize("jobs_survive", [True, False], ids=["jobs-keep-running", "jobs-killed-too"])
+def test_sigkill_then_resume_finishes_each_step_once(tmp_path, fake_bin, fake_env, jobs_survive):
+    camp, inv = _files(tmp_path, fake_bin, concurrent=1)
+    work = tmp_path / "work"
+    env = dict(os.environ, NCCLBOT_FAKE_SLEEP="0.3")
+    proc = _cli("submit", str(camp), "--inventory", str(inv), "--workdir", str(work), env=env)
+    _wait_for_ends(fake_env, 3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished_before = set(starts_and_ends(fake_env)[1])
+    assert 3 <= len(finished_before) < 8
+    if not jobs_survive:  # the machine lost the jobs as well: kill their process groups
+        for pid_file in (work / ".executor" / "jobs").glob("*/pid"):
+            pid = int(pid_file.read_text().split()[0])
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    os.environ["NCCLBOT_FAKE_SLEEP"] = "0.3"
+    try:
+        summary = resume(work)
+    finally:
+        del os.environ["NCCLBOT_FAKE_SLEEP"]
+    assert summary.complete and summary.total_steps == 8
+    starts, ends = starts_and_ends(fake_env)
+    assert len(ends) == 8 and set(ends.values()) == {1}, ends  # every step finished exactly once
+    assert all(starts[k] == 1 for k in finished_before)  # finished steps never ran again
+    if jobs_survive:
+        assert set(starts.values()) == {1}  # the running job was adopted, not re-run
+    manifest = Manifest.open(work / "manifest.sqlite")
+    try:
+        assert all(j.phase is JobPhase.FINISHED for j in manifest.jobs())
+    finally:
+        manifest.close()
+
+
+def test_crash_between_submit_and_manifest_is_adopted(tmp_path, fake_bin, fake_env):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    camp_obj = prepare(camp, inv, work)
+    from ncclbot_sweep.runner import _spec  # the crash window is internal: submit without recording
+
+    job_key = camp_obj.plan.jobs[0].key
+    job_id = camp_obj.executor.submit(_spec(camp_obj, job_key))
+    camp_obj.close()
+    summary = resume(work)
+    assert summary.complete
+    starts, _ = starts_and_ends(fake_env)
+    assert set(starts.values()) == {1}
+    manifest = Manifest.open(work / "manifest.sqlite")
+    try:
+        kinds = [e["kind"] for e in manifest.events(job_key)]
+        assert "adopted" in kinds and manifest.job(job_key).executor_job_id == job_id
+        assert manifest.job(job_key).attempts == 1
+    finally:
+        manifest.close()
+
+
+def test_cancel_then_resume(tmp_path, fake_bin, fake_env, monkeypatch):
+    camp, inv = _files(tmp_path, fake_bin, concurrent=1)
+    work = tmp_path / "work"
+    monkeypatch.setenv("NCCLBOT_FAKE_SLEEP", "0.5")
+    summary = submit(camp, inv, work, wait=False)
+    assert summary.jobs.get("submitted") == 4
+    _wait_for_ends(fake_env, 1)
+    summary = cancel(work)
+    assert summary.jobs.get("cancelled") == 4 and not summary.complete
+    ok_at_cancel = {p.parent.name for p in work.glob("jobs/*/steps/*/exit") if p.read_text().strip() == "0"}
+    time.sleep(0.3)
+    starts_after_cancel = starts_and_ends(fake_env)[0]
+    assert len(starts_after_cancel) < 8  # nothing else started after the cancel
+    monkeypatch.setenv("NCCLBOT_FAKE_SLEEP", "0")
+    summary = resume(work)
+    assert summary.complete
+    starts, ends = starts_and_ends(fake_env)
+    assert len(ends) == 8
+    # A step killed by the cancel before its exit marker runs again; finished ones never do.
+    assert ok_at_cancel and all(starts[k] == 1 for k in ok_at_cancel)
+
+
+def test_status_json_and_text(tmp_path, fake_bin, fake_env):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    submit(camp, inv, work)
+    runner = CliRunner()
+    result = runner.invoke(main, ["status", str(work), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["complete"] is True and data["steps"] == {"ok": 8} and data["campaign"] == "small"
+    result = runner.invoke(main, ["status", str(work)])
+    assert "steps: 8/8 ok (8 ok)" in result.output
+    result = runner.invoke(main, ["status", str(tmp_path / "nowhere")])
+    assert result.exit_code == 1 and "not a campaign folder (no manifest.sqlite)" in result.output
+
+
+def test_cli_submit_failed_steps_exit_1(tmp_path, fake_bin, fake_env, monkeypatch):
+    camp, inv = _files(tmp_path, fake_bin)
+    monkeypatch.setenv("NCCLBOT_FAKE_FAIL_ALGO", "Ring")
+    result = CliRunner().invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(tmp_path / "w")])
+    assert result.exit_code == 1
+    assert "steps: 2/8 ok (6 failed, 2 ok)" in result.output
+    assert "[8/8] 2/8 steps ok, 6 not ok, 0 jobs open" in result.output  # plain progress lines off a terminal
+
+
+def test_other_campaign_in_same_folder_is_refused(tmp_path, fake_bin, fake_env):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    submit(camp, inv, work)
+    camp.write_text(SMALL_CAMPAIGN.replace("name: small", "name: other"))
+    with pytest.raises(ManifestError, match="this folder holds campaign 'small'"):
+        submit(camp, inv, work)
+
+
+def test_manifest_schema_mismatch_names_both_versions(tmp_path, fake_bin, fake_env):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    submit(camp, inv, work)
+    conn = sqlite3.connect(work / "manifest.sqlite")
+    conn.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+    conn.execute("UPDATE meta SET value = '0.0.1' WHERE key = 'writer_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(ManifestError) as info:
+        status(work)
+    text = str(info.value)
+    assert "schema version 0 (written by ncclbot-sweep 0.0.1)" in text and "reads schema version 1" in text
+
+
+def test_event_log_is_append_only(tmp_path, fake_bin, fake_env):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    submit(camp, inv, work)
+    conn = sqlite3.connect(work / "manifest.sqlite")
+    assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] > 8
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("DELETE FROM events")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("UPDATE events SET kind = 'x'")
+    conn.close()
+
+
+def test_local_concurrency_limit(tmp_path, fake_bin, fake_env, monkeypatch):
+    camp, inv = _files(tmp_path, fake_bin, concurrent=1)
+    monkeypatch.setenv("NCCLBOT_FAKE_SLEEP", "0.05")
+    submit(camp, inv, tmp_path / "work")
+    kinds = [line.split()[0] for line in fake_env.read_text().splitlines()]
+    assert kinds == ["start", "end"] * 8  # never two steps (or jobs) at once
+
+
+def test_make_executor_slurm_is_lazy(tmp_path):
+    inv = parse_inventory_text(local_inventory_text(Path("/x")).replace("kind: local\n  max", "kind: slurm\n  max"))
+    try:
+        import ncclbot_sweep.executors.slurm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ExecutorError, match="cannot be imported"):
+            make_executor(inv, state_dir=tmp_path)
+    else:
+        pytest.skip("the Slurm executor exists; its own tests cover it")
