@@ -130,6 +130,7 @@ class SlurmCluster:
         # slurmd 22.05 initialises a cgroup plugin even with proctrack/linuxproc and
         # task/none; it has no "disabled" plugin, so point it at whatever is mounted.
         (self.root / "cgroup.conf").write_text(_cgroup_conf())
+        (self.root / "gres.conf").write_text("NodeName=n[1-4] Name=gpu File=/dev/null\n")
 
     def start(self) -> None:
         for tool in ("munged", "slurmctld", "slurmd", "sbatch"):

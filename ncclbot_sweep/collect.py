@@ -1,0 +1,157 @@
+"""Bring finished steps back from the cluster into the local campaign folder.
+
+``ncclbot-sweep collect DIR`` (and the Slurm executor's ``fetch`` when a job ends) copy
+each job's folder from where it ran (``access.remote_workdir`` over SSH) into ``DIR``:
+
+* one remote command lists every file with its size and SHA-256;
+* a file whose local copy already has that checksum is skipped (idempotent);
+* a download goes to ``<file>.ncclbot-part`` and is renamed only after its size and
+  checksum match; an interrupted download resumes from the partial file's size (and starts
+  over if the result does not verify);
+* of the ``steps/`` folders only finished ones (with an ``exit`` marker) are copied, so a
+  step still running is never half-collected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from ncclbot_sweep.errors import ExecutorError, TransportError
+from ncclbot_sweep.paths import StepFiles
+from ncclbot_sweep.transport import RemoteFile, Transport, sha256_file
+
+__all__ = ["CollectReport", "PART_SUFFIX", "collect", "sync_tree"]
+
+log = logging.getLogger(__name__)
+
+#: Suffix of a download in progress (the remote listing ignores such files too).
+PART_SUFFIX = ".ncclbot-part"
+_EXIT_NAME = StepFiles(PurePosixPath(".")).exit_marker.name
+
+
+@dataclasses.dataclass
+class CollectReport:
+    """What a collect or fetch did: counts of files and bytes, and steps seen."""
+
+    files_fetched: int = 0
+    files_resumed: int = 0
+    files_unchanged: int = 0
+    bytes_fetched: int = 0
+    steps_collected: int = 0
+    steps_unfinished: int = 0
+    jobs: int = 0
+
+    def add(self, other: CollectReport) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def _finished_steps(files: list[RemoteFile]) -> tuple[set[str], set[str]]:
+    """(finished, all) step folder names from a job folder listing."""
+    finished, every = set(), set()
+    for f in files:
+        parts = f.rel.split("/")
+        if len(parts) >= 3 and parts[0] == "steps":
+            every.add(parts[1])
+            if len(parts) == 3 and parts[2] == _EXIT_NAME:
+                finished.add(parts[1])
+    return finished, every
+
+
+def _wanted(f: RemoteFile, finished: set[str]) -> bool:
+    parts = f.rel.split("/")
+    if parts[0] != "steps":
+        return True
+    return len(parts) >= 3 and parts[1] in finished
+
+
+def sync_tree(transport: Transport, remote: PurePosixPath, local: Path, *,
+              only_finished_steps: bool = True) -> CollectReport:
+    """Copy the job folder ``remote`` into ``local``; see the module docstring.
+
+    Idempotent and resumable. Raises TransportError when a file cannot be fetched or does
+    not verify after a fresh download.
+    """
+    report = CollectReport(jobs=1)
+    if transport.same_path(local, remote):
+        return report
+    files = transport.list_files(remote)
+    finished, every = _finished_steps(files)
+    report.steps_collected = len(finished)
+    report.steps_unfinished = len(every - finished)
+    for f in files:
+        if only_finished_steps and not _wanted(f, finished):
+            continue
+        _fetch_one(transport, remote, local, f, report)
+    return report
+
+
+def _fetch_one(transport: Transport, remote: PurePosixPath, local: Path, f: RemoteFile,
+               report: CollectReport) -> None:
+    target = local / f.rel
+    if target.is_file() and target.stat().st_size == f.size and sha256_file(target) == f.sha256:
+        report.files_unchanged += 1
+        return
+    part = target.with_name(target.name + PART_SUFFIX)
+    offset = part.stat().st_size if part.is_file() else 0
+    if offset > f.size:
+        part.unlink()
+        offset = 0
+    if offset:
+        report.files_resumed += 1
+        log.info("resuming %s at byte %d of %d", f.rel, offset, f.size)
+    transport.get_file(remote / f.rel, part, offset=offset)
+    if part.stat().st_size != f.size or sha256_file(part) != f.sha256:
+        if not offset:
+            raise TransportError(f"{f.rel}: the copy does not match the cluster's checksum "
+                                 "(the file changed while it was copied?)", path=target,
+                                 hint="run 'ncclbot-sweep collect' again once the job has ended")
+        log.warning("%s did not verify after resuming; downloading it again", f.rel)
+        transport.get_file(remote / f.rel, part, offset=0)
+        if part.stat().st_size != f.size or sha256_file(part) != f.sha256:
+            raise TransportError(f"{f.rel}: the copy does not match the cluster's checksum", path=target)
+    os.replace(part, target)
+    report.files_fetched += 1
+    report.bytes_fetched += f.size - offset
+
+
+def collect(workdir: Path | str, *, transport: Transport | None = None,
+            progress: Callable[[str, CollectReport], None] | None = None) -> CollectReport:
+    """Collect every job of the campaign in ``workdir`` from the cluster (``collect DIR``).
+
+    ``transport`` overrides the inventory's (tests pass one with other retry settings).
+    Raises ManifestError when ``workdir`` is not a campaign folder, TransportError when
+    the cluster cannot be reached or a file does not verify (run it again: it resumes).
+    """
+    from ncclbot_sweep.paths import CampaignPaths
+    from ncclbot_sweep.runner import open_campaign
+
+    camp = open_campaign(workdir)
+    try:
+        own = transport or getattr(camp.executor, "transport", None)
+        report = CollectReport()
+        if own is None:
+            log.info("the %s executor writes into the campaign folder: nothing to collect",
+                     camp.executor.name)
+            return report
+        remote_paths = CampaignPaths(camp.run_root)
+        for job in camp.manifest.jobs():
+            if not job.executor_job_id:
+                continue
+            part = sync_tree(own, PurePosixPath(remote_paths.job_dir(job.job_key)),
+                             Path(camp.paths.job_dir(job.job_key)))
+            report.add(part)
+            if progress:
+                progress(job.job_key, report)
+        return report
+    except ExecutorError:
+        raise
+    finally:
+        camp.close()
