@@ -368,8 +368,11 @@ ncclResult_t nb_learn_decide(nb_comm *c, int coll, size_t nBytes, float *table, 
 /* ---------- end of a communicator ---------- */
 
 void nb_learn_finalize(nb_comm *c) {
-  if (c->mode == NB_MODE_LEARN_LOCAL) {
+  if (c->mode == NB_MODE_LEARN_LOCAL) { /* samples still missing now never come */
     drain(c);
+    for (uint64_t i = c->applied; i < c->head; i++)
+      if (c->log[i & c->log_mask].state == NB_PULL_PENDING)
+        c->log[i & c->log_mask].state = NB_PULL_MISSING;
     apply_local(c);
   }
   if ((c->mode == NB_MODE_LEARN_LOCAL || c->mode == NB_MODE_LEARN_SYNC) && c->cfg.state_dir[0] &&

@@ -1,0 +1,36 @@
+"""Start and stop the ncclbot-coordinator for tests (loopback, ephemeral port)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import nb_host as H
+
+
+class Coordinator:
+    def __init__(self, token: str = "s3cret", exe: Path | None = None):
+        exe = exe or Path(os.environ.get("NCCLBOT_TEST_COORD", H.PLUGIN_DIR / "build" / "ncclbot-coordinator"))
+        env = dict(os.environ, NCCLBOT_SYNC_TOKEN=token)
+        env.pop("LD_PRELOAD", None)
+        self.proc = subprocess.Popen([str(exe), "--listen", "127.0.0.1:0"], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on 127.0.0.1:"), line
+        self.addr = line.split()[-1]
+        self.token = token
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            _, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return err or ""

@@ -1,0 +1,111 @@
+"""Rank consistency: 8 processes on loopback, each its own rank with its own
+noisy latencies and delivery lag, synchronised through the coordinator, must
+choose identical arms on every call; also when the coordinator is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import nb_host as H
+from coord import Coordinator
+from trace_read import read_trace, trace_path
+
+WORKER = Path(__file__).with_name("rank_worker.py")
+SCALE = float(os.environ.get("NCCLBOT_TEST_SCALE", "1"))
+
+
+def run_job(tmp_path, coord, *, nranks=8, calls=20000, contexts=50, comm_id=0xC0FFEE, env=None,
+            during=None):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLBOT_") or k.startswith("NCCLBOT_TEST_")}
+    base.update(NCCLBOT_POLICY="ucb1", NCCLBOT_MIN_BYTES="0", NCCLBOT_SYNC_ADDR=coord.addr,
+                NCCLBOT_SYNC_TOKEN=coord.token, NCCLBOT_SYNC_EVERY="64", NCCLBOT_UCB_ALPHA="0.3",
+                NCCLBOT_TRACE_DIR=str(tmp_path), NCCLBOT_SYNC_TIMEOUT_MS="20000")
+    base.update(env or {})
+    procs = []
+    for rank in range(nranks):
+        out = tmp_path / f"rank{rank}.json"
+        procs.append((subprocess.Popen([sys.executable, str(WORKER), str(rank), str(nranks), str(comm_id),
+                                        str(calls), str(contexts), str(out)], env=base,
+                                       stderr=subprocess.PIPE, text=True), out))
+    if during:
+        during()
+    results = []
+    for p, out in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.read_text()))
+    return results
+
+
+def assert_identical(results):
+    first = results[0]["arms"]
+    for rank, res in enumerate(results[1:], 1):
+        diff = [t for t, (a, b) in enumerate(zip(first, res["arms"])) if a != b]
+        assert not diff, f"rank {rank} differs from rank 0 first at call {diff[0]}"
+
+
+def test_eight_ranks_choose_identical_arms(tmp_path):
+    calls = int(20000 * SCALE)
+    coord = Coordinator()
+    try:
+        results = run_job(tmp_path, coord, calls=calls)
+    finally:
+        err = coord.stop()
+    assert_identical(results)
+    arms = results[0]["arms"]
+    assert all(rc == 0 for res in results for rc in res["rc"])
+    assert len(set(arms)) > 3, "the bandit never moved: nothing was tested"
+    traces = [read_trace(trace_path(tmp_path, 0xC0FFEE, r)) for r in range(8)]
+    syncs = [x for x in traces[0] if x["kind"] == "sync"]
+    assert len(syncs) >= calls // 64 - 3 and all(float(x["sync_us"]) >= 0 for x in syncs)
+    rewards = [[x["reward"] for x in t if x["kind"] == "pull"] for t in traces]
+    assert all(rw == rewards[0] for rw in rewards), "merged rewards differ between ranks"
+    filled = sum(1 for x in rewards[0] if x)
+    assert filled > 0.8 * len(rewards[0]), f"only {filled} of {len(rewards[0])} pulls got a reward"
+    lat0 = [x["latency_us"] for x in traces[0] if x["kind"] == "pull"]
+    lat1 = [x["latency_us"] for x in traces[1] if x["kind"] == "pull"]
+    assert lat0 != lat1, "local latencies should differ between ranks"
+    colls = {x["collective"] for x in traces[0] if x["kind"] == "pull" and x["reward"]}
+    assert {"AllGather", "ReduceScatter", "AllReduce"} <= colls  # byte convention joins AG/RS
+    assert "different pulls" not in err  # the coordinator never saw diverging pull logs
+
+
+@pytest.mark.parametrize("mode", ["freeze", "fail"])
+def test_coordinator_killed_mid_run_no_divergence(tmp_path, mode):
+    coord = Coordinator()
+
+    calls = int(8000 * SCALE)
+
+    def kill_later():  # once rank 0 is a third of the way through
+        progress = tmp_path / "rank0.progress"
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if progress.exists() and progress.read_text() and int(progress.read_text()) >= calls // 3:
+                break
+            time.sleep(0.01)
+        coord.kill()
+
+    try:
+        results = run_job(tmp_path, coord, calls=calls, env={"NCCLBOT_SYNC_ON_FAILURE": mode},
+                          comm_id=0xBAD, during=kill_later)
+    finally:
+        coord.stop()
+    n = len(results[0]["arms"])
+    for t in range(n):
+        ok = {res["arms"][t] for res in results if res["rc"][t] == 0}
+        assert len(ok) <= 1, f"ranks chose {ok} at call {t}"
+    failed = [sum(1 for rc in res["rc"] if rc != 0) for res in results]
+    if mode == "freeze":
+        assert failed == [0] * 8
+        traces = [read_trace(trace_path(tmp_path, 0xBAD, r)) for r in range(8)]
+        last = [max(int(x["round"]) for x in t if x["kind"] == "sync") for t in traces]
+        assert len(set(last)) == 1 and last[0] < n // 64 - 2, f"rounds {last}: the kill came too late"
+    else:
+        assert all(f > 0 for f in failed), f"every rank fails its collectives after the kill: {failed}"
