@@ -14,12 +14,14 @@ import functools
 import numpy as np
 
 from ncclbot_sweep import costmodel
-from ncclbot_sweep.names import COLLECTIVES, Arm, FabricOffer, arm_invalid_reason, canonical_collective
+from ncclbot_sweep.names import COLLECTIVES, Arm, FabricOffer, all_arms, arm_invalid_reason, canonical_collective
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC, FABRICS, FabricSpec
 from ncclbot_sweep.sim.truth import steady_latency_us
 from ncclbot_sweep.sim.tunemodel import TunedModel, tune_model
 
 __all__ = ["SimFabric", "fabric", "fabric_names"]
+
+_ALL_ARMS = all_arms()
 
 
 def fabric_names() -> list[str]:
@@ -77,7 +79,7 @@ class SimFabric:
         """
         bandwidth = tuned.table.bandwidth_gbs.copy()
         for c, coll in enumerate(COLLECTIVES):
-            for arm in costmodel_arms():
+            for arm in _ALL_ARMS:
                 if arm_invalid_reason(coll, arm, nodes=nodes, gpus_per_node=self.gpus_per_node, offer=self.offer):
                     bandwidth[c, arm.algorithm_index, arm.protocol_index] = 0.0
         table = costmodel.TuningTable(tuned.table.latency_us, bandwidth)
@@ -98,6 +100,7 @@ class SimFabric:
             ranks=tuned.ranks,
             comm_channels=spec.comm_channels,
             min_comp_cap=self.spec.comp_cap,
+            x86_cpu=self.spec.x86_cpu,
         )
 
     def cost_table(
@@ -118,7 +121,7 @@ class SimFabric:
             return []
         table = self.printed_table(nodes, ranks)
         arms = []
-        for arm in sorted(costmodel_arms()):
+        for arm in _ALL_ARMS:
             if arm_invalid_reason(coll, arm, nodes=nodes, gpus_per_node=self.gpus_per_node, offer=self.offer):
                 continue
             if table.cell(coll, arm)[1] > 0.0:
@@ -135,10 +138,3 @@ class SimFabric:
     def steady_latency_us(self, collective: str, nodes: int, arm: Arm, size_bytes: int) -> float:
         """The true warm steady-state mean latency (us) of ``arm``; noise is drawn around it."""
         return steady_latency_us(self.spec.truth, canonical_collective(collective), arm, nodes=nodes, size_bytes=size_bytes)
-
-
-@functools.cache
-def costmodel_arms() -> tuple[Arm, ...]:
-    from ncclbot_sweep.names import all_arms
-
-    return all_arms()

@@ -39,6 +39,7 @@ class FabricSpec:
     nccl_version: str = "2.30.4"
     cuda_version: str = "12.9"
     nvls_stall_s: tuple[float, float] = (5.7, 7.8)
+    x86_cpu: bool = True  # Grace (ARM) hosts skip NCCL's x86-only NVLSTree correction
 
     @property
     def nccl_version_code(self) -> int:
@@ -158,6 +159,7 @@ def _gb200(mnnvl: bool) -> FabricSpec:
     families = {"tree", "ring", "nvls"} if mnnvl else {"tree", "ring", "pat"}
     return FabricSpec(
         name=f"sim-gb200-mnnvl-{'on' if mnnvl else 'off'}",
+        x86_cpu=False,
         gpus_per_node=4,
         gpu_name="NVIDIA GB200",
         comp_cap=100,

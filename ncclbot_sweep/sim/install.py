@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 from ncclbot_sweep import __version__
-from ncclbot_sweep.names import BINARY_COLLECTIVE
 
 __all__ = ["BINARIES", "bin_dir", "cache_root"]
 

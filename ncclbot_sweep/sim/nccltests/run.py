@@ -18,7 +18,7 @@ from typing import TextIO
 import numpy as np
 
 from ncclbot_sweep import costmodel
-from ncclbot_sweep.names import BINARY_COLLECTIVE, COLLECTIVES, Arm
+from ncclbot_sweep.names import BINARY_COLLECTIVE, COLLECTIVES, Arm, all_arms
 from ncclbot_sweep.sim.fabric import SimFabric, fabric
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
 from ncclbot_sweep.sim.nccltests import report
@@ -26,7 +26,7 @@ from ncclbot_sweep.sim.nccltests.environment import EnvError, JobLayout, allowed
 from ncclbot_sweep.sim.nccltests.ncclog import NcclLog, tuning_table_lines
 from ncclbot_sweep.sim.nccltests.options import Options, UsageError, parse_options
 from ncclbot_sweep.sim.process import SimProcess, derive_seed
-from ncclbot_sweep.sim.sweep import SizeResult, Warmup, run_sweep
+from ncclbot_sweep.sim.sweep import Warmup, run_sweep
 
 __all__ = ["NCCL_TESTS_VERSION", "main"]
 
@@ -43,6 +43,7 @@ _BUS_IDS = {
 }
 _THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 _NVLS_CHANNELS = {90: 16, 100: 24}
+_ALL_ARMS = all_arms()
 
 
 class TestFailure(Exception):
@@ -117,17 +118,11 @@ def _choose_arm(ctx: _Context, size: int) -> Arm | None:
     protos = allowed_names(ctx.env.get("NCCL_PROTO"), "proto", ctx.collective)
     allowed = [
         arm
-        for arm in costmodel_all_arms()
+        for arm in _ALL_ARMS
         if (algos is None or arm.algorithm in algos) and (protos is None or arm.protocol in protos)
     ]
     costs = ctx.fabric.cost_table(ctx.collective, ctx.layout.nodes, size, ranks=ctx.ranks, allowed=allowed)
     return costmodel.auto_arm(costs)
-
-
-def costmodel_all_arms() -> tuple[Arm, ...]:
-    from ncclbot_sweep.names import all_arms
-
-    return all_arms()
 
 
 def _no_arm_failure(ctx: _Context) -> TestFailure:
@@ -339,16 +334,11 @@ def _seed_args(argv: list[str]) -> list[str]:
     return kept
 
 
-def _program_name(argv0: str) -> str:
-    name = os.path.basename(argv0)
-    return name
-
-
 def main(argv: list[str], *, env: dict[str, str] | None = None, stdout: TextIO | None = None) -> int:
     """Run one simulated nccl-tests binary. ``argv[0]`` names it (``.../all_reduce_perf``)."""
     env = dict(os.environ) if env is None else env
     out = stdout or sys.stdout
-    binary = _program_name(argv[0])
+    binary = os.path.basename(argv[0])
     base = binary.removesuffix("_mpi")
     if base not in BINARY_COLLECTIVE:
         sys.stderr.write(f"{binary}: not a simulated nccl-tests binary (one of {', '.join(BINARY_COLLECTIVE)})\n")
