@@ -122,9 +122,9 @@ class BanditState:
 
     def update(self, rows: np.ndarray, arms: np.ndarray, reward: np.ndarray, est: Estimator) -> None:
         """Apply one learned reward per row (``rows`` already filtered by :meth:`learn_mask`)."""
-        n_old = self.n[rows, arms]
-        mu_old = self.mu[rows, arms]
-        s2_old = self.s2[rows, arms]
+        flat = rows * self.n.shape[1] + arms
+        n, mu, s2 = self.n.reshape(-1), self.mu.reshape(-1), self.s2.reshape(-1)
+        n_old, mu_old, s2_old = n[flat], mu[flat], s2[flat]
         n_new = est.discount * n_old + 1.0
         d = reward - mu_old
         if est.kind == "mean":
@@ -139,7 +139,7 @@ class BanditState:
             first = n_old == 0
             mu_new = np.where(first, reward, mu_old + step * d)
             s2_new = np.where(first, 0.0, s2_old + step * (d * d - s2_old))
-        self.n[rows, arms] = n_new
-        self.mu[rows, arms] = mu_new
-        self.s2[rows, arms] = s2_new
-        self.learned[rows, arms] += 1
+        n[flat] = n_new
+        mu[flat] = mu_new
+        s2[flat] = s2_new
+        self.learned.reshape(-1)[flat] += 1

@@ -67,14 +67,17 @@ def pick_uniform(mask: np.ndarray, u: np.ndarray) -> np.ndarray:
 def sample_categorical(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF draw from unnormalised non-negative ``weights`` ``[B, K]`` with ``u`` ``[B]``.
 
-    Returns the first arm whose cumulative weight exceeds ``u * total``; arms with zero
-    weight are never returned.
+    Returns the first arm whose cumulative weight exceeds ``u * total`` (such an arm has a
+    positive weight); if rounding leaves none, the last arm with a positive weight.
     """
     cs = np.cumsum(weights, axis=1)
     thr = u * cs[:, -1]
-    idx = (cs <= thr[:, None]).sum(axis=1)
-    last = weights.shape[1] - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
-    return np.minimum(idx, last)
+    idx = np.count_nonzero(cs <= thr[:, None], axis=1)
+    over = idx >= weights.shape[1]
+    if over.any():
+        w = weights[over]
+        idx[over] = w.shape[1] - 1 - np.argmax(w[:, ::-1] > 0, axis=1)
+    return idx
 
 
 def _masked_argmax(score: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -86,16 +89,24 @@ def _log_n(state: BanditState) -> np.ndarray:
 
 
 def _unpulled_first(state: BanditState, chosen: np.ndarray) -> np.ndarray:
+    # Counts never return to 0: once every offered arm has one, skip the check for good.
+    if state.extra.get("all_pulled"):
+        return chosen
     unpulled = state.offered & (state.n == 0)
-    return np.where(unpulled.any(axis=1), np.argmax(unpulled, axis=1), chosen)
+    cold = unpulled.any(axis=1)
+    if not cold.any():
+        state.extra["all_pulled"] = True
+        return chosen
+    return np.where(cold, np.argmax(unpulled, axis=1), chosen)
 
 
 def _softmax_weights(values: np.ndarray, mask: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    # exp(-inf) is exactly 0, so arms outside ``mask`` get weight 0 without a second mask.
     x = np.where(mask, values, _NEG)
     top = x.max(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore"):
-        w = np.exp((x - top) / tau[:, None])
-    return np.where(mask, w, 0.0)
+    x -= top
+    x /= tau[:, None]
+    return np.exp(x, out=x)
 
 
 def iqr_trimmed_mean(values: np.ndarray) -> np.ndarray:
@@ -199,8 +210,11 @@ class UCB1(Policy):
     def select(self, state, t, u, z):
         log_n = _log_n(state)
         with np.errstate(divide="ignore", invalid="ignore"):
-            score = state.mu + self.alpha * np.sqrt(2.0 * log_n[:, None] / state.n)
-        return _unpulled_first(state, _masked_argmax(score, state.offered))
+            bonus = 2.0 * log_n[:, None] / state.n
+            np.sqrt(bonus, out=bonus)
+            bonus *= self.alpha
+            bonus += state.mu
+        return _unpulled_first(state, _masked_argmax(bonus, state.offered))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,15 +260,22 @@ class Softmax(Policy):
         state.extra["selections"] = np.zeros(state.offered.shape[0])
 
     def select(self, state, t, u, z):
-        unpulled = state.offered & (state.n == 0)
-        cold = unpulled.any(axis=1)
+        # Counts never return to 0, so once every offered arm is pulled the check is skipped.
+        if state.extra.get("all_pulled"):
+            unpulled, cold = None, np.zeros(state.offered.shape[0], dtype=bool)
+        else:
+            unpulled = state.offered & (state.n == 0)
+            cold = unpulled.any(axis=1)
+            state.extra["all_pulled"] = not cold.any()
         sel = state.extra["selections"]
         sel += ~cold
         tau = np.full(sel.shape, self.tau)
         if self.decay:
             tau = self.tau / np.sqrt(np.maximum(sel, 1.0))
         arms = sample_categorical(_softmax_weights(state.mu, state.offered, tau), u[:, 0])
-        return np.where(cold, pick_uniform(unpulled, u[:, 0]), arms)
+        if cold.any():
+            arms = np.where(cold, pick_uniform(unpulled, u[:, 0]), arms)
+        return arms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -646,7 +667,9 @@ class Hierarchical(Policy):
         if self.decay:
             tau = self.tau / np.sqrt(np.maximum(sel[state.rows, g], 1.0))
         arms = sample_categorical(_softmax_weights(state.mu, inside, tau), u[:, 1])
-        return np.where(cold, pick_uniform(unpulled, u[:, 1]), arms)
+        if cold.any():
+            arms = np.where(cold, pick_uniform(unpulled, u[:, 1]), arms)
+        return arms
 
     def update(self, state, rows, arms, reward):
         super().update(state, rows, arms, reward)

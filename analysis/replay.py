@@ -137,16 +137,17 @@ def _draws(rngs, n_ctx: int, nu: int, nz: int):
 
 def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
                seeds: Sequence[int] = tuple(range(20)), record_arms: bool = False,
-               last: int = 20) -> ReplayRun:
+               last: int = 20, share_deterministic: bool = True) -> ReplayRun:
     """Replay one policy on every context for ``horizon`` steps and every seed.
 
-    Deterministic policies run one batch and are copied across seeds. ``last`` is the window
-    (steps) of the "plays the measured-best arm at the end" share.
+    Deterministic policies run one batch and are copied across seeds (unless
+    ``share_deterministic`` is False, which benchmarks use). ``last`` is the window (steps)
+    of the "plays the measured-best arm at the end" share.
     """
     pools = problem.pools
     n_ctx, n_arms, depth_max = pools.samples.shape
     seeds = list(seeds)
-    det = policy.is_deterministic
+    det = policy.is_deterministic and share_deterministic
     n_blocks = 1 if det else len(seeds)
     n_rows = n_ctx * n_blocks
     ctx = np.tile(np.arange(n_ctx), n_blocks)
@@ -169,13 +170,17 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
     trace = np.zeros((n_rows, horizon), dtype=np.int16) if record_arms else None
     rngs = [np.random.default_rng(s) for s in seeds[:n_blocks]]
     nu, nz = draw_counts(policy, n_arms)
+    row_base = rows * n_arms
+    pulls_flat, played_flat = state.pulls.reshape(-1), played.reshape(-1)
+    depth_flat, steady_flat = depth.reshape(-1), steady.reshape(-1)
     for t in range(1, horizon + 1):
         u, z = _draws(rngs, n_ctx, nu, nz)
         arms = policy.select(state, t, u, z)
-        pulls = state.pulls[rows, arms]
-        x = flat[base + arms * depth_max + pulls % depth[rows, arms]]
+        cell = row_base + arms
+        pulls = pulls_flat[cell]
+        x = flat[base + arms * depth_max + pulls % depth_flat[cell]]
         served += x
-        selection += steady[rows, arms]
+        selection += steady_flat[cell]
         reward = mu_min / x
         if skip:
             learn = pulls >= skip
@@ -183,11 +188,11 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
                 policy.update(state, rows[learn], arms[learn], reward[learn])
         else:
             policy.update(state, rows, arms, reward)
-        state.pulls[rows, arms] = pulls + 1
+        pulls_flat[cell] = pulls + 1
         auto_hits += arms == auto
         if t > horizon - last:
             best_hits += arms == best
-        played[rows, arms] = True
+        played_flat[cell] = True
         if trace is not None:
             trace[:, t - 1] = arms
 
@@ -197,7 +202,7 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
 
     oracle, oracle_sel = oracle_sums(problem, horizon)
     return ReplayRun(
-        policy=policy.name, deterministic=det, seeds=seeds, served_us=per_seed(served),
+        policy=policy.name, deterministic=policy.is_deterministic, seeds=seeds, served_us=per_seed(served),
         selection_us=per_seed(selection), oracle_us=oracle, oracle_selection_us=oracle_sel,
         auto_share=per_seed(auto_hits / horizon), distinct_arms=per_seed(played.sum(axis=1)),
         best_last=per_seed(best_hits / min(last, horizon)),
