@@ -30,7 +30,7 @@ __all__ = ["SimProcess", "derive_seed", "TRANSIENT_CALLS"]
 
 #: Calls per (arm, size) after which the lazy-connection excess is gone.
 TRANSIENT_CALLS = 11
-_TRANSIENT_SCALE = 0.55  # excess of the first call, before the heavy-tailed factor
+_TRANSIENT_SCALE = 0.4  # excess of the first call, before the heavy-tailed factor
 _TRANSIENT_DECAY = 2.5  # calls
 _OUTLIER_P = 0.003
 

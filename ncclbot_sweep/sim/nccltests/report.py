@@ -99,8 +99,11 @@ def per_iter_str(stats: IterStats) -> str:
     return "".join(f"  {p:>7s}" for p in parts)
 
 
-def column_header(*, per_iter: bool, cputime: bool = False) -> list[str]:
-    """The ``#`` line and the three column-header lines before the rows."""
+def column_header(*, per_iter: bool, cputime: bool = False, timestamps: bool = False) -> list[str]:
+    """The ``#`` line and the three column-header lines before the rows.
+
+    With ``timestamps`` (``-S 1``) the last column is ``timestamp`` (19 wide), as in 2.19.
+    """
     t = "cputime" if cputime else "time"
     lead = f"# {'':>10s}  {'':>12s}  {'':>8s}  {'':>6s}  {'':>6s}"
     if per_iter:
@@ -118,13 +121,17 @@ def column_header(*, per_iter: bool, cputime: bool = False) -> list[str]:
         widths = (7, 6, 6, 6)
         title = f"{lead}           out-of-place                       in-place          "
 
-    def line(first: Sequence[str], block: Sequence[str]) -> str:
+    def line(first: Sequence[str], block: Sequence[str], last: str) -> str:
         text = f"# {first[0]:>10s}  {first[1]:>12s}  {first[2]:>8s}  {first[3]:>6s}  {first[4]:>6s}"
         for _ in range(2):
             text += "".join(f"  {value:>{width}s}" for value, width in zip(block, widths))
-        return text + " "
+        return text + " " + (f"{last:>19s}" if timestamps else "")
 
-    return ["#", title, line(names, block_names), line(units, block_units)]
+    return ["#", title, line(names, block_names, "timestamp"), line(units, block_units, TIME_FORMAT)]
+
+
+#: ``TIME_STRING_FORMAT`` of nccl-tests (strftime), also printed as the timestamp unit.
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
 def footer_lines(*, errors: int, avg_busbw: float, program: str) -> list[str]:

@@ -151,6 +151,10 @@ def _write_header(ctx: _Context, json_doc: dict | None) -> None:
     )
     if o.blocking == 1:
         out.write("# Blocking Enabled: wait and barrier after each inner iteration (-m) \n")
+    elif o.blocking == 2:
+        out.write("# Blocking Enabled: wait after each inner iteration (-m), no barrier \n")
+    elif o.blocking == 3:
+        out.write("# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n")
     if o.per_iter_timing:
         skip = f"; summary skips first {o.per_iter_skip} iterations" if o.per_iter_skip else ""
         out.write(f"# Per-Iteration Report: CUDA event timing; i_* uses max over process rows{skip} \n")
@@ -264,13 +268,15 @@ def _benchmark(ctx: _Context, proc: SimProcess, json_doc: dict | None) -> float:
             busbws.append(busbw)
             wrong = 0 if o.check else None
             line += report.row_body(time_us, algbw, busbw, wrong)
-            record[name] = {"time": time_us, "alg_bw": algbw, "bus_bw": busbw,
+            record[name] = {"cpu_time" if o.report_cputime else "time": time_us, "alg_bw": algbw, "bus_bw": busbw,
                             "nwrong": None if wrong is None else float(wrong)}
             if o.per_iter_timing:
                 kept = times[o.per_iter_skip:] if o.per_iter_skip < o.iters else times
                 stats = report.iter_stats(kept)
                 line += report.per_iter_str(stats)
                 record[f"{name}_per_iter"] = _per_iter_json(stats, times, o.per_iter_skip)
+        if o.report_timestamps and not o.per_iter_timing:
+            line += f"{time.strftime(report.TIME_FORMAT, time.localtime()):>21s}"
         out.write(line + "\n")
         record["actual_iterations"] = o.iters
         record["experiment_name"] = ""
@@ -382,8 +388,9 @@ def _run(binary, collective, options, sim, layout, env, out, argv) -> int:
     try:
         _write_header(ctx, json_doc)
         _write_init_log(ctx)
-        out.writelines(line + "\n" for line in report.column_header(per_iter=bool(options.per_iter_timing),
-                                                                      cputime=bool(options.report_cputime)))
+        header = report.column_header(per_iter=bool(options.per_iter_timing), cputime=bool(options.report_cputime),
+                                      timestamps=bool(options.report_timestamps))
+        out.writelines(line + "\n" for line in header)
         avg = _benchmark(ctx, proc, json_doc)
         out.writelines(line + "\n" for line in report.footer_lines(errors=0, avg_busbw=avg, program=binary))
         if json_doc is not None:
