@@ -12,8 +12,8 @@ section 7). Public entry points:
 
 from __future__ import annotations
 
-from ncclbot_sweep.sim.fabric import SimFabric, fabric, fabric_names
+from ncclbot_sweep.sim.fabric import SimFabric, fabric, fabric_for_env, fabric_names
 from ncclbot_sweep.sim.install import BINARIES, bin_dir
 from ncclbot_sweep.sim.process import SimProcess
 
-__all__ = ["BINARIES", "SimFabric", "SimProcess", "bin_dir", "fabric", "fabric_names"]
+__all__ = ["BINARIES", "SimFabric", "SimProcess", "bin_dir", "fabric", "fabric_for_env", "fabric_names"]

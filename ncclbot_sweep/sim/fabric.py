@@ -19,7 +19,7 @@ from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC, FABRICS, FabricSpec
 from ncclbot_sweep.sim.truth import steady_latency_us
 from ncclbot_sweep.sim.tunemodel import TunedModel, tune_model
 
-__all__ = ["SimFabric", "fabric", "fabric_names"]
+__all__ = ["SimFabric", "fabric", "fabric_for_env", "fabric_names"]
 
 _ALL_ARMS = all_arms()
 
@@ -36,6 +36,32 @@ def fabric(name: str = DEFAULT_FABRIC) -> SimFabric:
         return SimFabric(FABRICS[name])
     except KeyError:
         raise ValueError(f"simulated fabric must be one of {', '.join(fabric_names())}, but got {name!r}") from None
+
+
+def fabric_for_env(name: str, env: dict[str, str]) -> SimFabric:
+    """The fabric as a process with this environment sees it.
+
+    Honours two NCCL switches the hardware cannot override: ``NCCL_NVLS_ENABLE=0`` removes
+    NVLS and NVLSTree (no NVLS resources are allocated), and ``NCCL_MNNVL_ENABLE`` turns
+    a GB200 fabric's multi-node NVLink on (``1``) or off (``0``).
+    """
+    mnnvl = env.get("NCCL_MNNVL_ENABLE", "").strip()
+    if name.startswith("sim-gb200-mnnvl-") and mnnvl in ("0", "1"):
+        name = "sim-gb200-mnnvl-" + ("on" if mnnvl == "1" else "off")
+    nvls = env.get("NCCL_NVLS_ENABLE", "").strip() != "0"
+    return fabric(name) if nvls else _without_nvls(name)
+
+
+@functools.cache
+def _without_nvls(name: str) -> SimFabric:
+    spec = fabric(name).spec
+    offer = dataclasses.replace(spec.offer, families=spec.offer.families - {"nvls"})
+    return SimFabric(dataclasses.replace(
+        spec,
+        offer=offer,
+        model_single=dataclasses.replace(spec.model_single, nvls=False),
+        model_multi=dataclasses.replace(spec.model_multi, nvls=False),
+    ))
 
 
 class SimFabric:

@@ -242,3 +242,24 @@ def test_warmup_zero_shows_the_nvls_stall_in_the_first_timed_iteration(tmp_path)
     first = doc["results"][0]["out_of_place_per_iter"]["times_us"]
     later = doc["results"][1]["out_of_place_per_iter"]["times_us"]
     assert status == 0 and first[0] > 5.7e6 and max(first[1:]) < 1e4 and max(later) < 1e4
+
+
+def test_nvls_enable_0_removes_nvlstree_from_auto_and_from_forcing():
+    debug = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"}
+    args = ("-b", "32M", "-e", "32M", "-w", "1", "-n", "2")
+    _s, text = run("all_reduce_perf", *args, nodes=8, **debug)
+    assert {(a, p) for _c, _b, a, p in _choices(text)} == {("NVLS_TREE", "SIMPLE")}  # AUTO's pick on this fabric
+    _s, text = run("all_reduce_perf", *args, nodes=8, NCCL_NVLS_ENABLE="0", **debug)
+    assert "NVLS_TREE" not in text and _choices(text)
+    status, _text = run("all_reduce_perf", *args, nodes=8, NCCL_NVLS_ENABLE="0", NCCL_ALGO="NVLSTree")
+    assert status == 1
+
+
+def test_mnnvl_switch_changes_what_nccl_sees_on_gb200():
+    env = {"NCCLBOT_SIM_FABRIC": "sim-gb200-mnnvl-on", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT"}
+    _s, text = run("all_reduce_perf", "-b", "1M", "-e", "1M", "-w", "1", "-n", "2", nodes=8, tasks=32, **env)
+    assert "nNodes 1 localRanks 32" in text and "MNNVL 1" in text
+    _s, text = run("all_reduce_perf", "-b", "1M", "-e", "1M", "-w", "1", "-n", "2", nodes=8, tasks=32,
+                   NCCL_MNNVL_ENABLE="0", **env)
+    assert "nNodes 8 localRanks 4" in text and "MNNVL 0" in text
+    assert sum(line.startswith("#  Rank") and "NVIDIA GB200" in line for line in text.splitlines()) == 32

@@ -19,7 +19,7 @@ import numpy as np
 
 from ncclbot_sweep import costmodel
 from ncclbot_sweep.names import BINARY_COLLECTIVE, COLLECTIVES, Arm, all_arms
-from ncclbot_sweep.sim.fabric import SimFabric, fabric
+from ncclbot_sweep.sim.fabric import SimFabric, fabric_for_env
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
 from ncclbot_sweep.sim.nccltests import report
 from ncclbot_sweep.sim.nccltests.environment import EnvError, JobLayout, allowed_names, debug_config, job_layout
@@ -203,7 +203,7 @@ def _write_init_log(ctx: _Context) -> None:
         if ctx.env.get(name):
             log.info("ENV", f"{name} set by environment to {ctx.env[name]}")
     tuned = ctx.fabric.tuned(ctx.layout.nodes, ctx.ranks)
-    local = ctx.ranks // ctx.layout.nodes
+    local = ctx.ranks // tuned.nodes
     comm = spec.model_spec(ctx.layout.nodes).comm_channels
     summary = [
         f"comm 0x5c1a0 rank 0 nRanks {ctx.ranks} nNodes {tuned.nodes} localRanks {local} localRank 0 MNNVL "
@@ -357,7 +357,7 @@ def main(argv: list[str], *, env: dict[str, str] | None = None, stdout: TextIO |
         return 2
     name = env.get("NCCLBOT_SIM_FABRIC", "").strip() or DEFAULT_FABRIC
     try:
-        sim = fabric(name)
+        sim = fabric_for_env(name, env)
     except ValueError as exc:
         sys.stderr.write(f"{binary}: NCCLBOT_SIM_FABRIC: {exc}\n")
         return 1
