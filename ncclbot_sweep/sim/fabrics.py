@@ -77,7 +77,7 @@ def _h100() -> FabricSpec:
         gpus_per_node=8,
         domain_nodes=1,
         ring={
-            "LL": ProtoTruth(base_us=5.0, step_us=1.1, growth=0.15, nvl_step_us=0.7, bus_gbs=34.0, nvl_bus_gbs=150.0),
+            "LL": ProtoTruth(base_us=5.0, step_us=1.1, growth=0.15, nvl_step_us=0.7, bus_gbs=30.0, nvl_bus_gbs=150.0),
             "LL128": ProtoTruth(base_us=9.0, step_us=1.9, growth=0.25, nvl_step_us=1.5, bus_gbs=305.0, nvl_bus_gbs=330.0),
             "Simple": ProtoTruth(base_us=10.0, step_us=2.03, growth=1.375, nvl_step_us=3.0, bus_gbs=325.0, nvl_bus_gbs=365.0),
         },
@@ -86,7 +86,7 @@ def _h100() -> FabricSpec:
             "LL128": TreeTruth(base_us=12.0, hop_us=7.5, chain_us=1.2, alg_gbs=118.0, chunk_bytes=65536, channel_gbs=32.0),
             "Simple": TreeTruth(base_us=9.0, hop_us=13.0, chain_us=3.5, alg_gbs=150.0, chunk_bytes=524288, channel_gbs=40.0),
         },
-        nvls_tree=TreeTruth(base_us=31.0, hop_us=17.0, chain_us=0.0, alg_gbs=150.0, chunk_bytes=65536, channel_gbs=3.0),
+        nvls_tree=TreeTruth(base_us=31.0, hop_us=17.0, chain_us=0.0, alg_gbs=150.0, chunk_bytes=65536, channel_gbs=2.5),
         nvls=TreeTruth(base_us=22.0, hop_us=0.0, chain_us=0.0, alg_gbs=268.0, chunk_bytes=131072, channel_gbs=20.0),
         nvls_gather_gbs=230.0,
     )
