@@ -7,6 +7,8 @@ section 7). Public entry points:
   (``cost_table``), AUTO's choice, the valid arms and the true steady-state latency;
 * :class:`SimProcess`: per-call latencies with noise, lazy-connection transients and the
   NVLS set-up stall, as one NCCL process sees them;
+* :func:`forced_arm_pools`: per-size latencies of one forced-arm nccl-tests process,
+  without running it;
 * :func:`bin_dir`: a folder with ``all_reduce_perf`` and friends (not on PATH).
 """
 
@@ -15,5 +17,7 @@ from __future__ import annotations
 from ncclbot_sweep.sim.fabric import SimFabric, fabric, fabric_for_env, fabric_names
 from ncclbot_sweep.sim.install import BINARIES, bin_dir
 from ncclbot_sweep.sim.process import SimProcess
+from ncclbot_sweep.sim.sweep import forced_arm_pools
 
-__all__ = ["BINARIES", "SimFabric", "SimProcess", "bin_dir", "fabric", "fabric_for_env", "fabric_names"]
+__all__ = ["BINARIES", "SimFabric", "SimProcess", "bin_dir", "fabric", "fabric_for_env", "fabric_names",
+           "forced_arm_pools"]

@@ -161,6 +161,13 @@ class SimFabric:
             reason = f"NCCL's tuning model disables {arm} for {canonical_collective(collective)} at {nodes} node(s)"
         return reason
 
+    def best_arm(self, collective: str, nodes: int, size_bytes: int) -> Arm | None:
+        """The truly fastest valid arm (lowest steady-state latency), what a sweep should find."""
+        arms = self.valid_arms(collective, nodes)
+        if not arms:
+            return None
+        return min(arms, key=lambda arm: self.steady_latency_us(collective, nodes, arm, size_bytes))
+
     def steady_latency_us(self, collective: str, nodes: int, arm: Arm, size_bytes: int) -> float:
         """The true warm steady-state mean latency (us) of ``arm``; noise is drawn around it."""
         return steady_latency_us(self.spec.truth, canonical_collective(collective), arm, nodes=nodes, size_bytes=size_bytes)

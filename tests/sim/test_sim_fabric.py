@@ -146,3 +146,15 @@ def test_gb200_arm_sets():
 def test_unknown_fabric_lists_the_valid_names():
     with pytest.raises(ValueError, match="sim-h100"):
         fabric("sim-a100")
+
+
+def test_best_arm_is_the_argmin_of_the_truth_and_differs_from_auto_somewhere():
+    fab = fabric("sim-h100")
+    differ = 0
+    for size in PAPER_SIZES:
+        best = fab.best_arm("AllGather", 16, size)
+        truth = {a: fab.steady_latency_us("AllGather", 16, a, size) for a in fab.valid_arms("AllGather", 16)}
+        assert truth[best] == min(truth.values())
+        differ += best != fab.auto_arm("AllGather", 16, size)
+    assert 0 < differ < len(PAPER_SIZES) // 2
+    assert fab.best_arm("AlltoAll", 4, 1024) is None
