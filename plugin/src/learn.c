@@ -21,6 +21,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "persist.h"
@@ -224,8 +225,14 @@ static void submit_round(nb_comm *c, int64_t b) {
 }
 
 /* Returns 0 to continue learning, 1 when frozen, -1 when failed. */
+static uint64_t cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
 static int boundary(nb_comm *c, int64_t b) {
-  uint64_t t0 = nb_now_ns();
+  uint64_t t0 = nb_now_ns(), c0 = cpu_ns();
   char why[256];
   if (b - 1 >= 2) {
     int64_t f = 0;
@@ -250,6 +257,7 @@ static int boundary(nb_comm *c, int64_t b) {
   double us = (double)(nb_now_ns() - t0) / 1000.0;
   c->n_rounds++;
   c->sync_us_total += us;
+  c->sync_cpu_us_total += (double)(cpu_ns() - c0) / 1000.0;
   if (c->trace) nb_trace_sync(c, b, us);
   return 0;
 }
@@ -333,7 +341,7 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
   }
   int idx = nb_select(c->cfg.policy, &c->tab.stat[x->arm_off], x->narms, mask, c->cfg.alpha);
   int arm = c->tab.arm_id[x->arm_off + idx];
-  int auto_arm = nb_auto_arm(table, numAlgo, numProto);
+  int auto_arm = c->trace ? nb_auto_arm(table, numAlgo, numProto) : x->auto_arm;
   force_arm(table, numAlgo, numProto, arm);
   if (!learning) return ncclSuccess;
   if (c->mode == NB_MODE_LEARN_LOCAL && c->head - c->applied > c->log_mask) apply_local(c);

@@ -6,8 +6,6 @@
 
 #include "nccl_abi.h"
 
-int nb_cost_available(float v) { return v >= 0.0f && v < FLT_MAX; }
-
 int nb_auto_arm(const float *table, int numAlgo, int numProto) {
   int best = NB_NO_ARM;
   float best_v = FLT_MAX;

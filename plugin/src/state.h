@@ -139,7 +139,8 @@ typedef struct nb_comm {
   uint64_t n_calls, n_timed, n_unmatched, n_missing, n_applied, n_rounds;
   uint64_t n_prof_dropped; /* profiler thread, atomic */
   uint64_t n_queue_full;   /* profiler thread, atomic */
-  double sync_us_total;
+  double sync_us_total;     /* wall time in round boundaries */
+  double sync_cpu_us_total; /* CPU time of this thread in round boundaries */
 } nb_comm;
 
 /* registry (comm.c) */

@@ -1,0 +1,241 @@
+/*
+ * bench.c: plugin performance on this machine, called as NCCL calls it.
+ *   build/ncclbot-bench [calls]
+ * Prints one line per figure:
+ *   getCollInfo: ns per call on a warm context (median of 1000-call batches)
+ *   profiler: ns per collective (coll start + 4 channels x start/stop-state/stop + coll stop)
+ *   sync: us per round and us per collective, 8 ranks + coordinator on loopback, m = 64
+ *   allocations: malloc/calloc/realloc calls inside the timed warm loops (should be 0)
+ * Links the plugin objects statically and counts allocations by interposing malloc.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coordinator.h"
+#include "nccl_abi.h"
+#include "state.h"
+
+extern const ncclbotTuner_v6 ncclTunerPlugin_v6;
+extern const ncclbotProfiler_v5 ncclProfiler_v6;
+
+/* ---- allocation counter ---- */
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+static long g_allocs;
+void *malloc(size_t n) {
+  __atomic_add_fetch(&g_allocs, 1, __ATOMIC_RELAXED);
+  return __libc_malloc(n);
+}
+void *calloc(size_t a, size_t b) {
+  __atomic_add_fetch(&g_allocs, 1, __ATOMIC_RELAXED);
+  return __libc_calloc(a, b);
+}
+void *realloc(void *p, size_t n) {
+  __atomic_add_fetch(&g_allocs, 1, __ATOMIC_RELAXED);
+  return __libc_realloc(p, n);
+}
+
+static uint64_t now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void table_init(float *t) {
+  for (int i = 0; i < 21; i++) t[i] = -1.0f;
+  t[0] = 31.0f; t[1] = 24.0f; t[2] = 22.0f; t[3] = 30.0f; t[4] = 21.0f; t[5] = 20.0f; t[14] = 26.0f;
+}
+
+static void one_collective(void *pctx, int arm, size_t bytes, uint64_t *clock, int nch) {
+  static const char *const algos[] = {"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS",
+                                      "NVLS_TREE", "PAT"};
+  static const char *const protos[] = {"LL", "LL128", "SIMPLE"};
+  ncclbotProfDescr_v6 d;
+  memset(&d, 0, sizeof d);
+  d.type = NCCLBOT_PROF_COLL;
+  d.coll.func = "AllReduce";
+  d.coll.datatype = "ncclFloat32";
+  d.coll.count = bytes / 4;
+  d.coll.nChannels = (uint8_t)nch;
+  d.coll.algo = algos[arm / 3];
+  d.coll.proto = protos[arm % 3];
+  void *h = NULL;
+  ncclProfiler_v6.startEvent(pctx, &h, &d);
+  ncclProfiler_v6.stopEvent(h);
+  for (int ch = 0; ch < nch; ch++) {
+    ncclbotProfDescr_v6 k;
+    memset(&k, 0, 40);
+    k.type = NCCLBOT_PROF_KERNEL_CH;
+    k.parentObj = h;
+    k.kernelCh.channelId = (uint8_t)ch;
+    k.kernelCh.pTimer = *clock;
+    void *kh = NULL;
+    ncclProfiler_v6.startEvent(pctx, &kh, &k);
+    ncclbotProfStateArgs_v4 a = {.kernelCh = {*clock + 20000 + (uint64_t)ch}};
+    ncclProfiler_v6.recordEventState(kh, NCCLBOT_PROF_STATE_KERNEL_CH_STOP, &a);
+    ncclProfiler_v6.stopEvent(kh);
+  }
+  *clock += 50000;
+}
+
+static void bench_local(long calls) {
+  setenv("NCCLBOT_POLICY", "ucb1", 1);
+  setenv("NCCLBOT_MIN_BYTES", "0", 1);
+  void *pctx = NULL, *tctx = NULL;
+  int mask = 0;
+  ncclProfiler_v6.init(&pctx, 42, &mask, "bench", 1, 1, 0, NULL);
+  ncclTunerPlugin_v6.init(&tctx, 42, 1, 1, NULL, NULL, NULL);
+  float base[21], t[21];
+  table_init(base);
+  int nch = 0;
+  uint64_t clock = 1000000;
+  for (int i = 0; i < 1000; i++) { /* warm-up: context created, pull log cycled */
+    memcpy(t, base, sizeof t);
+    ncclTunerPlugin_v6.getCollInfo(tctx, 4, 4u << 20, 1, (float **)(void *)t, 7, 3, 0, &nch);
+    one_collective(pctx, 5, 4u << 20, &clock, 4);
+  }
+  /* Each call and each collective timed on its own (timer overhead subtracted), as NCCL
+   * interleaves them: a call drains the previous collective's sample. */
+  double *ns = malloc(sizeof(double) * (size_t)calls), *pns = malloc(sizeof(double) * (size_t)calls);
+  double timer = 1e9;
+  for (int i = 0; i < 1000; i++) {
+    uint64_t a = now(), b = now();
+    if ((double)(b - a) < timer) timer = (double)(b - a);
+  }
+  long allocs0 = g_allocs;
+  for (long i = 0; i < calls; i++) {
+    memcpy(t, base, sizeof t);
+    uint64_t t0 = now();
+    ncclTunerPlugin_v6.getCollInfo(tctx, 4, 4u << 20, 1, (float **)(void *)t, 7, 3, 0, &nch);
+    uint64_t t1 = now();
+    int arm = 5;
+    for (int k = 0; k < 21; k++)
+      if (t[k] == 0.0f) {
+        arm = k;
+        break;
+      }
+    uint64_t t2 = now();
+    one_collective(pctx, arm, 4u << 20, &clock, 4);
+    uint64_t t3 = now();
+    ns[i] = (double)(t1 - t0) - timer;
+    pns[i] = (double)(t3 - t2) - timer;
+  }
+  long allocs = g_allocs - allocs0;
+  qsort(ns, (size_t)calls, sizeof *ns, cmp_d);
+  qsort(pns, (size_t)calls, sizeof *pns, cmp_d);
+  printf("getCollInfo warm context: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, ucb1, 7 arms)\n",
+         ns[calls / 2], ns[calls * 9 / 10], ns[calls * 99 / 100], calls);
+  printf("profiler per collective: median %.1f ns (p90 %.1f; 4 channels: coll start/stop + 12 "
+         "channel callbacks)\n", pns[calls / 2], pns[calls * 9 / 10]);
+  printf("allocations on the hot path: %ld in %ld getCollInfo calls and collectives\n", allocs,
+         calls);
+  ncclTunerPlugin_v6.finalize(tctx);
+  ncclProfiler_v6.finalize(pctx);
+  free(ns);
+  free(pns);
+}
+
+/* One rank of the sync benchmark: writes "round_us per_coll_us" to fd. */
+static void sync_rank(int rank, int nranks, long calls, int fd) {
+  void *pctx = NULL, *tctx = NULL;
+  int mask = 0;
+  ncclProfiler_v6.init(&pctx, 77, &mask, "bench", 1, nranks, rank, NULL);
+  ncclTunerPlugin_v6.init(&tctx, 77, (size_t)nranks, 1, NULL, NULL, NULL);
+  if (!tctx) {
+    dprintf(fd, "-1 -1\n");
+    return;
+  }
+  float base[21], t[21];
+  table_init(base);
+  int nch = 0;
+  uint64_t clock = 1000000;
+  for (long i = 0; i < calls; i++) {
+    memcpy(t, base, sizeof t);
+    size_t bytes = (size_t)(4u << 20) << (i % 8);
+    ncclTunerPlugin_v6.getCollInfo(tctx, 4, bytes, 1, (float **)(void *)t, 7, 3, 0, &nch);
+    int arm = 5;
+    for (int k = 0; k < 21; k++)
+      if (t[k] == 0.0f) {
+        arm = k;
+        break;
+      }
+    one_collective(pctx, arm, bytes, &clock, 2);
+  }
+  nb_comm *c = tctx;
+  double nr = c->n_rounds ? (double)c->n_rounds : 1.0;
+  dprintf(fd, "%.3f %.4f %.3f %.4f %llu\n", c->sync_us_total / nr, c->sync_us_total / (double)calls,
+          c->sync_cpu_us_total / nr, c->sync_cpu_us_total / (double)calls,
+          (unsigned long long)c->n_rounds);
+  ncclTunerPlugin_v6.finalize(tctx);
+  ncclProfiler_v6.finalize(pctx);
+}
+
+static void bench_sync(long calls) {
+  int port = 0, lfd = nb_coord_listen("127.0.0.1", 0, &port);
+  if (lfd < 0) {
+    printf("sync round: cannot listen on loopback\n");
+    return;
+  }
+  pid_t coord = fork();
+  if (coord == 0) {
+    static volatile int stop = 0;
+    nb_coord_serve(lfd, "bench-token", &stop);
+    _exit(0);
+  }
+  close(lfd);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  setenv("NCCLBOT_SYNC_ADDR", addr, 1);
+  setenv("NCCLBOT_SYNC_TOKEN", "bench-token", 1);
+  setenv("NCCLBOT_SYNC_EVERY", "64", 1);
+  int pipes[8][2];
+  pid_t kids[8];
+  for (int r = 0; r < 8; r++) {
+    if (pipe(pipes[r]) != 0) return;
+    kids[r] = fork();
+    if (kids[r] == 0) {
+      close(pipes[r][0]);
+      sync_rank(r, 8, calls, pipes[r][1]);
+      _exit(0);
+    }
+    close(pipes[r][1]);
+  }
+  double rounds[8], per[8], crounds[8], cper[8];
+  unsigned long long nr = 0;
+  for (int r = 0; r < 8; r++) {
+    char buf[256] = {0};
+    ssize_t k = read(pipes[r][0], buf, sizeof buf - 1);
+    (void)k;
+    sscanf(buf, "%lf %lf %lf %lf %llu", &rounds[r], &per[r], &crounds[r], &cper[r], &nr);
+    waitpid(kids[r], NULL, 0);
+  }
+  qsort(crounds, 8, sizeof *crounds, cmp_d);
+  qsort(cper, 8, sizeof *cper, cmp_d);
+  kill(coord, SIGKILL);
+  waitpid(coord, NULL, 0);
+  qsort(rounds, 8, sizeof *rounds, cmp_d);
+  qsort(per, 8, sizeof *per, cmp_d);
+  printf("sync round (8 ranks, m=64, loopback): CPU %.1f us/round, amortised %.3f us/collective; "
+         "wall %.1f us/round, amortised %.3f us/collective (median over ranks; %llu rounds, %ld "
+         "calls per rank; wall includes waiting for descheduled ranks: 9 processes share %ld cores)\n",
+         crounds[4], cper[4], rounds[4], per[4], nr, calls, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+int main(int argc, char **argv) {
+  long calls = argc > 1 ? atol(argv[1]) : 200000;
+  unsetenv("NCCLBOT_SYNC_ADDR");
+  bench_local(calls);
+  bench_sync(calls / 4 > 6400 ? calls / 4 : 6400);
+  return 0;
+}
