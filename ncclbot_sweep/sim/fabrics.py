@@ -2,8 +2,9 @@
 
 * ``sim-h100``: 8 x H100 SXM per node, NVLink 4 (NVSwitch), 8 x 400G RoCE (Spectrum-X) per
   node; NVLS and NVLSTree available; the paper's primary sweep fabric.
-* ``sim-gb200-mnnvl-on``: 4 x GB200 per node in an NVL72 rack (18 nodes per NVLink domain);
-  NCCL fuses a domain into one node, so jobs within a rack are tuned as single-node.
+* ``sim-gb200-mnnvl-on``: 4 x GB200 per node in NVL72 racks whose NVLink is partitioned into
+  cliques of 2 nodes (8 GPUs); NCCL fuses a clique into one node, so a job of N nodes is
+  tuned as N/2 NVLink nodes joined by the network.
 * ``sim-gb200-mnnvl-off``: the same nodes with MNNVL disabled: NVLink inside a node only,
   4 x 400G per node; PAT enabled for multi-GPU nodes.
 
@@ -102,8 +103,14 @@ def _h100() -> FabricSpec:
     )
 
 
+#: Nodes per MNNVL clique (IMEX partition) of the GB200 fabric. The NVL72 rack is cut into
+#: 8-GPU cliques, as the paper's GB200 sweep implies: NVLSTree was offered from 4 nodes up,
+#: which NCCL allows only when the job spans more than one (fused) NVLink node.
+_MNNVL_CLIQUE_NODES = 2
+
+
 def _gb200(mnnvl: bool) -> FabricSpec:
-    domain = 18 if mnnvl else 1
+    domain = _MNNVL_CLIQUE_NODES if mnnvl else 1
     single = ModelSpec(
         comp_cap=100,
         graphs={

@@ -139,8 +139,9 @@ def test_gb200_arm_sets():
     assert A("PAT/Simple") in off.valid_arms("AllGather", 16)
     assert A("PAT/Simple") not in on.valid_arms("AllGather", 16)
     assert on.gpus_per_node == off.gpus_per_node == 4
-    # MNNVL fuses a rack into one NCCL node: NVLink latencies, no network steps
-    assert on.tuned(16).nodes == 1 and off.tuned(16).nodes == 16
+    # MNNVL fuses each 2-node NVLink clique into one NCCL node
+    assert on.tuned(16).nodes == 8 and off.tuned(16).nodes == 16 and on.tuned(2).nodes == 1
+    assert A("NVLSTree/Simple") in on.valid_arms("AllReduce", 4)  # as on the paper's GB200 sweep
 
 
 def test_unknown_fabric_lists_the_valid_names():

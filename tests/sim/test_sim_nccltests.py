@@ -258,7 +258,7 @@ def test_nvls_enable_0_removes_nvlstree_from_auto_and_from_forcing():
 def test_mnnvl_switch_changes_what_nccl_sees_on_gb200():
     env = {"NCCLBOT_SIM_FABRIC": "sim-gb200-mnnvl-on", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT"}
     _s, text = run("all_reduce_perf", "-b", "1M", "-e", "1M", "-w", "1", "-n", "2", nodes=8, tasks=32, **env)
-    assert "nNodes 1 localRanks 32" in text and "MNNVL 1" in text
+    assert "nNodes 4 localRanks 8" in text and "MNNVL 1" in text
     _s, text = run("all_reduce_perf", "-b", "1M", "-e", "1M", "-w", "1", "-n", "2", nodes=8, tasks=32,
                    NCCL_MNNVL_ENABLE="0", **env)
     assert "nNodes 8 localRanks 4" in text and "MNNVL 0" in text
