@@ -51,6 +51,7 @@ def main() -> None:
     schedule = [shared.randrange(nctx) for _ in range(calls)]
     plugin = H.Plugin()
     r = H.Rank(plugin, comm_id, nranks, 1, rank)
+    active = r.active
     pending: list[tuple[int, object, list[int]]] = []
     arms, rcs = [], []
     progress = Path(out).with_suffix(".progress")
@@ -72,7 +73,7 @@ def main() -> None:
                     continue  # a channel event lost now and then
                 r.channel(h, ch, 1000, 1000 + d)
     r.finalize()
-    Path(out).write_text(json.dumps({"arms": arms, "rc": rcs}))
+    Path(out).write_text(json.dumps({"arms": arms, "rc": rcs, "active": active, "log": H.take_log()}))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ SCALE = float(os.environ.get("NCCLBOT_TEST_SCALE", "1"))
 
 
 def run_job(tmp_path, coord, *, nranks=8, calls=20000, contexts=50, comm_id=0xC0FFEE, env=None,
-            during=None):
+            during=None, rank_env=None):
     base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLBOT_") or k.startswith("NCCLBOT_TEST_")}
     base.update(NCCLBOT_POLICY="ucb1", NCCLBOT_MIN_BYTES="0", NCCLBOT_SYNC_ADDR=coord.addr,
                 NCCLBOT_SYNC_TOKEN=coord.token, NCCLBOT_SYNC_EVERY="64", NCCLBOT_UCB_ALPHA="0.3",
@@ -31,8 +31,9 @@ def run_job(tmp_path, coord, *, nranks=8, calls=20000, contexts=50, comm_id=0xC0
     procs = []
     for rank in range(nranks):
         out = tmp_path / f"rank{rank}.json"
+        env_r = dict(base, **(rank_env or {}).get(rank, {}))
         procs.append((subprocess.Popen([sys.executable, str(WORKER), str(rank), str(nranks), str(comm_id),
-                                        str(calls), str(contexts), str(out)], env=base,
+                                        str(calls), str(contexts), str(out)], env=env_r,
                                        stderr=subprocess.PIPE, text=True), out))
     if during:
         during()
@@ -109,3 +110,37 @@ def test_coordinator_killed_mid_run_no_divergence(tmp_path, mode):
         assert len(set(last)) == 1 and last[0] < n // 64 - 2, f"rounds {last}: the kill came too late"
     else:
         assert all(f > 0 for f in failed), f"every rank fails its collectives after the kill: {failed}"
+
+
+def test_ranks_with_different_settings_all_stay_auto(tmp_path):
+    coord = Coordinator()
+    try:
+        results = run_job(tmp_path, coord, nranks=3, calls=300, comm_id=0xD1FF,
+                          rank_env={2: {"NCCLBOT_UCB_ALPHA": "0.5"}})
+    finally:
+        coord.stop()
+    assert [res["active"] for res in results] == [False] * 3
+    assert all("ranks disagree on NCCLBOT_* settings" in res["log"] for res in results)
+    assert_identical(results)
+
+
+def test_wrong_token_is_refused(tmp_path):
+    coord = Coordinator(token="right")
+    try:
+        results = run_job(tmp_path, coord, nranks=2, calls=100, comm_id=0x70C,
+                          rank_env={1: {"NCCLBOT_SYNC_TOKEN": "wrong"}},
+                          env={"NCCLBOT_SYNC_TIMEOUT_MS": "3000"})
+    finally:
+        coord.stop()
+    assert [res["active"] for res in results] == [False, False]
+    assert "bad token" in results[1]["log"]
+    assert "no START from the coordinator" in results[0]["log"]
+
+
+def test_no_coordinator_listening_is_inert(tmp_path):
+    class Nowhere:
+        addr, token = "127.0.0.1:9", "t"
+    results = run_job(tmp_path, Nowhere, nranks=2, calls=50, comm_id=0xA0,
+                      env={"NCCLBOT_SYNC_TIMEOUT_MS": "300"})
+    assert [res["active"] for res in results] == [False, False]
+    assert all("cannot connect to the coordinator at 127.0.0.1:9" in res["log"] for res in results)
