@@ -263,3 +263,16 @@ def test_mnnvl_switch_changes_what_nccl_sees_on_gb200():
                    NCCL_MNNVL_ENABLE="0", **env)
     assert "nNodes 8 localRanks 4" in text and "MNNVL 0" in text
     assert sum(line.startswith("#  Rank") and "NVIDIA GB200" in line for line in text.splitlines()) == 32
+
+
+def test_all_datatypes_and_ops_loop_like_nccl_tests():
+    from ncclbot_sweep.sim.nccltests.options import DATATYPES, REDOPS
+
+    _s, text = run("all_reduce_perf", "-b", "1K", "-e", "2K", "-f", "2", "-d", "all", "-o", "all", "-w", "1", "-n", "2")
+    rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(rows) == len(DATATYPES) * len(REDOPS) * 2
+    assert {(r[2], r[3]) for r in rows} == {(t, o) for t in DATATYPES for o in REDOPS}
+    assert [r for r in rows if r[2] == "double" and r[0] == "1024"][0][1] == "128"
+    _s, text = run("all_gather_perf", "-b", "64K", "-e", "64K", "-d", "all", "-o", "all", "-w", "1", "-n", "2")
+    rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(rows) == len(DATATYPES) and {r[3] for r in rows} == {"none"}

@@ -62,7 +62,8 @@ class Options:
 
     @property
     def element_size(self) -> int:
-        return DATATYPES[self.datatype]
+        """Bytes per element of ``-d`` (float's 4 for ``all``, whose first pass is int8 anyway)."""
+        return DATATYPES.get(self.datatype, 4)
 
     def sizes(self) -> list[int]:
         """Requested sizes, min to max, by factor or fixed step (as the benchmark loop does)."""
@@ -103,6 +104,8 @@ def _int(text: str) -> int:
 
 
 def _datatype(text: str) -> str:
+    if text.lower() == "all":
+        return "all"
     name = _TYPE_ALIASES.get(text.lower(), text.lower())
     if name not in DATATYPES:
         raise UsageError(f"invalid type {text}, must be one of {', '.join(DATATYPES)}")
@@ -110,6 +113,8 @@ def _datatype(text: str) -> str:
 
 
 def _redop(text: str) -> str:
+    if text.lower() == "all":
+        return "all"
     if text.lower() not in REDOPS:
         raise UsageError(f"invalid op {text}, must be one of {', '.join(REDOPS)}")
     return text.lower()

@@ -24,7 +24,7 @@ from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
 from ncclbot_sweep.sim.nccltests import report
 from ncclbot_sweep.sim.nccltests.environment import EnvError, JobLayout, allowed_names, debug_config, job_layout
 from ncclbot_sweep.sim.nccltests.ncclog import NcclLog, tuning_table_lines
-from ncclbot_sweep.sim.nccltests.options import Options, UsageError, parse_options
+from ncclbot_sweep.sim.nccltests.options import DATATYPES, REDOPS, Options, UsageError, parse_options
 from ncclbot_sweep.sim.process import SimProcess, derive_seed
 from ncclbot_sweep.sim.sweep import Warmup, run_sweep
 
@@ -65,6 +65,7 @@ class _Context:
     out: TextIO
     log: NcclLog
     env: dict[str, str]
+    dtype: str = "float"  # the datatype being run (``-d all`` loops)
 
     @property
     def per_process(self) -> int:
@@ -89,13 +90,10 @@ def _bus_factor(collective: str, ranks: int) -> float:
     return 1.0
 
 
-def _op_and_root(collective: str, options: Options) -> tuple[str, int]:
-    if collective in ("AllGather", "AlltoAll", "Broadcast"):
-        op = "none"
-    else:
-        op = options.op
-    root = options.root if collective in ("Broadcast", "Reduce") else -1
-    return op, root
+def _op_and_root(collective: str, op: str, root: int) -> tuple[str, int]:
+    """The ``redop`` and ``root`` columns: ``none`` without a reduction, -1 without a root."""
+    name = "none" if collective in ("AllGather", "AlltoAll", "Broadcast") else op
+    return name, root if collective in ("Broadcast", "Reduce") else -1
 
 
 def _channels(ctx: _Context, arm: Arm, n_bytes: int) -> int:
@@ -129,7 +127,7 @@ def _no_arm_failure(ctx: _Context) -> TestFailure:
     algo_env, proto_env = ctx.env.get("NCCL_ALGO"), ctx.env.get("NCCL_PROTO")
     message = (
         f"Error : no algorithm/protocol available for function {ctx.collective} with datatype "
-        f"{_NCCL_TYPES[ctx.options.datatype]}."
+        f"{_NCCL_TYPES[ctx.dtype]}."
         + (f" NCCL_ALGO was set to {algo_env}." if algo_env else "")
         + (f" NCCL_PROTO was set to {proto_env}." if proto_env else "")
     )
@@ -236,19 +234,37 @@ def _arm_or_fail(ctx: _Context, size: int) -> Arm | None:
     return arm
 
 
+def _combinations(collective: str, options: Options) -> list[tuple[str, str]]:
+    """(datatype, redop) pairs to run: ``-d all`` and ``-o all`` loop like nccl-tests does."""
+    types = list(DATATYPES) if options.datatype == "all" else [options.datatype]
+    reducing = collective in ("AllReduce", "ReduceScatter", "Reduce", "SendRecv")
+    ops = list(REDOPS) if options.op == "all" and reducing else [options.op if options.op != "all" else "sum"]
+    return [(t, o) for t in types for o in ops]
+
+
 def _benchmark(ctx: _Context, proc: SimProcess, json_doc: dict | None) -> float:
-    """Run every size (and cycle); print log lines and rows; return the average bus bandwidth."""
-    o, out = ctx.options, ctx.out
-    elt = o.element_size
-    printed = {}
+    """Run every (datatype, op) and size; print log lines and rows; return the average bus bandwidth."""
+    busbws: list[float] = []
+    results: list[dict] = []
+    for dtype, op in _combinations(ctx.collective, ctx.options):
+        ctx.dtype = dtype
+        _benchmark_one(ctx, proc, dtype, op, busbws, results)
+    if json_doc is not None:
+        json_doc["results"] = results
+    return float(np.mean(busbws)) if busbws else 0.0
+
+
+def _benchmark_one(ctx: _Context, proc: SimProcess, dtype: str, op: str, busbws: list, results: list) -> None:
+    """One size sweep (with cycles) for one datatype and reduction."""
+    o = ctx.options
+    elt = DATATYPES[dtype]
+    printed: dict[int, tuple[int, int]] = {}
+    sizes = []
     for requested in o.sizes():
         size, count, log_bytes = _counts(ctx.collective, requested, elt, ctx.ranks)
         printed.setdefault(size, (count, log_bytes))
-    sizes = [_counts(ctx.collective, r, elt, ctx.ranks)[0] for r in o.sizes()]
-    op, root = _op_and_root(ctx.collective, o)
-    factor = _bus_factor(ctx.collective, ctx.ranks)
-    busbws: list[float] = []
-    results = []
+        sizes.append(size)
+    op_name, root = _op_and_root(ctx.collective, op, o.root)
     events = run_sweep(proc, ctx.collective, sizes, lambda size: _arm_or_fail(ctx, size), iters=o.iters,
                        warmup=o.warmup_iters, agg=o.agg_iters, check=o.check, cycles=o.run_cycles)
     for event in events:
@@ -259,31 +275,36 @@ def _benchmark(ctx: _Context, proc: SimProcess, json_doc: dict | None) -> float:
         if isinstance(event, Warmup):
             continue
         ctx.log.flush()
-        line = report.row_prefix(event.size, count, o.datatype, op, root)
-        record: dict = {"size": event.size, "count": count, "type": o.datatype, "redop": op, "root": f"{root:6d}"}
-        for name, times in (("out_of_place", event.out_of_place), ("in_place", event.in_place)):
-            time_us = float(times.mean())
-            algbw = event.size / time_us / 1000.0 if time_us > 0 else 0.0
-            busbw = algbw * factor
-            busbws.append(busbw)
-            wrong = 0 if o.check else None
-            line += report.row_body(time_us, algbw, busbw, wrong)
-            record[name] = {"cpu_time" if o.report_cputime else "time": time_us, "alg_bw": algbw, "bus_bw": busbw,
-                            "nwrong": None if wrong is None else float(wrong)}
-            if o.per_iter_timing:
-                kept = times[o.per_iter_skip:] if o.per_iter_skip < o.iters else times
-                stats = report.iter_stats(kept)
-                line += report.per_iter_str(stats)
-                record[f"{name}_per_iter"] = _per_iter_json(stats, times, o.per_iter_skip)
-        if o.report_timestamps and not o.per_iter_timing:
-            line += f"{time.strftime(report.TIME_FORMAT, time.localtime()):>21s}"
-        out.write(line + "\n")
-        record["actual_iterations"] = o.iters
-        record["experiment_name"] = ""
-        results.append(_reorder(record))
-    if json_doc is not None:
-        json_doc["results"] = results
-    return float(np.mean(busbws)) if busbws else 0.0
+        line, record = _row(ctx, event, count, dtype, op_name, root, busbws)
+        ctx.out.write(line + "\n")
+        results.append(record)
+
+
+def _row(ctx: _Context, event, count: int, dtype: str, op_name: str, root: int, busbws: list) -> tuple[str, dict]:
+    """The text row and the JSON record of one size."""
+    o = ctx.options
+    factor = _bus_factor(ctx.collective, ctx.ranks)
+    line = report.row_prefix(event.size, count, dtype, op_name, root)
+    record: dict = {"size": event.size, "count": count, "type": dtype, "redop": op_name, "root": f"{root:6d}"}
+    for name, times in (("out_of_place", event.out_of_place), ("in_place", event.in_place)):
+        time_us = float(times.mean())
+        algbw = event.size / time_us / 1000.0 if time_us > 0 else 0.0
+        busbw = algbw * factor
+        busbws.append(busbw)
+        wrong = 0 if o.check else None
+        line += report.row_body(time_us, algbw, busbw, wrong)
+        record[name] = {"cpu_time" if o.report_cputime else "time": time_us, "alg_bw": algbw, "bus_bw": busbw,
+                        "nwrong": None if wrong is None else float(wrong)}
+        if o.per_iter_timing:
+            kept = times[o.per_iter_skip:] if o.per_iter_skip < o.iters else times
+            stats = report.iter_stats(kept)
+            line += report.per_iter_str(stats)
+            record[f"{name}_per_iter"] = _per_iter_json(stats, times, o.per_iter_skip)
+    if o.report_timestamps and not o.per_iter_timing:
+        line += f"{time.strftime(report.TIME_FORMAT, time.localtime()):>21s}"
+    record["actual_iterations"] = o.iters
+    record["experiment_name"] = ""
+    return line, _reorder(record)
 
 
 def _per_iter_json(stats: report.IterStats, times: np.ndarray, skip: int) -> dict:
