@@ -3,7 +3,8 @@
 What a real process shows, and what the replay must see:
 
 * **Noise**: multiplicative, log-normal with unit mean; wider for small messages (launch
-  jitter), plus rare outliers (a late rank, an interrupt).
+  jitter), plus rare outliers (a late rank, an interrupt), on top of a small per-process
+  offset (node placement and background traffic differ between jobs).
 * **Lazy connection** (``NCCL_RUNTIME_CONNECT=1``, paper Appendix B): the first calls of an
   arm at a message size are slower while channels connect and buffers warm; the excess is
   heavy-tailed and decays over about ten calls. The very first call of an algorithm in the
@@ -33,6 +34,7 @@ TRANSIENT_CALLS = 11
 _TRANSIENT_SCALE = 0.4  # excess of the first call, before the heavy-tailed factor
 _TRANSIENT_DECAY = 2.5  # calls
 _OUTLIER_P = 0.003
+_JOB_SIGMA = 0.008  # between-job variation (placement, neighbours' traffic)
 
 
 def derive_seed(*parts: object) -> int:
@@ -57,6 +59,7 @@ class SimProcess:
         self.fabric = fabric
         self.nodes = nodes
         self.rng = np.random.default_rng(seed)
+        self.job_factor = float(self.rng.lognormal(0.0, _JOB_SIGMA))
         self._calls: Counter[tuple[str, int]] = Counter()
         self._connected: set[str] = set()
         self._nvls_ready = False
@@ -71,7 +74,7 @@ class SimProcess:
         """Latencies (us) of ``count`` consecutive calls, warming the process as they go."""
         if count <= 0:
             return np.zeros(0)
-        base = self.steady_us(collective, arm, size_bytes)
+        base = self.steady_us(collective, arm, size_bytes) * self.job_factor
         sigma = _noise_sigma(size_bytes)
         times = base * self.rng.lognormal(-0.5 * sigma * sigma, sigma, count)
         outliers = self.rng.random(count) < _OUTLIER_P
