@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 
 from ncclbot_sweep.resources import resource_path
-from ncclbot_sweep.runner import CampaignSummary, Progress, submit
+from ncclbot_sweep.runner import Progress, submit
 
 __all__ = ["DEMO_CAMPAIGN", "DEMO_INVENTORY", "run_demo"]
 
@@ -20,14 +20,14 @@ DEMO_CAMPAIGN = "demo.yaml"
 DEMO_INVENTORY = "sim-h100.yaml"
 
 
-def run_demo(out: Path | str, *, progress: Progress | None = None) -> tuple[Path, CampaignSummary]:
+def run_demo(out: Path | str, *, progress: Progress | None = None) -> Path:
     """Plan and run ``campaigns/demo.yaml`` on ``inventories/sim-h100.yaml`` into ``out/campaign``.
 
     Idempotent: running it again continues the same campaign folder and re-runs nothing.
-    Returns the campaign folder and its summary.
+    Returns the campaign folder (``ncclbot_sweep.runner.status(folder)`` summarises it).
     """
     root = Path(out) / "campaign"
     summary = submit(resource_path("campaigns", DEMO_CAMPAIGN), resource_path("inventories", DEMO_INVENTORY),
                      root, wait=True, progress=progress)
     log.info("demo campaign in %s: %d/%d steps ok", root, summary.steps_ok, summary.total_steps)
-    return root, summary
+    return root

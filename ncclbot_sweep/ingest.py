@@ -26,7 +26,7 @@ from typing import Any
 from ncclbot_sweep import datasets
 from ncclbot_sweep.errors import DatasetError
 from ncclbot_sweep.executors.base import StepOutcome
-from ncclbot_sweep.parsers import detect_format, parse_source
+from ncclbot_sweep.parsers import detect_format, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
 from ncclbot_sweep.paths import StepFiles
 
@@ -164,23 +164,13 @@ def _parse_file(path: Path, fmt: str | None, source: SourceInfo, writer: dataset
 
 def _stream_text(path: Path, source: SourceInfo, writer: datasets.SourceWriter) -> ParseResult:
     """Big nccl-tests logs: rows go to the writer batch by batch (memory stays flat)."""
-    from ncclbot_sweep.parsers.nccl_log import parse_nccl_log
-    from ncclbot_sweep.parsers.nccltests_text import TextParser
 
-    parser = TextParser(source, on_rows=lambda table: writer.write("iterations", table))
-    with _open_bytes(path) as fh:
-        while chunk := fh.read(_CHUNK):
-            parser.feed(chunk)
-    result = parser.close()
-    head = _head(path)
-    if b"NCCL INFO" in head or b"NCCL WARN" in head:
+    def chunks() -> Iterator[bytes]:
         with _open_bytes(path) as fh:
-            lines = (raw.decode("utf-8", "replace") for raw in fh)
-            log_result, facts = parse_nccl_log(lines, source)
-        for name in ("tuning_tables", "choices"):
-            result.tables[name] = log_result.tables.get(name, [])
-        _apply_log_facts(result.rows("runs"), facts, None, result)
-    return result
+            while chunk := fh.read(_CHUNK):
+                yield chunk
+
+    return parse_nccltests_stream(chunks(), source, on_rows=lambda table: writer.write("iterations", table))
 
 
 # ---------------------------------------------------------------------- step folders

@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ncclbot_sweep.errors import InventoryError, NcclbotError
-from ncclbot_sweep.names import FAMILIES, PROTOCOLS, FabricOffer, canonical_protocol
+from ncclbot_sweep.names import PROTOCOLS, FabricOffer, canonical_protocol
 
 __all__ = [
     "Access",

@@ -36,7 +36,7 @@ import jinja2
 
 from ncclbot_sweep import __version__
 from ncclbot_sweep.campaign import Job, Plan, Step
-from ncclbot_sweep.errors import InventoryError, RenderError
+from ncclbot_sweep.errors import RenderError
 from ncclbot_sweep.executors.base import job_tag
 from ncclbot_sweep.paths import CampaignPaths
 from ncclbot_sweep.resources import resource_dir
@@ -146,11 +146,8 @@ def _launch_words(plan: Plan, job: Job) -> list[str]:
 
 
 def _binary_path(plan: Plan, step: Step) -> str:
-    try:
-        bin_dir = plan.inventory.nccl_tests.resolved_bin_dir()
-    except InventoryError:
-        raise
-    return str(PurePath(bin_dir) / step.binary)
+    """The nccl-tests executable of a step (``sim`` resolves to the simulator's folder)."""
+    return str(PurePath(plan.inventory.nccl_tests.resolved_bin_dir()) / step.binary)
 
 
 def _test_args(plan: Plan, step: Step) -> list[str]:

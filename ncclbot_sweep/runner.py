@@ -25,16 +25,16 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ncclbot_sweep.campaign import Campaign, Plan, load_campaign, plan_campaign, resolve_campaign_path
+from ncclbot_sweep.campaign import Plan, load_campaign, plan_campaign, resolve_campaign_path
 from ncclbot_sweep.errors import ExecutorError, ManifestError
 from ncclbot_sweep.executors import Executor, JobSpec, JobState, JobStatus, StepOutcome, make_executor
-from ncclbot_sweep.inventory import Inventory, load_inventory, resolve_inventory_path
+from ncclbot_sweep.inventory import load_inventory, resolve_inventory_path
 from ncclbot_sweep.manifest import JobPhase, Manifest
 from ncclbot_sweep.paths import CampaignPaths
 from ncclbot_sweep.render import render_campaign
 
 __all__ = ["CampaignSummary", "Progress", "cancel", "open_campaign", "prepare", "reconcile", "resume",
-           "status", "submit"]
+           "run_root_for", "status", "submit"]
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +100,15 @@ class _Campaign:
 # --------------------------------------------------------------------------- opening
 
 
-def _run_root(inventory: Inventory, root: Path, campaign: Campaign) -> PurePosixPath | Path:
-    """Where the folder lives when jobs run: the inventory's remote workdir, or here."""
-    if inventory.access.kind == "ssh" and inventory.access.remote_workdir:
-        return PurePosixPath(inventory.access.remote_workdir) / f"{campaign.name}-{inventory.name}"
+def run_root_for(plan: Plan, root: Path) -> PurePosixPath | Path:
+    """Where the campaign folder lives when its jobs run.
+
+    Over SSH with ``access.remote_workdir`` set: ``<remote_workdir>/<campaign>-<fabric>`` on the
+    cluster's shared file system; otherwise the local folder itself.
+    """
+    access = plan.inventory.access
+    if access.kind == "ssh" and access.remote_workdir:
+        return PurePosixPath(access.remote_workdir) / f"{plan.campaign.name}-{plan.inventory.name}"
     return root.resolve()
 
 
@@ -135,7 +140,7 @@ def prepare(campaign_path: Path | str, inventory_path: Path | str, workdir: Path
     try:
         _copy_source(Path(_resolved(campaign_path, "campaigns")), Path(paths.campaign_yaml), "campaign.yaml")
         _copy_source(Path(_resolved(inventory_path, "inventories")), Path(paths.inventory_yaml), "inventory.yaml")
-        run_root = _run_root(inventory, root, campaign)
+        run_root = run_root_for(plan, root)
         render_campaign(plan, root, run_root=run_root)
         added = manifest.register(plan.jobs)
         if added:

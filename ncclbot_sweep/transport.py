@@ -282,6 +282,11 @@ class SshTransport(Transport):
             ) from exc
         except paramiko.SSHException as exc:
             client.close()
+            if isinstance(exc, paramiko.PasswordRequiredException) or "passphrase" in str(exc).lower() \
+                    or "private key" in str(exc).lower() or "invalid key" in str(exc).lower():
+                raise TransportError(
+                    f"cannot use the SSH key {s.key_path} for {self.where}: {type(exc).__name__}",
+                    hint=f"check access.key_path and the passphrase in ${PASSPHRASE_ENV}") from None
             if "not found in known_hosts" in str(exc):
                 raise TransportError(
                     f"{s.host}:{s.port} is not in {known}; refusing an unknown host key",

@@ -70,10 +70,11 @@ def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget:
     from ncclbot_sweep.campaign import load_campaign, plan_campaign
     from ncclbot_sweep.inventory import load_inventory
     from ncclbot_sweep.render import render_campaign
+    from ncclbot_sweep.runner import run_root_for
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
                          enforce_budget=not ignore_budget)
-    scripts = render_campaign(plan, Path(out))
+    scripts = render_campaign(plan, Path(out), run_root=run_root_for(plan, Path(out)))
     click.echo(f"rendered {len(scripts)} job scripts ({len(plan.steps)} steps) into {out}")
 
 
@@ -180,11 +181,12 @@ def demo_cmd(out: str) -> None:
     """
     from ncclbot_sweep.demo import run_demo
     from ncclbot_sweep.progress import progress_reporter
+    from ncclbot_sweep.runner import status
 
     click.echo(f"demo: running campaigns/demo.yaml on inventories/sim-h100.yaml into {out}/campaign")
     with progress_reporter() as progress:
-        root, summary = run_demo(Path(out), progress=progress)
-    _finish(summary, False, True)
+        root = run_demo(Path(out), progress=progress)
+    _finish(status(root), False, True)
     click.echo(f"demo: campaign folder {root}")
 
 

@@ -75,6 +75,7 @@ _RETRYABLE = (
     "Resource temporarily unavailable", "Slurm temporarily unable to accept job",
     "Unable to contact slurm controller", "Socket timed out", "Connection refused",
     "Zero Bytes were transmitted or received", "Communication connection failure",
+    "Required partition not available",  # drained for maintenance: it comes back
 )
 # Of those, the ones where the job might have been queued although sbatch failed.
 _AMBIGUOUS = ("Socket timed out", "Zero Bytes were transmitted or received")

@@ -7,10 +7,51 @@ rows for the quarantine table. :func:`parse_source` picks the parser for a detec
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
 from ncclbot_sweep.parsers.detect import FORMATS, detect_format
 
-__all__ = ["FORMATS", "Issue", "ParseResult", "SourceInfo", "detect_format", "parse_source"]
+__all__ = ["FORMATS", "Issue", "ParseResult", "SourceInfo", "detect_format", "parse_source",
+           "parse_nccltests_stream"]
+
+
+def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
+                           on_rows: Callable[[Any], None] | None = None) -> ParseResult:
+    """nccl-tests stdout, possibly with NCCL debug lines mixed in, in one streaming pass.
+
+    Table rows go to ``on_rows`` in Arrow batches (or into the result when None); the lines
+    that are not table rows also feed the NCCL log parser, whose tuning tables, choices and
+    run facts (version, plugins, ``invalid_arm``, forced arm that did not run) are merged.
+    """
+    from ncclbot_sweep.parsers.nccl_log import LogParser
+    from ncclbot_sweep.parsers.nccltests_text import TextParser
+
+    parser = TextParser(source, on_rows=on_rows)
+    log = LogParser(source)
+    parser.on_other = log.line
+    for chunk in chunks:
+        parser.feed(chunk)
+    result = parser.close()
+    log_result, facts = log.finish()
+    for name in ("tuning_tables", "choices"):
+        if log_result.tables.get(name):
+            result.tables[name] = log_result.tables[name]
+    result.issues.extend(i for i in log_result.issues if i.line is not None)
+    for run in result.rows("runs"):
+        run.pop("_gpus_per_process", None)
+        run.pop("_rows", None)
+        if not log.any_nccl:
+            continue
+        for key, value in facts.as_run_columns(run.get("arm")).items():
+            if value is not None and (run.get(key) is None or key in ("arm_observed", "arm_mismatch")):
+                run[key] = value
+        run["nodes"] = run.get("nodes") or facts.nodes
+        run["ranks"] = run.get("ranks") or facts.ranks
+        if facts.invalid_arm:
+            run["outcome"], run["failure"] = "invalid_arm", facts.invalid_arm
+    return result
 
 
 def parse_source(fmt: str, data: bytes, source: SourceInfo) -> ParseResult:
@@ -18,18 +59,7 @@ def parse_source(fmt: str, data: bytes, source: SourceInfo) -> ParseResult:
     from ncclbot_sweep.parsers import kineto, nccl_log, nccltests_json, nccltests_text, traces
 
     if fmt == "nccl-tests-text":
-        result = nccltests_text.parse_nccltests_text(data, source)
-        if b"NCCL INFO" in data or b"NCCL WARN" in data:
-            log_result, facts = nccl_log.parse_nccl_log(data.decode("utf-8", "replace"), source)
-            for name in ("tuning_tables", "choices"):
-                result.tables[name] = log_result.tables.get(name, [])
-            for run in result.rows("runs"):
-                for key, value in facts.as_run_columns(run.get("arm")).items():
-                    if value is not None and run.get(key) is None:
-                        run[key] = value
-                if facts.invalid_arm:
-                    run["outcome"], run["failure"] = "invalid_arm", facts.invalid_arm
-        return result
+        return parse_nccltests_stream([data], source)
     text = data.decode("utf-8", "replace")
     if fmt == "nccl-log":
         result, facts = nccl_log.parse_nccl_log(text, source)

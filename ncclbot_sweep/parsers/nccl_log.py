@@ -34,7 +34,7 @@ from ncclbot_sweep.names import (
 )
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, strip_prefix
 
-__all__ = ["LogFacts", "parse_nccl_log", "DATATYPE_BYTES"]
+__all__ = ["LogFacts", "LogParser", "parse_nccl_log", "DATATYPE_BYTES"]
 
 _MSG_RE = re.compile(r"NCCL (INFO|WARN|TRACE|ERROR) ?(.*)$")
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)(\S*)")
@@ -113,7 +113,9 @@ def _arm_name(algo: str, proto: str) -> str | None:
         return None
 
 
-class _LogParser:
+class LogParser:
+    """Line-at-a-time NCCL log parser: :meth:`line` for each line, then :meth:`finish`."""
+
     def __init__(self, source: SourceInfo) -> None:
         self.source = source
         self.facts = LogFacts()
@@ -125,6 +127,21 @@ class _LogParser:
         self.any_nccl = False
         self.group = -1
         self.blocks: dict[int, int] = {}
+
+    def finish(self) -> tuple[ParseResult, LogFacts]:
+        """Close the log: stamp the NCCL version on table rows, report cut tables; return rows and facts."""
+        result, facts = self.result, self.facts
+        for row in result.tables.get("tuning_tables", []):
+            row["nccl_version"] = facts.nccl_version
+            group = row.pop("_group", None)
+            if self.blocks.get(group, 0) > 1:
+                row["layout"] = "three-block"
+        if self.group >= 0 and not result.tables.get("tuning_tables"):
+            result.issues.append(Issue(None, "tuning table header without rows (log cut short)"))
+        if not self.any_nccl:
+            result.unusable = True
+            result.issues.append(Issue(None, "no NCCL log line (NCCL INFO/WARN) found"))
+        return result, facts
 
     def base(self) -> dict[str, Any]:
         meta = self.source.meta
@@ -299,19 +316,9 @@ def parse_nccl_log(lines: Iterable[str] | str, source: SourceInfo) -> tuple[Pars
 
     Never raises on malformed input. A file with no NCCL line at all is ``unusable``.
     """
-    parser = _LogParser(source)
+    parser = LogParser(source)
     if isinstance(lines, str):
         lines = lines.splitlines()
     for lineno, raw in enumerate(lines, 1):
         parser.line(raw, lineno)
-    result, facts = parser.result, parser.facts
-    for row in result.tables.get("tuning_tables", []):
-        row["nccl_version"] = facts.nccl_version
-        if parser.blocks.get(row.pop("_group"), 0) > 1:
-            row["layout"] = "three-block"
-    if parser.group >= 0 and not result.tables.get("tuning_tables"):
-        result.issues.append(Issue(None, "tuning table header without rows (log cut short)"))
-    if not parser.any_nccl:
-        result.unusable = True
-        result.issues.append(Issue(None, "no NCCL log line (NCCL INFO/WARN) found"))
-    return result, facts
+    return parser.finish()

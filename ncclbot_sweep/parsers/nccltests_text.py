@@ -25,8 +25,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ncclbot_sweep.names import BINARY_COLLECTIVE
+from ncclbot_sweep.parsers import textblock
 from ncclbot_sweep.parsers.common import (
     PREFIX_RE_B,
     Issue,
@@ -168,7 +170,6 @@ class _Run:
     redop: str | None = None
 
 
-_INT_COLS = {"size", "count", "root", "wrong"}
 _BATCH_ROWS = 50_000
 
 
@@ -190,8 +191,12 @@ class TextParser:
         self._run: _Run | None = None
         self._runs: list[_Run] = []
         self._layout: Layout | None = None
-        self._pending: list[bytes] = []
-        self._pending_lines: list[int] = []
+        # Data rows waiting for conversion: byte blocks of whole lines and their line numbers.
+        self._pend_blocks: list[pa.Array] = []
+        self._pend_nums: list[np.ndarray] = []
+        self._pend_rows = 0
+        #: Called with every line that is not a table row (the NCCL log parser listens here).
+        self.on_other: Callable[[str, int], None] | None = None
         self._prefixed = False
         self._units_next = False
         self._pending_binary: str | None = None
@@ -221,29 +226,40 @@ class TextParser:
         return self.result
 
     def _lines(self, chunk: bytes) -> None:
-        if PREFIX_RE_B.search(chunk, 0, 65536) or self._prefixed:
+        """Mark table rows in a chunk of whole lines (Arrow regex) and queue runs of them;
+        every other line goes, one by one, to :meth:`_other`."""
+        if self._prefixed or PREFIX_RE_B.search(chunk, 0, 65536):
             self._prefixed = True
             chunk = PREFIX_RE_B.sub(b"", chunk)
-        lines = chunk.split(b"\n")
-        lines.pop()  # the chunk ends with a newline
+        if not chunk.isascii():
+            chunk = chunk.decode("utf-8", "replace").encode("utf-8")
+        lines, starts, ends = textblock.lines_array(chunk)
+        n = len(lines)
+        if n == 0:
+            return
+        is_row = textblock.row_mask(lines)
         base = self._lineno
-        self._lineno += len(lines)
-        pending, plines = self._pending, self._pending_lines
-        digits = b"0123456789"
-        for i, raw in enumerate(lines):
-            j = 0
-            # Fast check: a data row is spaces then a digit (sizes); everything else is slow path.
-            while j < len(raw) and raw[j] == 32:
-                j += 1
-            if j < len(raw) and raw[j] in digits and self._layout is not None:
-                pending.append(raw)
-                plines.append(base + i + 1)
-                if len(pending) >= self._batch_rows:
-                    self._flush()
+        self._lineno += n
+        bounds = [0, *(np.flatnonzero(is_row[1:] != is_row[:-1]) + 1).tolist(), n]
+        starts_l, ends_l = starts.tolist(), ends.tolist()
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if not is_row[a]:
+                for i in range(a, b):
+                    self._other(chunk[starts_l[i]:ends_l[i]].decode("utf-8", "replace"), base + i + 1)
                 continue
-            if pending:
-                self._flush()
-            self._other(raw.decode("utf-8", "replace"), base + i + 1)
+            i = a
+            while i < b and self._layout is None:
+                self._other(chunk[starts_l[i]:ends_l[i]].decode("utf-8", "replace"), base + i + 1)
+                i += 1
+            if i < b:
+                self._queue(lines.slice(i, b - i), base + i + 1)
+
+    def _queue(self, rows: pa.Array, first_line: int) -> None:
+        self._pend_blocks.append(rows)
+        self._pend_nums.append(np.arange(first_line, first_line + len(rows), dtype=np.int64))
+        self._pend_rows += len(rows)
+        if self._pend_rows >= self._batch_rows:
+            self._flush()
 
     # ---------------------------------------------------------------- non-data lines
     def _other(self, line: str, lineno: int) -> None:
@@ -276,15 +292,13 @@ class TextParser:
             if layout is not None:
                 self._ensure_run(lineno)
                 self._layout = layout
-                self._pending.append(line.encode())
-                self._pending_lines.append(lineno)
-                self._flush()
+                self._queue(pa.array([line], pa.large_string()), lineno)
                 return
         if tokens and tokens[0][:1].isdigit() and self._layout is not None:
-            self._pending.append(line.encode())
-            self._pending_lines.append(lineno)
-            self._flush()
+            self._queue(pa.array([line], pa.large_string()), lineno)
             return
+        if self.on_other is not None:
+            self.on_other(line, lineno)
         self._annotation(core, lineno)
 
     def _annotation(self, core: str, lineno: int) -> None:
@@ -308,11 +322,13 @@ class TextParser:
             if run is not None:
                 run.nccl_tests_version = f"rccl-tests {m.group(1)}"
         elif (m := _OOB_RE.search(core)) is not None:
+            self._flush()
             if run is not None:
                 run.oob = int(m.group(1))
                 run.oob_failed = m.group(2) == "FAILED"
             self._layout = None
         elif (m := _AVG_RE.search(core)) is not None:
+            self._flush()
             if run is not None:
                 run.avg_busbw = float(m.group(1))
             self._layout = None
@@ -370,44 +386,50 @@ class TextParser:
         self._units_next = True
 
     def _flush(self) -> None:
-        if not self._pending:
+        if not self._pend_blocks:
             return
-        # Copy then clear in place: the line loop holds references to these lists.
-        lines, nums = list(self._pending), list(self._pending_lines)
-        self._pending.clear()
-        self._pending_lines.clear()
+        rows = pa.concat_arrays(self._pend_blocks) if len(self._pend_blocks) > 1 else self._pend_blocks[0]
+        nums = np.concatenate(self._pend_nums)
+        self._pend_blocks.clear()
+        self._pend_nums.clear()
+        self._pend_rows = 0
         layout = self._layout
-        run = self._run if self._run is not None else self._ensure_run(nums[0])
+        run = self._run if self._run is not None else self._ensure_run(int(nums[0]))
         if layout is None:
-            for raw, num in zip(lines, nums):
-                self._annotation(raw.decode("utf-8", "replace").strip(), num)
+            for text, num in zip(rows.to_pylist(), nums.tolist()):
+                self._annotation(text.strip(), num)
             return
-        table = _fast_block(lines, layout)
-        if table is None:
-            self._slow_block(lines, nums, layout, run)
+        cols = textblock.convert_rows(rows, layout.prefix, layout.sides)
+        if cols is None:
+            self._slow_block(rows.to_pylist(), nums.tolist(), layout, run)
             return
-        self._emit(table, np.asarray(nums, dtype=np.int64), layout, run)
+        self._emit(cols, nums, layout, run)
 
-    def _slow_block(self, lines: list[bytes], nums: list[int], layout: Layout, run: _Run) -> None:
-        good: list[bytes] = []
+    def _slow_block(self, lines: list[str], nums: list[int], layout: Layout, run: _Run) -> None:
+        """A block that did not convert at once: keep the rows that fit, explain the rest."""
+        good: list[str] = []
         good_nums: list[int] = []
         for raw, num in zip(lines, nums):
-            text = strip_prefix(raw.decode("utf-8", "replace")).strip()
+            text = strip_prefix(raw).strip()
             tokens = text.split()
-            if len(tokens) == layout.ncols and _fast_block([text.encode()], layout) is not None:
-                good.append(text.encode())
+            fits = len(tokens) == layout.ncols and tokens[0].isdigit() and textblock.convert_rows(
+                pa.array([text], pa.large_string()), layout.prefix, layout.sides) is not None
+            if fits:
+                good.append(text)
                 good_nums.append(num)
-            elif tokens and tokens[0].isdigit() and len(tokens) > 3 and not text.count(":") > 1:
+            elif tokens and tokens[0].isdigit() and len(tokens) > 3 and text.count(":") <= 1:
                 self.result.issues.append(Issue(num, f"data row has {len(tokens)} fields, the table "
                                                      f"header has {layout.ncols}", text[:200]))
             else:
+                if self.on_other is not None:
+                    self.on_other(raw, num)
                 self._annotation(text.lstrip("#").strip(), num)
         if good:
-            table = _fast_block(good, layout)
-            self._emit(table, np.asarray(good_nums, dtype=np.int64), layout, run)
+            cols = textblock.convert_rows(pa.array(good, pa.large_string()), layout.prefix, layout.sides)
+            self._emit(cols, np.asarray(good_nums, dtype=np.int64), layout, run)
 
     def _emit(self, cols: dict[str, Any], nums: np.ndarray, layout: Layout, run: _Run) -> None:
-        sizes = cols["size"]
+        sizes = cols["size"].to_numpy()
         n = len(sizes)
         # Cycles: sizes only grow within a table; a drop starts the next -N cycle.
         cycle = np.full(n, run.cycle, dtype=np.int32)
@@ -420,40 +442,37 @@ class TextParser:
             run.last_size = int(sizes[-1])
         run.rows += n
         if n and run.dtype is None and "type" in cols:
-            run.dtype = str(cols["type"][0])
+            run.dtype = cols["type"][0].as_py()
         if n and run.redop is None and "redop" in cols:
-            run.redop = str(cols["redop"][0])
+            run.redop = cols["redop"][0].as_py()
         consts = self._row_constants(run)
-        for side_index, side in enumerate(layout.sides):
-            data: dict[str, Any] = {"run_id": pa.array([consts["run_id"]] * n, pa.string())}
-            data["size_bytes"] = pa.array(sizes, pa.int64())
-            data["count"] = pa.array(cols["count"], pa.int64()) if "count" in cols else pa.nulls(n, pa.int64())
-            for name in ("type", "redop"):
-                key = "dtype" if name == "type" else name
-                data[key] = pa.array(cols[name].astype(str), pa.string()) if name in cols else pa.nulls(n, pa.string())
-            data["root"] = pa.array(cols["root"], pa.int32()) if "root" in cols else pa.nulls(n, pa.int32())
-            data["in_place"] = pa.array(np.full(n, side_index == 1), pa.bool_())
-            data["cycle"] = pa.array(cycle, pa.int32())
-            data["iteration"] = pa.nulls(n, pa.int32())
-            iters = run.header.get("iters")
-            data["n_iters"] = pa.array([iters] * n, pa.int32())
+        const = textblock.constant
+        shared: dict[str, Any] = {
+            "run_id": const(consts["run_id"], n, pa.string()),
+            "size_bytes": cols["size"],
+            "count": cols.get("count", pa.nulls(n, pa.int64())),
+            "dtype": cols.get("type", pa.nulls(n, pa.string())),
+            "redop": cols.get("redop", pa.nulls(n, pa.string())),
+            "root": cols["root"].cast(pa.int32()) if "root" in cols else pa.nulls(n, pa.int32()),
+            "cycle": pa.array(cycle),
+            "iteration": pa.nulls(n, pa.int32()),
+            "n_iters": const(run.header.get("iters"), n, pa.int32()),
+            "timestamp": cols.get("timestamp", pa.nulls(n, pa.string())),
+            "line": pa.array(nums),
+        }
+        for key in ("fabric", "collective", "arm", "policy", "source_path", "source_sha256"):
+            shared[key] = const(consts[key], n, pa.string())
+        for key in ("nodes", "ranks"):
+            shared[key] = const(consts[key], n, pa.int32())
+        for side_index in range(len(layout.sides)):
             pre = f"s{side_index}."
-            data["time_us"] = pa.array(cols[pre + "time"] * layout.time_scale, pa.float64())
+            data = dict(shared)
+            data["in_place"] = const(side_index == 1, n, pa.bool_())
+            time_col = cols[pre + "time"]
+            data["time_us"] = pc.multiply(time_col, layout.time_scale) if layout.time_scale != 1.0 else time_col
             for name, out in (("algbw", "algbw_gbs"), ("busbw", "busbw_gbs"), ("error", "error")):
-                data[out] = pa.array(cols[pre + name], pa.float64(), from_pandas=True) if pre + name in cols \
-                    else pa.nulls(n, pa.float64())
-            if pre + "wrong" in cols:
-                wrong, mask = cols[pre + "wrong"]
-                data["wrong"] = pa.array(wrong, pa.int64(), mask=mask)
-            else:
-                data["wrong"] = pa.nulls(n, pa.int64())
-            data["timestamp"] = pa.array(cols["timestamp"].astype(str), pa.string()) if "timestamp" in cols \
-                else pa.nulls(n, pa.string())
-            data["line"] = pa.array(nums, pa.int64())
-            for key in ("fabric", "collective", "arm", "policy", "source_path", "source_sha256"):
-                data[key] = pa.array([consts[key]] * n, pa.string())
-            for key in ("nodes", "ranks"):
-                data[key] = pa.array([consts[key]] * n, pa.int32())
+                data[out] = cols.get(pre + name, pa.nulls(n, pa.float64()))
+            data["wrong"] = cols.get(pre + "wrong", pa.nulls(n, pa.int64()))
             self._on_rows(pa.table(data))
 
     def _row_constants(self, run: _Run) -> dict[str, Any]:
@@ -558,63 +577,6 @@ def collective_from_name(path: str) -> str | None:
 
 
 # ------------------------------------------------------------------ numeric block conversion
-def _fast_block(lines: list[bytes], layout: Layout) -> dict[str, Any] | None:
-    """Convert whole data rows at once; None when the block does not fit the layout."""
-    tokens = b" ".join(lines).split()
-    ncols = layout.ncols
-    n = len(lines)
-    if len(tokens) != n * ncols or n == 0:
-        return None
-    arr = np.array(tokens, dtype=object if n < 4 else None).reshape(n, ncols)
-    if arr.dtype == object:
-        arr = arr.astype(bytes)
-    cols: dict[str, Any] = {}
-    try:
-        k = 0
-        for name in layout.prefix:
-            col = arr[:, k]
-            k += 1
-            if name in ("size", "count", "root"):
-                cols[name] = col.astype(np.int64)
-            elif name in ("type", "redop", "timestamp"):
-                cols[name] = np.char.decode(col, "ascii")
-        for s, side in enumerate(layout.sides):
-            for name in side:
-                col = arr[:, k]
-                k += 1
-                key = f"s{s}.{name}"
-                if name == "wrong":
-                    cols[key] = _int_na(col)
-                elif name in ("time", "algbw", "busbw", "error"):
-                    cols[key] = _float_na(col)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if "size" not in cols or any(f"s{s}.time" not in cols for s in range(len(layout.sides))):
-        return None
-    return cols
-
-
-def _float_na(col: np.ndarray) -> np.ndarray:
-    try:
-        return col.astype(np.float64)
-    except ValueError:
-        fixed = np.where(np.isin(col, (b"N/A", b"-nan", b"nan", b"inf", b"-")), b"nan", col)
-        return fixed.astype(np.float64)
-
-
-def _int_na(col: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    try:
-        return col.astype(np.int64), None
-    except ValueError:
-        mask = col == b"N/A"
-        fixed = np.where(mask, b"0", col)
-        try:
-            return fixed.astype(np.int64), mask
-        except ValueError:
-            # nwrong printed as a float by some forks
-            return fixed.astype(np.float64).astype(np.int64), mask
-
-
 def parse_nccltests_text(data: bytes | str | Iterable[bytes], source: SourceInfo) -> ParseResult:
     """Parse a whole nccl-tests output (bytes, str, or an iterable of byte chunks).
 
