@@ -70,7 +70,13 @@ def bin_dir() -> Path:
     python = sys.executable
     key = hashlib.sha256(f"{__version__}\0{python}".encode()).hexdigest()[:12]
     folder = cache_root() / f"sim-bin-{__version__}-{key}"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # read-only home (some CI runners): fall back to the temp folder
+        fallback = Path(tempfile.gettempdir()) / f"ncclbot-sweep-{os.getuid()}" / folder.name
+        log.warning("cannot create %s (%s); installing the simulated nccl-tests into %s", folder, exc, fallback)
+        folder = fallback
+        folder.mkdir(parents=True, exist_ok=True)
     text = _script(python)
     for name in BINARIES:
         path = folder / name

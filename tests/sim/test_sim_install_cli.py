@@ -79,3 +79,16 @@ def test_sim_cli_rejects_bad_values_with_usage_errors():
 def test_module_entry_point_without_arguments_is_a_usage_error():
     done = subprocess.run([sys.executable, "-m", "ncclbot_sweep.sim.nccltests"], capture_output=True, text=True)
     assert done.returncode == 2 and "usage" in done.stderr
+
+
+def test_bin_dir_falls_back_to_the_temp_folder_when_the_cache_is_read_only(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("NCCLBOT_SIM_BIN_CACHE", str(blocker / "sub"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = bin_dir()
+    assert folder.is_relative_to(tmp_path / "tmp") and (folder / "all_reduce_perf").exists()
