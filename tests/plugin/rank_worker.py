@@ -56,8 +56,9 @@ def main() -> None:
     arms, rcs = [], []
     progress = Path(out).with_suffix(".progress")
     for t, k in enumerate(schedule):
-        if t % 250 == 0:
-            progress.write_text(str(t))
+        if t % 250 == 0:  # atomically, the test polls it
+            progress.with_suffix(".tmp").write_text(str(t))
+            progress.with_suffix(".tmp").replace(progress)
         coll, nbytes, table, truth = ctxs[k]
         rc, arm, _, _ = r.call(coll, nbytes, table)
         arms.append(arm)

@@ -1,0 +1,39 @@
+"""The whole plugin suite again against the ASan+UBSan build (`make -C plugin
+sanitize`), in a subprocess with gcc's libasan preloaded into Python. The 8-rank
+jobs run at a quarter of their calls to keep the sanitised run short."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import nb_host as H
+
+
+def test_plugin_suite_is_clean_under_asan_and_ubsan():
+    if os.environ.get("NCCLBOT_TEST_LIB"):
+        pytest.skip("already inside the sanitizer run")
+    subprocess.run(["make", "-s", "-C", str(H.PLUGIN_DIR), "sanitize"], check=True, stdout=subprocess.DEVNULL)
+    libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    if not Path(libasan).exists():
+        pytest.skip(f"gcc's libasan.so not found ({libasan})")
+    asan = H.PLUGIN_DIR / "build" / "asan"
+    ldd = subprocess.run(["ldd", str(asan / "libnccl-ncclbot.so")], capture_output=True, text=True).stdout
+    assert "libasan" in ldd and "libubsan" in ldd, ldd
+    env = dict(os.environ, LD_PRELOAD=libasan, NCCLBOT_TEST_LIB=str(asan / "libnccl-ncclbot.so"),
+               NCCLBOT_TEST_COORD=str(asan / "ncclbot-coordinator"), NCCLBOT_TEST_SCALE="0.25",
+               ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1",
+               UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
+    here = Path(__file__).parent
+    r = subprocess.run([sys.executable, "-m", "pytest", str(here), "-q", "-x", "-p", "no:cacheprovider",
+                        "--ignore", str(here / "test_sanitizer.py"), "--ignore", str(here / "test_build.py")],
+                       env=env, capture_output=True, text=True, timeout=600, cwd=str(H.ROOT))
+    report = r.stdout[-4000:] + r.stderr[-4000:]
+    assert r.returncode == 0, report
+    assert "ERROR: AddressSanitizer" not in r.stderr and "runtime error:" not in r.stderr, report
+    assert " passed" in r.stdout, report
