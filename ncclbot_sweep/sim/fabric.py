@@ -168,6 +168,12 @@ class SimFabric:
             return None
         return min(arms, key=lambda arm: self.steady_latency_us(collective, nodes, arm, size_bytes))
 
-    def steady_latency_us(self, collective: str, nodes: int, arm: Arm, size_bytes: int) -> float:
-        """The true warm steady-state mean latency (us) of ``arm``; noise is drawn around it."""
-        return steady_latency_us(self.spec.truth, canonical_collective(collective), arm, nodes=nodes, size_bytes=size_bytes)
+    def steady_latency_us(
+        self, collective: str, nodes: int, arm: Arm, size_bytes: int, *, ranks: int | None = None
+    ) -> float:
+        """The true warm steady-state mean latency (us) of ``arm``; noise is drawn around it.
+
+        ``ranks`` defaults to full nodes (``nodes * gpus_per_node``).
+        """
+        return steady_latency_us(self.spec.truth, canonical_collective(collective), arm, nodes=nodes,
+                                 size_bytes=size_bytes, ranks=ranks)

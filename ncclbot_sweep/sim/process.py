@@ -55,9 +55,10 @@ class SimProcess:
     latencies in microseconds and remembers what each call warmed up.
     """
 
-    def __init__(self, fabric: SimFabric, *, nodes: int, seed: int) -> None:
+    def __init__(self, fabric: SimFabric, *, nodes: int, seed: int, ranks: int | None = None) -> None:
         self.fabric = fabric
         self.nodes = nodes
+        self.ranks = fabric.ranks(nodes) if ranks is None else ranks
         self.rng = np.random.default_rng(seed)
         self.job_factor = float(self.rng.lognormal(0.0, _JOB_SIGMA))
         self._calls: Counter[tuple[str, int]] = Counter()
@@ -67,8 +68,8 @@ class SimProcess:
     def steady_us(self, collective: str, arm: Arm | None, size_bytes: int) -> float:
         """Noise-free warm latency of one call (armless collectives use their own physics)."""
         if arm is None:
-            return _armless_us(self.fabric, collective, self.nodes, size_bytes)
-        return self.fabric.steady_latency_us(collective, self.nodes, arm, size_bytes)
+            return _armless_us(self.fabric, collective, self.nodes, self.ranks, size_bytes)
+        return self.fabric.steady_latency_us(collective, self.nodes, arm, size_bytes, ranks=self.ranks)
 
     def run(self, collective: str, arm: Arm | None, size_bytes: int, count: int) -> np.ndarray:
         """Latencies (us) of ``count`` consecutive calls, warming the process as they go."""
@@ -97,8 +98,7 @@ class SimProcess:
         cost = 0.0
         if arm.algorithm not in self._connected:
             self._connected.add(arm.algorithm)
-            ranks = self.fabric.ranks(self.nodes)
-            cost += self.rng.uniform(1.0, 3.0) * (500.0 + 20.0 * ranks)  # connect channels
+            cost += self.rng.uniform(1.0, 3.0) * (500.0 + 20.0 * self.ranks)  # connect channels
         if arm.algorithm in ("NVLS", "NVLSTree") and not self._nvls_ready:
             self._nvls_ready = True
             low, high = self.fabric.spec.nvls_stall_s
@@ -106,9 +106,8 @@ class SimProcess:
         return cost
 
 
-def _armless_us(fabric: SimFabric, collective: str, nodes: int, size_bytes: int) -> float:
+def _armless_us(fabric: SimFabric, collective: str, nodes: int, ranks: int, size_bytes: int) -> float:
     """AlltoAll and SendRecv, which NCCL runs without an algorithm choice (p2p over the ring graph)."""
-    ranks = fabric.ranks(nodes)
     ring = fabric.spec.truth.ring["Simple"]
     bus = ring.nvl_bus_gbs if nodes <= fabric.spec.truth.domain_nodes else ring.bus_gbs
     if collective == "SendRecv":

@@ -109,13 +109,17 @@ def _tree_us(truth: TreeTruth, *, chain: int, node_chain: int, size: int, levels
     return latency + size / (1000.0 * truth.alg_gbs) + fill
 
 
-def steady_latency_us(params: TruthParams, collective: str, arm: Arm, *, nodes: int, size_bytes: int) -> float:
+def steady_latency_us(
+    params: TruthParams, collective: str, arm: Arm, *, nodes: int, size_bytes: int, ranks: int | None = None
+) -> float:
     """Steady-state (warm, noise-free) latency of one call; the mean the noise is drawn around.
 
+    ``ranks`` defaults to full nodes; fewer ranks per node shorten rings and intra-node chains.
     Raises ``ValueError`` for an arm the fabric has no physics for (the caller checks
     validity first).
     """
-    ranks = nodes * params.gpus_per_node
+    ranks = nodes * params.gpus_per_node if ranks is None else max(1, ranks)
+    per_node = max(1, ranks // nodes)
     size = max(int(size_bytes), 0)
     domains = max(1, -(-nodes // params.domain_nodes))
     levels = max(0, math.ceil(math.log2(domains))) if domains > 1 else 0
@@ -123,8 +127,8 @@ def steady_latency_us(params: TruthParams, collective: str, arm: Arm, *, nodes: 
         return _ring_us(params, collective, arm.protocol, nodes, ranks, size)
     if arm.algorithm == "Tree" and arm.protocol in params.tree:
         # Inside an NVLink domain the tree is a chain over every GPU of the domain.
-        chain = min(ranks, params.gpus_per_node * min(nodes, params.domain_nodes)) - 1
-        node_chain = min(chain, params.gpus_per_node - 1)
+        chain = min(ranks, per_node * min(nodes, params.domain_nodes)) - 1
+        node_chain = min(chain, per_node - 1)
         return _tree_us(params.tree[arm.protocol], chain=chain, node_chain=node_chain, size=size, levels=levels)
     if arm.algorithm == "NVLSTree" and params.nvls_tree is not None:
         return _tree_us(params.nvls_tree, chain=0, node_chain=0, size=size, levels=max(levels, 1))

@@ -159,3 +159,13 @@ def test_best_arm_is_the_argmin_of_the_truth_and_differs_from_auto_somewhere():
         differ += best != fab.auto_arm("AllGather", 16, size)
     assert 0 < differ < len(PAPER_SIZES) // 2
     assert fab.best_arm("AlltoAll", 4, 1024) is None
+
+
+def test_fewer_ranks_per_node_shorten_rings_and_chains():
+    fab = fabric("sim-h100")
+    for arm in (A("Ring/LL"), A("Tree/LL")):
+        full = fab.steady_latency_us("AllReduce", 4, arm, 4096)
+        half = fab.steady_latency_us("AllReduce", 4, arm, 4096, ranks=16)
+        assert half < full
+    assert fab.steady_latency_us("AllReduce", 4, A("Ring/LL"), 4096, ranks=32) == fab.steady_latency_us(
+        "AllReduce", 4, A("Ring/LL"), 4096)

@@ -404,7 +404,7 @@ def _run(binary, collective, options, sim, layout, env, out, argv) -> int:
         if json_handle is not None:
             json_doc = {"version": 3, "start_time": _now(), "args": list(argv), "env": [f"{k}={v}" for k, v in env.items()],
                         "nccl_version": sim.spec.nccl_version_code}
-    proc = SimProcess(sim, nodes=layout.nodes, seed=_seed(env, sim.name, binary, layout, ranks, argv))
+    proc = SimProcess(sim, nodes=layout.nodes, ranks=ranks, seed=_seed(env, sim.name, binary, layout, ranks, argv))
     status = 0
     try:
         _write_header(ctx, json_doc)
