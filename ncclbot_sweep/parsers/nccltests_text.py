@@ -66,7 +66,7 @@ _BINARY_RE = re.compile(r"\b(" + "|".join(sorted(BINARY_COLLECTIVE, key=len, rev
 _FAILURE_RE = re.compile(r"Test (?:CUDA |NCCL |NVML )?failure\b.*")
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 _AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.eE+-]+|nan|inf)")
-_NO_ALGO_RE = re.compile(r"No algorithm/protocol available")
+_NO_ALGO_RE = re.compile(r"no algorithm/protocol available", re.I)
 
 # Column names as printed, normalised to ours.
 _NAME_MAP = {
@@ -192,7 +192,7 @@ class TextParser:
         self._runs: list[_Run] = []
         self._layout: Layout | None = None
         # Data rows waiting for conversion: byte blocks of whole lines and their line numbers.
-        self._pend_blocks: list[pa.Array] = []
+        self._pend_blocks: list[bytes] = []
         self._pend_nums: list[np.ndarray] = []
         self._pend_rows = 0
         #: Called with every line that is not a table row (the NCCL log parser listens here).
@@ -226,18 +226,20 @@ class TextParser:
         return self.result
 
     def _lines(self, chunk: bytes) -> None:
-        """Mark table rows in a chunk of whole lines (Arrow regex) and queue runs of them;
+        """Collapse blanks, mark table rows (first byte a digit) and queue runs of them;
         every other line goes, one by one, to :meth:`_other`."""
         if self._prefixed or PREFIX_RE_B.search(chunk, 0, 65536):
             self._prefixed = True
             chunk = PREFIX_RE_B.sub(b"", chunk)
         if not chunk.isascii():
             chunk = chunk.decode("utf-8", "replace").encode("utf-8")
-        lines, starts, ends = textblock.lines_array(chunk)
-        n = len(lines)
+        chunk = textblock.collapse_blanks(chunk)
+        starts, ends = textblock.line_bounds(chunk)
+        n = len(ends)
         if n == 0:
             return
-        is_row = textblock.row_mask(lines)
+        first = np.frombuffer(chunk, dtype=np.uint8)[starts]
+        is_row = (first >= 48) & (first <= 57)
         base = self._lineno
         self._lineno += n
         bounds = [0, *(np.flatnonzero(is_row[1:] != is_row[:-1]) + 1).tolist(), n]
@@ -252,12 +254,13 @@ class TextParser:
                 self._other(chunk[starts_l[i]:ends_l[i]].decode("utf-8", "replace"), base + i + 1)
                 i += 1
             if i < b:
-                self._queue(lines.slice(i, b - i), base + i + 1)
+                self._queue(chunk[starts_l[i]:ends_l[b - 1] + 1], base + i + 1, b - i)
 
-    def _queue(self, rows: pa.Array, first_line: int) -> None:
+    def _queue(self, rows: bytes, first_line: int, count: int) -> None:
+        """Queue ``count`` collapsed, newline-terminated rows starting at ``first_line``."""
         self._pend_blocks.append(rows)
-        self._pend_nums.append(np.arange(first_line, first_line + len(rows), dtype=np.int64))
-        self._pend_rows += len(rows)
+        self._pend_nums.append(np.arange(first_line, first_line + count, dtype=np.int64))
+        self._pend_rows += count
         if self._pend_rows >= self._batch_rows:
             self._flush()
 
@@ -292,53 +295,65 @@ class TextParser:
             if layout is not None:
                 self._ensure_run(lineno)
                 self._layout = layout
-                self._queue(pa.array([line], pa.large_string()), lineno)
+                self._queue(" ".join(tokens).encode() + b"\n", lineno, 1)
                 return
         if tokens and tokens[0][:1].isdigit() and self._layout is not None:
-            self._queue(pa.array([line], pa.large_string()), lineno)
+            self._queue(" ".join(tokens).encode() + b"\n", lineno, 1)
             return
         if self.on_other is not None:
             self.on_other(line, lineno)
         self._annotation(core, lineno)
 
     def _annotation(self, core: str, lineno: int) -> None:
-        """Lines that say something about the run: versions, failures, footers, noise."""
+        """Lines that say something about the run: versions, failures, footers, noise.
+
+        Each pattern is guarded by a substring test: debug logs put thousands of such lines
+        between table rows, and most of them say nothing to this parser.
+        """
         run = self._run
-        if (m := _VERSION_RE.search(core)) is not None:
+        if "NCCL INFO" in core or "NCCL WARN" in core:
+            if "NCCL version" in core and run is not None and (m := _NCCL_VERSION_RE.search(core)):
+                run.nccl_version = run.nccl_version or m.group(1)
+            elif "lgorithm/protocol" in core and _NO_ALGO_RE.search(core):
+                run = self._ensure_run(lineno)
+                run.invalid_arm = True
+                run.failures.append(core[:300])
+            return
+        if "nccl-tests version" in core and (m := _VERSION_RE.search(core)):
             run = self._ensure_run(lineno, fresh=bool(run and run.rows))
             run.nccl_tests_version = m.group(1)
             run.nccl_version = run.nccl_version or nccl_version_from_code(m.group(3) or m.group(2))
-        elif (m := _COLL_TEST_RE.search(core)) is not None:
+        elif "Collective test" in core and (m := _COLL_TEST_RE.search(core)):
             if m.group(1) == "starting":
                 run = self._ensure_run(lineno, fresh=bool(run and (run.rows or run.binary)))
                 run.binary = run.binary or m.group(2)
             elif run is not None:
                 run.binary = run.binary or m.group(2)
                 run.concluded = True
-        elif (m := _NCCL_VERSION_RE.search(core)) is not None:
+        elif "NCCL version" in core and (m := _NCCL_VERSION_RE.search(core)):
             if run is not None:
                 run.nccl_version = m.group(1)
-        elif (m := _RCCL_TESTS_RE.search(core)) is not None:
+        elif "rccl-tests" in core and (m := _RCCL_TESTS_RE.search(core)):
             if run is not None:
                 run.nccl_tests_version = f"rccl-tests {m.group(1)}"
-        elif (m := _OOB_RE.search(core)) is not None:
+        elif "Out of bounds" in core and (m := _OOB_RE.search(core)):
             self._flush()
             if run is not None:
                 run.oob = int(m.group(1))
                 run.oob_failed = m.group(2) == "FAILED"
             self._layout = None
-        elif (m := _AVG_RE.search(core)) is not None:
+        elif "Avg bus bandwidth" in core and (m := _AVG_RE.search(core)):
             self._flush()
             if run is not None:
                 run.avg_busbw = float(m.group(1))
             self._layout = None
-        elif _NO_ALGO_RE.search(core):
+        elif "lgorithm/protocol" in core and _NO_ALGO_RE.search(core):
             run = self._ensure_run(lineno)
             run.invalid_arm = True
             run.failures.append(core[:300])
-        elif (m := _FAILURE_RE.search(core)) is not None and "NCCL INFO" not in core:
+        elif "failure" in core and _FAILURE_RE.search(core):
             self._ensure_run(lineno).failures.append(core[:300])
-        elif (m := _BINARY_RE.search(core)) is not None and "NCCL" not in core:
+        elif "_perf" in core and (m := _BINARY_RE.search(core)) and "NCCL" not in core:
             # A command line naming the binary (shell noise worth keeping): it may start a run.
             if run is None or run.rows or run.header_text:
                 self._pending_binary = m.group(1)
@@ -388,20 +403,24 @@ class TextParser:
     def _flush(self) -> None:
         if not self._pend_blocks:
             return
-        rows = pa.concat_arrays(self._pend_blocks) if len(self._pend_blocks) > 1 else self._pend_blocks[0]
+        data = b"".join(self._pend_blocks)
         nums = np.concatenate(self._pend_nums)
         self._pend_blocks.clear()
         self._pend_nums.clear()
         self._pend_rows = 0
         layout = self._layout
         run = self._run if self._run is not None else self._ensure_run(int(nums[0]))
+        lines = None
         if layout is None:
-            for text, num in zip(rows.to_pylist(), nums.tolist()):
+            for text, num in zip(data.decode("utf-8", "replace").split("\n"), nums.tolist()):
                 self._annotation(text.strip(), num)
             return
-        cols = textblock.convert_rows(rows, layout.prefix, layout.sides)
+        cols = textblock.csv_rows(data, len(nums), layout.prefix, layout.sides)
         if cols is None:
-            self._slow_block(rows.to_pylist(), nums.tolist(), layout, run)
+            lines = data.decode("utf-8", "replace").split("\n")[: len(nums)]
+            cols = textblock.convert_rows(pa.array(lines, pa.large_string()), layout.prefix, layout.sides)
+        if cols is None:
+            self._slow_block(lines, nums.tolist(), layout, run)
             return
         self._emit(cols, nums, layout, run)
 

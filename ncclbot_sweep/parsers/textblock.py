@@ -1,9 +1,11 @@
-"""Vectorised handling of nccl-tests table rows with Arrow compute (the ingest hot path).
+"""Vectorised handling of nccl-tests table rows (the ingest hot path).
 
-A chunk of text becomes an Arrow string array of its lines without copying (offsets from
-the newline positions); a regex marks the table rows (first non-blank character a digit);
-runs of rows are split on whitespace and each column is cast in C++. Python only touches
-the few lines that are not rows. See ``benchmarks/ingest.py`` for the figures.
+A chunk of text has its blanks collapsed to single spaces in one numpy pass, so that every
+line starts with its first token: a table row is then a line whose first byte is a digit,
+and a run of rows is valid input for Arrow's C++ CSV reader with a space delimiter, which
+converts every column at once. Rows that do not fit go through :func:`convert_rows`
+(Arrow split on whitespace), and only what still does not fit is looked at line by line in
+Python. See ``benchmarks/ingest.py`` for the figures.
 """
 
 from __future__ import annotations
@@ -14,12 +16,72 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["lines_array", "row_mask", "convert_rows", "constant"]
+__all__ = ["collapse_blanks", "line_bounds", "csv_rows", "lines_array", "row_mask", "convert_rows", "constant"]
 
 _NULL_TOKENS = pa.array(["N/A", "nan", "-nan", "NaN", "-"], pa.large_string())
 _INT = {"size", "count", "root"}
 _FLOAT = {"time", "algbw", "busbw", "error"}
 _STR = {"type", "redop", "timestamp"}
+
+
+def collapse_blanks(chunk: bytes) -> bytes:
+    """Collapse runs of blanks (space, tab, CR) to one space and drop them at line starts."""
+    buf = np.frombuffer(chunk, dtype=np.uint8)
+    if len(buf) == 0:
+        return chunk
+    if b"\t" in chunk or b"\r" in chunk:
+        buf = np.where((buf == 9) | (buf == 13), np.uint8(32), buf)
+    blank = buf == 32
+    after = np.empty(len(buf), dtype=bool)
+    after[0] = True
+    np.logical_or(blank[:-1], buf[:-1] == 10, out=after[1:])
+    after &= blank
+    # Blanks just before a newline go too (trailing spaces would add an empty column).
+    after[:-1] |= blank[:-1] & (buf[1:] == 10)
+    return buf[~after].tobytes()
+
+
+def line_bounds(chunk: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (the newline's position) of every line of a chunk ending with a newline."""
+    ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+    starts = np.empty(len(ends), dtype=np.int64)
+    if len(ends):
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+    return starts, ends
+
+
+_CSV_TYPES = {"size": pa.int64(), "count": pa.int64(), "root": pa.int64(), "type": pa.string(),
+              "redop": pa.string(), "timestamp": pa.string(), "time": pa.float64(), "algbw": pa.float64(),
+              "busbw": pa.float64(), "error": pa.float64(), "wrong": pa.int64()}
+
+
+def csv_rows(data: bytes, n: int, prefix: list[str], sides: list[list[str]]) -> dict[str, Any] | None:
+    """``n`` collapsed rows (single spaces, newline-terminated) to columns via Arrow's CSV reader.
+
+    Same result shape as :func:`convert_rows`; None when the rows do not fit the layout.
+    """
+    import io
+
+    import pyarrow.csv as pcsv
+
+    names = list(prefix) + [f"s{s}.{c}" for s, side in enumerate(sides) for c in side]
+    if len(set(names)) != len(names):
+        return None
+    types = {name: _CSV_TYPES[name.split(".", 1)[-1]] for name in names if name.split(".", 1)[-1] in _CSV_TYPES}
+    try:
+        table = pcsv.read_csv(
+            io.BytesIO(data),
+            read_options=pcsv.ReadOptions(column_names=names, use_threads=False, block_size=len(data) + 1),
+            parse_options=pcsv.ParseOptions(delimiter=" ", quote_char=False, double_quote=False),
+            convert_options=pcsv.ConvertOptions(column_types=types, null_values=["N/A", "nan", "-nan", "NaN"],
+                                                strings_can_be_null=False, include_columns=list(types)),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != n or table.column("size").null_count:
+        return None
+    return {name: table.column(name).combine_chunks() for name in table.column_names}
 
 
 def lines_array(chunk: bytes) -> tuple[pa.Array, np.ndarray, np.ndarray]:
