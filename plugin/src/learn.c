@@ -126,6 +126,7 @@ static void apply_entry(nb_comm *c, nb_pull *e, float merged_us, int64_t round) 
   double reward = merged_us >= 0.0f ? nb_reward(x->mu_min, merged_us) : -1.0;
   if (reward >= 0.0) {
     nb_update(&c->cfg, &c->tab.stat[x->arm_off + e->arm_idx], reward);
+    x->sel_ok = 0;
     c->n_applied++;
   } else {
     c->n_missing++;
@@ -339,7 +340,17 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
     if (r > 0) learning = 0;
     x = &c->tab.ctx[ci];
   }
-  int idx = nb_select(c->cfg.policy, &c->tab.stat[x->arm_off], x->narms, mask, c->cfg.alpha);
+  /* A decision depends only on the statistics and the mask: between two updates of this
+   * context (in synchronised mode, a whole round) it is reused instead of recomputed. */
+  int idx;
+  if (x->sel_ok && x->sel_mask == mask) {
+    idx = x->sel_idx;
+  } else {
+    idx = nb_select(c->cfg.policy, &c->tab.stat[x->arm_off], x->narms, mask, c->cfg.alpha);
+    x->sel_idx = (uint8_t)idx;
+    x->sel_mask = mask;
+    x->sel_ok = 1;
+  }
   int arm = c->tab.arm_id[x->arm_off + idx];
   int auto_arm = c->trace ? nb_auto_arm(table, numAlgo, numProto) : x->auto_arm;
   force_arm(table, numAlgo, numProto, arm);

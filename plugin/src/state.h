@@ -27,6 +27,9 @@ typedef struct {
   double mu_min;     /* reward scale (paper Eq. 1) */
   uint32_t arm_off;  /* first arm in the arm arena */
   uint32_t pulls;    /* timed pulls issued */
+  uint32_t sel_mask; /* last decision: availability mask it was made for ... */
+  uint8_t sel_idx;   /* ... and its arm index; valid while sel_ok (statistics unchanged) */
+  uint8_t sel_ok;
   uint8_t narms;
   uint8_t flags;
   uint8_t auto_arm;  /* NCCL's choice at first sight */

@@ -9,8 +9,10 @@ the arms NCCL would have run (one per call) as JSON.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,7 +57,11 @@ def main() -> None:
     pending: list[tuple[int, object, list[int]]] = []
     arms, rcs = [], []
     progress = Path(out).with_suffix(".progress")
+    stall = os.environ.get("NCCLBOT_TEST_STALL", "")  # "rank:call:seconds": this rank stops a while
+    stall_rank, stall_call, stall_s = (stall.split(":") + ["-1", "-1", "0"])[:3] if stall else ("-1", "-1", "0")
     for t, k in enumerate(schedule):
+        if rank == int(stall_rank) and t == int(stall_call):
+            time.sleep(float(stall_s))
         if t % 250 == 0:  # atomically, the test polls it
             progress.with_suffix(".tmp").write_text(str(t))
             progress.with_suffix(".tmp").replace(progress)

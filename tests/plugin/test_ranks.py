@@ -112,6 +112,28 @@ def test_coordinator_killed_mid_run_no_divergence(tmp_path, mode):
         assert all(f > 0 for f in failed), f"every rank fails its collectives after the kill: {failed}"
 
 
+@pytest.mark.parametrize("stalled", [0, 5])
+def test_a_stalled_rank_makes_everyone_freeze_on_the_same_round(tmp_path, stalled):
+    """One rank stops longer than the timeout: the others time out, the coordinator relays
+    their freeze, the late rank adopts it; every call still has one arm on all ranks."""
+    coord = Coordinator()
+    calls = int(4000 * SCALE)
+    try:
+        results = run_job(tmp_path, coord, nranks=6, calls=calls, comm_id=0x57A11 + stalled,
+                          env={"NCCLBOT_SYNC_TIMEOUT_MS": "400",
+                               "NCCLBOT_TEST_STALL": f"{stalled}:{calls // 3}:2.0"})
+    finally:
+        err = coord.stop()
+    assert_identical(results)
+    assert all(rc == 0 for res in results for rc in res["rc"])
+    assert "frozen at round" in err
+    traces = [read_trace(trace_path(tmp_path, 0x57A11 + stalled, r)) for r in range(6)]
+    rounds = [[x["round"] for x in t if x["kind"] == "pull"] for t in traces]
+    assert all(r == rounds[0] for r in rounds), "ranks applied different rounds"
+    assert all(int(x) <= (calls // 3) // 64 + 1 for x in rounds[0] if x), "learning went on after the stall"
+    assert any("synchronisation stopped" in res["log"] for res in results)
+
+
 def test_ranks_with_different_settings_all_stay_auto(tmp_path):
     coord = Coordinator()
     try:
