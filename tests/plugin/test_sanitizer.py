@@ -37,3 +37,15 @@ def test_plugin_suite_is_clean_under_asan_and_ubsan():
     assert r.returncode == 0, report
     assert "ERROR: AddressSanitizer" not in r.stderr and "runtime error:" not in r.stderr, report
     assert " passed" in r.stdout, report
+
+
+def test_bench_has_no_leaks_under_asan():
+    """The C bench runs init, thousands of calls and finalize for 1 and 8 ranks: LeakSanitizer on."""
+    if os.environ.get("NCCLBOT_TEST_LIB"):
+        pytest.skip("already inside the sanitizer run")
+    subprocess.run(["make", "-s", "-C", str(H.PLUGIN_DIR), "sanitize"], check=True, stdout=subprocess.DEVNULL)
+    r = subprocess.run([str(H.PLUGIN_DIR / "build" / "asan" / "ncclbot-bench"), "20000"], capture_output=True,
+                       text=True, timeout=300,
+                       env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1:halt_on_error=1"))
+    assert r.returncode == 0 and "Sanitizer" not in r.stderr, r.stderr[-3000:]
+    assert "allocations on the hot path" in r.stdout
