@@ -107,8 +107,7 @@ def ours_parse(path: Path) -> int:
 
     parser = TextParser(SourceInfo(path=str(path), sha256="0" * 64, run_id="bench"), on_rows=sink)
     with open(path, "rb") as fh:
-        while chunk := fh.read(4 << 20):
-            parser.feed(chunk)
+        parser.feed_all(iter(lambda: fh.read(4 << 20), b""))
     parser.close()
     return count
 

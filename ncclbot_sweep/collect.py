@@ -8,8 +8,9 @@ each job's folder from where it ran (``access.remote_workdir`` over SSH) into ``
 * a download goes to ``<file>.ncclbot-part`` and is renamed only after its size and
   checksum match; an interrupted download resumes from the partial file's size (and starts
   over if the result does not verify);
-* of the ``steps/`` folders only finished ones (with an ``exit`` marker) are copied, so a
-  step still running is never half-collected.
+* while a job may still run, only its finished ``steps/`` folders (with an ``exit``
+  marker) are copied, so a step still running is never half-collected; once the job has
+  ended its whole folder is mirrored (see :func:`sync_tree`).
 """
 
 from __future__ import annotations
@@ -73,9 +74,13 @@ def _wanted(f: RemoteFile, finished: set[str]) -> bool:
 
 
 def sync_tree(transport: Transport, remote: PurePosixPath, local: Path, *,
-              only_finished_steps: bool = True) -> CollectReport:
+              job_ended: bool = False) -> CollectReport:
     """Copy the job folder ``remote`` into ``local``; see the module docstring.
 
+    While the job may still run only finished steps are copied. Once it has ended
+    (``job_ended``) every step folder is copied, including what a killed step left (its
+    stdout tells the runner it had started), and step files that no longer exist on the
+    cluster (a re-run removed them) are removed here too, so the local folder mirrors it.
     Idempotent and resumable. Raises TransportError when a file cannot be fetched or does
     not verify after a fresh download.
     """
@@ -87,10 +92,23 @@ def sync_tree(transport: Transport, remote: PurePosixPath, local: Path, *,
     report.steps_collected = len(finished)
     report.steps_unfinished = len(every - finished)
     for f in files:
-        if only_finished_steps and not _wanted(f, finished):
-            continue
-        _fetch_one(transport, remote, local, f, report)
+        if job_ended or _wanted(f, finished):
+            _fetch_one(transport, remote, local, f, report)
+    if job_ended:
+        _remove_stale(local, {f.rel for f in files}, every)
     return report
+
+
+def _remove_stale(local: Path, remote_rels: set[str], steps: set[str]) -> None:
+    for step in steps:
+        folder = local / "steps" / step
+        if not folder.is_dir():
+            continue
+        for path in folder.rglob("*"):
+            rel = path.relative_to(local).as_posix()
+            if path.is_file() and not path.name.endswith(PART_SUFFIX) and rel not in remote_rels:
+                log.info("removing %s: the re-run on the cluster removed it", rel)
+                path.unlink()
 
 
 def _fetch_one(transport: Transport, remote: PurePosixPath, local: Path, f: RemoteFile,
@@ -130,6 +148,7 @@ def collect(workdir: Path | str, *, transport: Transport | None = None,
     Raises ManifestError when ``workdir`` is not a campaign folder, TransportError when
     the cluster cannot be reached or a file does not verify (run it again: it resumes).
     """
+    from ncclbot_sweep.manifest import JobPhase
     from ncclbot_sweep.paths import CampaignPaths
     from ncclbot_sweep.runner import open_campaign
 
@@ -146,7 +165,8 @@ def collect(workdir: Path | str, *, transport: Transport | None = None,
             if not job.executor_job_id:
                 continue
             part = sync_tree(own, PurePosixPath(remote_paths.job_dir(job.job_key)),
-                             Path(camp.paths.job_dir(job.job_key)))
+                             Path(camp.paths.job_dir(job.job_key)),
+                             job_ended=job.phase in (JobPhase.FINISHED, JobPhase.CANCELLED))
             report.add(part)
             if progress:
                 progress(job.job_key, report)

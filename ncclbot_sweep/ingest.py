@@ -86,14 +86,17 @@ def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
             yield _Unit("file", file)
 
 
-def _sha256_files(files: Sequence[Path]) -> str:
+def _sha256_files(files: Sequence[Path], *, named: bool = False) -> str:
+    """Content hash of one file, or of a step's files (then ``named``: each member's name counts)."""
     digest = hashlib.sha256()
     for file in files:
-        digest.update(file.name.encode() + b"\0")
+        if named:
+            digest.update(file.name.encode() + b"\0")
         with open(file, "rb") as fh:
             while chunk := fh.read(_CHUNK):
                 digest.update(chunk)
-        digest.update(b"\0")
+        if named:
+            digest.update(b"\0")
     return digest.hexdigest()
 
 
@@ -179,7 +182,7 @@ def _ingest_step(folder: Path, root: Path, summary: IngestSummary) -> None:
     members = [Path(p) for p in (files.meta, files.stdout, files.nccl_log, files.result_json, files.exit_marker)
                if Path(p).is_file()]
     summary.files += 1
-    sha = _sha256_files(members)
+    sha = _sha256_files(members, named=True)
     if datasets.source_done(root, sha):
         summary.skipped += 1
         return

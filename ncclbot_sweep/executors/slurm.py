@@ -3,7 +3,7 @@
 It implements the four operations of :class:`~ncclbot_sweep.executors.base.Executor` and
 keeps the runner's guarantees on a real scheduler:
 
-* **submit** uploads the rendered job folder (SSH) and runs ``sbatch --parsable`` with the
+* **submit** uploads the rendered inputs (``job.sh``, ``step.json``; over SSH) and runs ``sbatch --parsable`` with the
   job tag in ``--job-name`` and ``--comment`` and ``--no-requeue`` (Slurm must never re-run
   a job's steps on its own). A refusal for a QOS or submit limit, or a controller that is
   restarting, is retried with doubling backoff; before each retry the tag is looked up, so
@@ -15,7 +15,7 @@ keeps the runner's guarantees on a real scheduler:
   (logged), never an exception. Jobs pending on unavailable nodes (``ReqNodeNotAvail``...)
   longer than ``scheduler.cancel_pending_after_s`` are cancelled.
 * **cancel** runs ``scancel`` on the given ids only (the campaign's jobs).
-* **fetch** copies the job folder back, verified by checksum (:mod:`ncclbot_sweep.collect`).
+* **fetch** mirrors the ended job's folder back, verified by checksum (:mod:`ncclbot_sweep.collect`).
 * **find_tagged** lists the user's jobs (``squeue --me``, and ``sacct`` on the first call
   when accounting is on) and keeps those whose name carries the campaign's tag.
 """
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from ncclbot_sweep.errors import SchedulerError, TransportError
 from ncclbot_sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
 from ncclbot_sweep.executors import slurm_parse as sp
+from ncclbot_sweep.paths import StepFiles
 from ncclbot_sweep.transport import CommandResult, Transport, make_transport
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ __all__ = ["SlurmExecutor"]
 
 log = logging.getLogger(__name__)
 
+_STEP_META = StepFiles(PurePosixPath(".")).meta.name
 _ACCOUNTING_OFF = ("accounting storage is disabled", "slurmdbd", "accounting_storage/none")
 _CONTROLLER_DOWN = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
                     "Zero Bytes were transmitted", "Communication connection failure")
@@ -113,8 +115,7 @@ class SlurmExecutor(Executor):
         if not script.is_file():
             raise SchedulerError(f"job {job.job_key}: no job script at {script}", path=script,
                                  hint="render the campaign first ('ncclbot-sweep submit' does)")
-        sent = self.transport.put_tree(Path(job.local_dir), PurePosixPath(job.remote_dir))
-        log.info("job %s: uploaded %d files to %s", job.job_key, sent, job.remote_dir)
+        self._upload_inputs(job)
         delay = self.submit_backoff_s
         for attempt in range(1, self.submit_attempts + 1):
             try:
@@ -142,6 +143,21 @@ class SlurmExecutor(Executor):
             self._sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _upload_inputs(self, job: JobSpec) -> None:
+        """Copy the rendered inputs (job script, step.json files) to the run folder.
+
+        Outputs already fetched are never sent back: on the cluster they may be newer.
+        """
+        local, remote = Path(job.local_dir), PurePosixPath(job.remote_dir)
+        if self.transport.same_path(local, remote):
+            return
+        inputs = [local / job.script_name, *sorted(local.glob(f"steps/*/{_STEP_META}"))]
+        for path in inputs:
+            target = remote / path.relative_to(local).as_posix()
+            self.transport.makedirs(target.parent)
+            self.transport.put_file(path, target)
+        log.info("job %s: uploaded %d input files to %s", job.job_key, len(inputs), remote)
 
     def _lookup_tag(self, job: JobSpec) -> str | None:
         try:
@@ -232,10 +248,10 @@ class SlurmExecutor(Executor):
         log.info("cancelled Slurm jobs %s", ", ".join(ids))
 
     def fetch(self, job: JobSpec) -> None:
-        """Copy the job's folder back (finished steps only), verified; idempotent, resumable."""
+        """Mirror the ended job's folder back, verified by checksum; idempotent, resumable."""
         from ncclbot_sweep.collect import sync_tree
 
-        report = sync_tree(self.transport, PurePosixPath(job.remote_dir), Path(job.local_dir))
+        report = sync_tree(self.transport, PurePosixPath(job.remote_dir), Path(job.local_dir), job_ended=True)
         log.info("job %s: fetched %d files (%d bytes), %d unchanged", job.job_key, report.files_fetched,
                  report.bytes_fetched, report.files_unchanged)
 

@@ -31,8 +31,7 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     parser = TextParser(source, on_rows=on_rows)
     log = LogParser(source)
     parser.on_other = log.line
-    for chunk in chunks:
-        parser.feed(chunk)
+    parser.feed_all(chunks)
     result = parser.close()
     log_result, facts = log.finish()
     for name in ("tuning_tables", "choices"):

@@ -204,19 +204,38 @@ class TextParser:
     # ---------------------------------------------------------------- input
     def feed(self, data: bytes) -> None:
         """Parse as many whole lines of ``data`` (plus any carried-over tail) as there are."""
-        data = self._tail + data
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self._tail = data
-            return
-        self._tail = data[cut + 1:]
-        self._lines(data[: cut + 1])
+        whole = self._whole_lines(data)
+        if whole is not None:
+            self._consume(self._prepare(whole, self._prefix_state(whole)))
+
+    def feed_all(self, chunks: Iterable[bytes]) -> None:
+        """Feed many chunks, preparing the next one in a worker thread while this one is parsed.
+
+        The preparation (prefix removal, blank collapse, line classification) is numpy work
+        that releases the GIL, so on two cores the two halves overlap. Same result as
+        calling :meth:`feed` on each chunk.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncclbot-ingest") as pool:
+            pending = None
+            for data in chunks:
+                whole = self._whole_lines(data)
+                if whole is None:
+                    continue
+                nxt = pool.submit(self._prepare, whole, self._prefix_state(whole))
+                if pending is not None:
+                    self._consume(pending.result())
+                pending = nxt
+            if pending is not None:
+                self._consume(pending.result())
 
     def close(self) -> ParseResult:
         """Finish the last line and the last run; return runs, issues (and rows if collected)."""
         if self._tail:
-            self._lines(self._tail + b"\n")
+            whole = self._tail + b"\n"
             self._tail = b""
+            self._consume(self._prepare(whole, self._prefix_state(whole)))
         self._flush()
         for run in self._runs:
             self.result.add("runs", self._run_row(run))
@@ -225,21 +244,39 @@ class TextParser:
             self.result.issues.append(Issue(None, "no nccl-tests header or table found"))
         return self.result
 
-    def _lines(self, chunk: bytes) -> None:
-        """Collapse blanks, mark table rows (first byte a digit) and queue runs of them;
-        every other line goes, one by one, to :meth:`_other`."""
-        if self._prefixed or PREFIX_RE_B.search(chunk, 0, 65536):
+    def _whole_lines(self, data: bytes) -> bytes | None:
+        data = self._tail + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._tail = data
+            return None
+        self._tail = data[cut + 1:]
+        return data[: cut + 1]
+
+    def _prefix_state(self, chunk: bytes) -> bool:
+        """Launcher prefixes, once seen, are stripped from every later chunk."""
+        if not self._prefixed and PREFIX_RE_B.search(chunk, 0, 65536):
             self._prefixed = True
+        return self._prefixed
+
+    @staticmethod
+    def _prepare(chunk: bytes, prefixed: bool) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+        """Pure, thread-safe: strip prefixes, collapse blanks, find lines and mark table rows."""
+        if prefixed:
             chunk = PREFIX_RE_B.sub(b"", chunk)
         if not chunk.isascii():
             chunk = chunk.decode("utf-8", "replace").encode("utf-8")
         chunk = textblock.collapse_blanks(chunk)
         starts, ends = textblock.line_bounds(chunk)
+        first = np.frombuffer(chunk, dtype=np.uint8)[starts]
+        return chunk, starts, ends, (first >= 48) & (first <= 57)
+
+    def _consume(self, prepared: tuple[bytes, np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """Queue runs of table rows; hand every other line, one by one, to :meth:`_other`."""
+        chunk, starts, ends, is_row = prepared
         n = len(ends)
         if n == 0:
             return
-        first = np.frombuffer(chunk, dtype=np.uint8)[starts]
-        is_row = (first >= 48) & (first <= 57)
         base = self._lineno
         self._lineno += n
         bounds = [0, *(np.flatnonzero(is_row[1:] != is_row[:-1]) + 1).tolist(), n]
