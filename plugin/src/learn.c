@@ -134,7 +134,10 @@ static void apply_entry(nb_comm *c, nb_pull *e, float merged_us, int64_t round) 
   if (c->trace) nb_trace_pull(c, e, x, reward, round);
 }
 
-/* Local mode: apply measured entries in order; an entry pending for long is missing. */
+/*
+ * Local mode (one rank): a sample is applied as soon as it is matched (drain); this
+ * walks the log only to give up on pulls whose sample never came (a lost channel).
+ */
 static void apply_local(nb_comm *c) {
   uint64_t window = (c->log_mask + 1) / 2;
   while (c->applied < c->head) {
@@ -143,10 +146,14 @@ static void apply_local(nb_comm *c) {
       if (c->head - c->applied < window) break;
       e->state = NB_PULL_MISSING;
     }
-    apply_entry(c, e, e->state == NB_PULL_HAVE ? e->lat_us : -1.0f, -1);
+    if (e->state != NB_PULL_APPLIED) {
+      apply_entry(c, e, e->state == NB_PULL_HAVE ? e->lat_us : -1.0f, -1);
+      e->state = NB_PULL_APPLIED;
+    }
     c->applied++;
   }
-  if (c->match_lo < c->applied) c->match_lo = c->applied;
+  while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
+    c->match_lo++;
 }
 
 /* Attach profiler samples to the oldest pending pull of the same context and arm. */
@@ -161,6 +168,10 @@ static void drain(nb_comm *c) {
         if (e->state == NB_PULL_PENDING && e->ctx == (uint32_t)ci && e->arm == m.arm) {
           e->lat_us = m.lat_us;
           e->state = m.lat_us >= 0.0f ? NB_PULL_HAVE : NB_PULL_MISSING;
+          if (c->mode == NB_MODE_LEARN_LOCAL) { /* one rank: learn at once */
+            apply_entry(c, e, m.lat_us, -1);
+            e->state = NB_PULL_APPLIED;
+          }
           matched = 1;
           break;
         }

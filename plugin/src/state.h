@@ -51,7 +51,7 @@ typedef struct {
 
 /* ---- pull log: one entry per timed pull, in call order (identical on all ranks) ---- */
 
-enum { NB_PULL_PENDING = 0, NB_PULL_HAVE = 1, NB_PULL_MISSING = 2 };
+enum { NB_PULL_PENDING = 0, NB_PULL_HAVE = 1, NB_PULL_MISSING = 2, NB_PULL_APPLIED = 3 };
 
 typedef struct {
   uint32_t ctx;
