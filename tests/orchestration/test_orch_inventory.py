@@ -35,6 +35,7 @@ def test_shipped_inventories_validate(name):
     assert inventory.synthetic == name.startswith("sim-")
     if inventory.synthetic:
         assert inventory.scheduler.kind == "local" and inventory.nccl_tests.bin_dir == "sim"
+        assert inventory.environment["NCCLBOT_SIM_FABRIC"] == inventory.name
 
 
 def test_fabric_specific_settings():
@@ -44,22 +45,26 @@ def test_fabric_specific_settings():
         assert var in h100.environment
     on, off = load_inventory("gb200-mnnvl-on"), load_inventory("gb200-mnnvl-off")
     assert on.environment["NCCL_MNNVL_ENABLE"] == "1" and off.environment["NCCL_MNNVL_ENABLE"] == "0"
+    assert "nvls" in on.offer().families and "nvls" not in off.offer().families
     assert on.environment["NVIDIA_IMEX_CHANNELS"] == "0" and on.environment["NCCL_CUMEM_ENABLE"] == "1"
     assert on.gpus_per_node == 4 and on.node_set(None).segment(16) == 16
     assert on.node_set(None).segment(32) == 16  # largest divisor of 32 inside an 18-node block
 
 
-def test_mnnvl_makes_a_block_one_nccl_node():
-    on, off = load_inventory("gb200-mnnvl-on"), load_inventory("gb200-mnnvl-off")
-    assert on.nccl_view(16) == (1, 64)
-    assert off.nccl_view(16) == (16, 4)
-    # So NVLSTree is pruned inside one NVLink block with MNNVL, but not without it.
+def test_mnnvl_can_count_a_block_as_one_nccl_node():
+    on = load_inventory("gb200-mnnvl-on")
+    assert on.nccl_view(16) == (16, 4)  # shipped: physical nodes, as the simulator counts
+    blocks = parse_inventory_text(MINIMAL.replace("gpus_per_node: 2", "gpus_per_node: 4")
+                                  + "node_sets: {nvl72: {block_nodes: 18}}\ndefault_node_set: nvl72\n"
+                                  + "algorithms: {families: [tree, ring, nvls], mnnvl: true}\n")
+    assert blocks.nccl_view(16) == (1, 64) and blocks.nccl_view(32) == (2, 64)
+    # So NVLSTree is pruned inside one NVLink block when NCCL sees it as one node.
+    nodes, gpus = blocks.nccl_view(8)
+    assert arm_invalid_reason("AllReduce", Arm.parse("NVLSTree/Simple"), nodes=nodes, gpus_per_node=gpus,
+                              offer=blocks.offer()) == "NVLSTree needs more than one node"
     nodes, gpus = on.nccl_view(8)
     assert arm_invalid_reason("AllReduce", Arm.parse("NVLSTree/Simple"), nodes=nodes, gpus_per_node=gpus,
-                              offer=on.offer()) is not None
-    nodes, gpus = off.nccl_view(8)
-    assert arm_invalid_reason("AllReduce", Arm.parse("NVLSTree/Simple"), nodes=nodes, gpus_per_node=gpus,
-                              offer=off.offer()) is None
+                              offer=on.offer()) is None
 
 
 def test_defaults_and_version_flags():

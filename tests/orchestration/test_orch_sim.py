@@ -1,0 +1,74 @@
+"""End to end on the simulated fabric: the demo (the paper's sweep) and a small GB200 campaign."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ncclbot_sweep.cli import main
+
+sim = pytest.importorskip("ncclbot_sweep.sim")
+if not hasattr(sim, "bin_dir"):
+    pytest.skip("the simulated fabric has no binaries yet", allow_module_level=True)
+
+
+def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
+    """52 steps (3 collectives x 4 node counts x every valid arm, 26 sizes, 100 iterations), well under 3 min."""
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["demo", "--out", str(tmp_path)])
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 0, result.output + _failed_steps(tmp_path / "campaign")
+    assert "steps: 52/52 ok (52 ok)" in result.output
+    assert elapsed < 150, f"the demo took {elapsed:.0f} s"
+    root = tmp_path / "campaign"
+    results = sorted(root.glob("jobs/*/steps/*/result.json"))
+    assert len(results) == 52
+    data = json.loads(results[0].read_text())
+    assert len(data["results"]) == 26  # 512 B .. 16 GiB
+    meta = json.loads((results[0].parent / "step.json").read_text())
+    assert meta["fabric"] == "sim-h100" and meta["synthetic"] is True and meta["iterations"] == 100
+    assert "NCCL INFO" in (results[0].parent / "nccl.log").read_text()
+    # Running the demo again continues the same folder and runs nothing.
+    before = {p: p.stat().st_mtime_ns for p in results}
+    again = CliRunner().invoke(main, ["demo", "--out", str(tmp_path)])
+    assert again.exit_code == 0
+    assert {p: p.stat().st_mtime_ns for p in results} == before
+
+
+def _failed_steps(root: Path) -> str:
+    """The stderr and exit code of every failed step, for the assertion message."""
+    out = []
+    for marker in root.glob("jobs/*/steps/*/exit"):
+        if marker.read_text().strip() != "0":
+            stderr = (marker.parent / "stderr.txt").read_text()[-2000:]
+            out.append(f"\n{marker.parent}: exit {marker.read_text().strip()}\n{stderr}")
+    return "".join(out)
+
+
+CAMPAIGN = """\
+name: gb-small
+kind: forced
+collectives: [AllGather, AllReduce]
+nodes: [4]
+sizes: {min: 1K, max: 64K}
+iterations: 10
+warmup: 1
+timeout_s: 120
+packing: {steps_per_job: 20}
+"""
+
+
+def test_forced_arms_on_sim_gb200_mnnvl_off(tmp_path: Path):
+    camp = tmp_path / "c.yaml"
+    camp.write_text(CAMPAIGN)
+    result = CliRunner().invoke(main, ["submit", str(camp), "-i", "sim-gb200-mnnvl-off", "-w", str(tmp_path / "w"),
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output[result.output.index("{"):])
+    assert data["complete"] and data["fabric"] == "sim-gb200-mnnvl-off"
+    logs = [p.read_text() for p in (tmp_path / "w").glob("jobs/*/steps/*/nccl.log")]
+    assert any("NCCL_ALGO set by environment to PAT" in text for text in logs)
