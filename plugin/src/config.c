@@ -197,7 +197,32 @@ void nb_config_parse(nb_config *c, const char *(*get)(const char *)) {
 
 static const char *env_get(const char *name) { return getenv(name); }
 
-void nb_config_from_env(nb_config *cfg) { nb_config_parse(cfg, env_get); }
+/* Every variable this plugin reads; an NCCLBOT_* name not listed is a typo, not a default. */
+static const char *const k_known[] = {
+    "NCCLBOT_POLICY", "NCCLBOT_ESTIMATOR", "NCCLBOT_UCB_ALPHA", "NCCLBOT_PSEUDO_COUNT",
+    "NCCLBOT_RHO_MAX", "NCCLBOT_SGD_LR", "NCCLBOT_SGD_DECAY", "NCCLBOT_SGD_CLIP", "NCCLBOT_GAIN",
+    "NCCLBOT_MIN_BYTES", "NCCLBOT_MAX_CONTEXTS", "NCCLBOT_STATIC_TABLE", "NCCLBOT_SYNC_ADDR",
+    "NCCLBOT_SYNC_TOKEN", "NCCLBOT_SYNC_EVERY", "NCCLBOT_SYNC_TIMEOUT_MS",
+    "NCCLBOT_SYNC_ON_FAILURE", "NCCLBOT_TRACE_DIR", "NCCLBOT_STATE_DIR"};
+
+extern char **environ;
+
+void nb_config_from_env(nb_config *cfg) {
+  nb_config_parse(cfg, env_get);
+  for (char **e = environ; e && *e && cfg->valid; e++) {
+    if (strncmp(*e, "NCCLBOT_", 8) != 0) continue;
+    size_t n = strcspn(*e, "=");
+    int known = 0;
+    for (size_t i = 0; i < sizeof k_known / sizeof *k_known && !known; i++)
+      known = strlen(k_known[i]) == n && strncmp(*e, k_known[i], n) == 0;
+    if (!known) {
+      cfg->valid = 0;
+      snprintf(cfg->why, sizeof cfg->why,
+               "%.*s is not a setting of this plugin (a typo?); plugin/README.md lists them", (int)n,
+               *e);
+    }
+  }
+}
 
 void nb_config_announce(const nb_config *c) {
   NB_INFO("NCCLBOT_POLICY=%s NCCLBOT_ESTIMATOR=%s NCCLBOT_UCB_ALPHA=%g NCCLBOT_PSEUDO_COUNT=%g "

@@ -36,7 +36,7 @@ def _build_logshim() -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def plugin_build() -> Path:
     """`make -C plugin` (skipped inside the sanitizer subprocess, which is handed a built lib)."""
-    if not os.environ.get("NCCLBOT_TEST_LIB"):
+    if not os.environ.get("NBTEST_LIB"):
         _make()
     _build_logshim()
     return nb_host.lib_path()
@@ -51,7 +51,7 @@ def plugin(plugin_build) -> nb_host.Plugin:
 def nb_env(monkeypatch):
     """Clear NCCLBOT_* and Slurm variables; returns a setter for this test's settings."""
     for k in list(os.environ):
-        if k.startswith("NCCLBOT_") and k not in ("NCCLBOT_TEST_LIB", "NCCLBOT_TEST_LOGSHIM"):
+        if k.startswith("NCCLBOT_"):
             monkeypatch.delenv(k)
         if k in ("SLURM_LAUNCH_NODE_IPADDR", "SLURM_JOB_ID"):
             monkeypatch.delenv(k)

@@ -11,7 +11,7 @@ import nb_host as H
 
 class Coordinator:
     def __init__(self, token: str = "s3cret", exe: Path | None = None):
-        exe = exe or Path(os.environ.get("NCCLBOT_TEST_COORD", H.PLUGIN_DIR / "build" / "ncclbot-coordinator"))
+        exe = exe or Path(os.environ.get("NBTEST_COORD", H.PLUGIN_DIR / "build" / "ncclbot-coordinator"))
         env = dict(os.environ, NCCLBOT_SYNC_TOKEN=token)
         env.pop("LD_PRELOAD", None)
         self.proc = subprocess.Popen([str(exe), "--listen", "127.0.0.1:0"], env=env,

@@ -26,8 +26,8 @@ KERNEL_CH_STOP = 22
 
 
 def lib_path() -> Path:
-    """The library under test: NCCLBOT_TEST_LIB (the sanitizer run sets it) or the normal build."""
-    return Path(os.environ.get("NCCLBOT_TEST_LIB", PLUGIN_DIR / "build" / "libnccl-ncclbot.so"))
+    """The library under test: NBTEST_LIB (the sanitizer run sets it) or the normal build."""
+    return Path(os.environ.get("NBTEST_LIB", PLUGIN_DIR / "build" / "libnccl-ncclbot.so"))
 
 
 def arm_name(arm: int) -> str:
@@ -98,7 +98,7 @@ def logshim() -> C.CDLL:
     """The C logger stand-in (built by conftest next to the plugin build)."""
     global _LOGSHIM
     if _LOGSHIM is None:
-        path = Path(os.environ.get("NCCLBOT_TEST_LOGSHIM", PLUGIN_DIR / "build" / "test-logshim.so"))
+        path = Path(os.environ.get("NBTEST_LOGSHIM", PLUGIN_DIR / "build" / "test-logshim.so"))
         _LOGSHIM = C.CDLL(str(path))
         _LOGSHIM.nb_test_log_take.restype = C.c_size_t
         _LOGSHIM.nb_test_log_take.argtypes = [C.c_char_p, C.c_size_t]

@@ -57,7 +57,7 @@ def main() -> None:
     pending: list[tuple[int, object, list[int]]] = []
     arms, rcs = [], []
     progress = Path(out).with_suffix(".progress")
-    stall = os.environ.get("NCCLBOT_TEST_STALL", "")  # "rank:call:seconds": this rank stops a while
+    stall = os.environ.get("NBTEST_STALL", "")  # "rank:call:seconds": this rank stops a while
     stall_rank, stall_call, stall_s = (stall.split(":") + ["-1", "-1", "0"])[:3] if stall else ("-1", "-1", "0")
     for t, k in enumerate(schedule):
         if rank == int(stall_rank) and t == int(stall_call):

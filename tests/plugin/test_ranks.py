@@ -18,12 +18,12 @@ from coord import Coordinator
 from trace_read import read_trace, trace_path
 
 WORKER = Path(__file__).with_name("rank_worker.py")
-SCALE = float(os.environ.get("NCCLBOT_TEST_SCALE", "1"))
+SCALE = float(os.environ.get("NBTEST_SCALE", "1"))
 
 
 def run_job(tmp_path, coord, *, nranks=8, calls=20000, contexts=50, comm_id=0xC0FFEE, env=None,
             during=None, rank_env=None):
-    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLBOT_") or k.startswith("NCCLBOT_TEST_")}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLBOT_")}
     base.update(NCCLBOT_POLICY="ucb1", NCCLBOT_MIN_BYTES="0", NCCLBOT_SYNC_ADDR=coord.addr,
                 NCCLBOT_SYNC_TOKEN=coord.token, NCCLBOT_SYNC_EVERY="64", NCCLBOT_UCB_ALPHA="0.3",
                 NCCLBOT_TRACE_DIR=str(tmp_path), NCCLBOT_SYNC_TIMEOUT_MS="20000")
@@ -121,7 +121,7 @@ def test_a_stalled_rank_makes_everyone_freeze_on_the_same_round(tmp_path, stalle
     try:
         results = run_job(tmp_path, coord, nranks=6, calls=calls, comm_id=0x57A11 + stalled,
                           env={"NCCLBOT_SYNC_TIMEOUT_MS": "400",
-                               "NCCLBOT_TEST_STALL": f"{stalled}:{calls // 3}:2.0"})
+                               "NBTEST_STALL": f"{stalled}:{calls // 3}:2.0"})
     finally:
         err = coord.stop()
     assert_identical(results)

@@ -15,7 +15,7 @@ import nb_host as H
 
 
 def test_plugin_suite_is_clean_under_asan_and_ubsan():
-    if os.environ.get("NCCLBOT_TEST_LIB"):
+    if os.environ.get("NBTEST_LIB"):
         pytest.skip("already inside the sanitizer run")
     subprocess.run(["make", "-s", "-C", str(H.PLUGIN_DIR), "sanitize"], check=True, stdout=subprocess.DEVNULL)
     libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
@@ -25,8 +25,8 @@ def test_plugin_suite_is_clean_under_asan_and_ubsan():
     asan = H.PLUGIN_DIR / "build" / "asan"
     ldd = subprocess.run(["ldd", str(asan / "libnccl-ncclbot.so")], capture_output=True, text=True).stdout
     assert "libasan" in ldd and "libubsan" in ldd, ldd
-    env = dict(os.environ, LD_PRELOAD=libasan, NCCLBOT_TEST_LIB=str(asan / "libnccl-ncclbot.so"),
-               NCCLBOT_TEST_COORD=str(asan / "ncclbot-coordinator"), NCCLBOT_TEST_SCALE="0.25",
+    env = dict(os.environ, LD_PRELOAD=libasan, NBTEST_LIB=str(asan / "libnccl-ncclbot.so"),
+               NBTEST_COORD=str(asan / "ncclbot-coordinator"), NBTEST_SCALE="0.25",
                ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1",
                UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
     here = Path(__file__).parent
@@ -41,7 +41,7 @@ def test_plugin_suite_is_clean_under_asan_and_ubsan():
 
 def test_bench_has_no_leaks_under_asan():
     """The C bench runs init, thousands of calls and finalize for 1 and 8 ranks: LeakSanitizer on."""
-    if os.environ.get("NCCLBOT_TEST_LIB"):
+    if os.environ.get("NBTEST_LIB"):
         pytest.skip("already inside the sanitizer run")
     subprocess.run(["make", "-s", "-C", str(H.PLUGIN_DIR), "sanitize"], check=True, stdout=subprocess.DEVNULL)
     r = subprocess.run([str(H.PLUGIN_DIR / "build" / "asan" / "ncclbot-bench"), "20000"], capture_output=True,

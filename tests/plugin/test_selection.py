@@ -99,6 +99,14 @@ def test_bad_setting_leaves_plugin_inert_with_one_warn(plugin, nb_env, comm_id, 
     r.finalize()
 
 
+def test_unknown_variable_is_a_typo_not_a_default(plugin, nb_env, comm_id):
+    nb_env(polcy="static")
+    r = H.Rank(plugin, comm_id, 1, 1, 0)
+    assert not r.active
+    assert "NCCLBOT_POLCY is not a setting of this plugin" in H.take_log()
+    r.finalize()
+
+
 def test_sync_without_token_is_refused(plugin, nb_env, comm_id):
     nb_env(sync_addr="127.0.0.1:1")
     r = H.Rank(plugin, comm_id, 2, 1, 0)
