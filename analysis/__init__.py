@@ -1,1 +1,51 @@
-"""NCCL-BOT analysis of forced-arm datasets (importable as ``ncclbot_sweep.analysis``)."""
+"""NCCL-BOT analysis of forced-arm datasets (importable as ``ncclbot_sweep.analysis``).
+
+The paper's method (sections 3-6, appendices B-D, I) on plain pandas/numpy data:
+
+* :mod:`.pools` replay pools, steady means, measured-best arms; :mod:`.transient` the
+  BIC switch point of the lazy-connection transient;
+* :mod:`.prior` NCCL's predicted costs (``cost_tables``, or ``tuning_tables`` through
+  :mod:`ncclbot_sweep.costmodel`);
+* :mod:`.audit` AUTO against the measured best (error rate, margin gate, tail anatomy);
+* :mod:`.policies` 16 bandit policies (vectorised) and :class:`.policies.StepPolicy`, the
+  per-call reference of the plugin; :mod:`.estimators` their shared statistics;
+* :mod:`.replay` the pull-count replay engine and splits; :mod:`.summary` and
+  :mod:`.stats` tables and tests; :mod:`.report` the HTML report; :mod:`.inputs` reads a
+  dataset root.
+
+Submodules are imported on use, so ``import ncclbot_sweep.analysis`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = [
+    "build_pools",
+    "load_problem",
+    "make_policy",
+    "make_problem",
+    "run_audit",
+    "run_replay",
+    "summarize",
+    "build_report",
+    "StepPolicy",
+]
+
+_HOME = {
+    "build_pools": "pools",
+    "load_problem": "inputs",
+    "make_policy": "policies",
+    "StepPolicy": "policies",
+    "make_problem": "replay",
+    "run_replay": "replay",
+    "run_audit": "audit",
+    "summarize": "summary",
+    "build_report": "report",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
