@@ -28,6 +28,6 @@ def run_demo(out: Path | str, *, progress: Progress | None = None) -> Path:
     """
     root = Path(out) / "campaign"
     summary = submit(resource_path("campaigns", DEMO_CAMPAIGN), resource_path("inventories", DEMO_INVENTORY),
-                     root, wait=True, progress=progress)
+                     workdir=root, wait=True, progress=progress)
     log.info("demo campaign in %s: %d/%d steps ok", root, summary.steps_ok, summary.total_steps)
     return root

@@ -278,7 +278,7 @@ class Manifest:
             _event(self._conn, job_key, None, f"job_{phase.value}", " ".join(detail.split()))
         return True
 
-    def record_step(self, step_key: str, outcome: StepOutcome | None, exit_code: int | None) -> bool:
+    def record_step(self, step_key: str, outcome: StepOutcome | None, *, exit_code: int | None) -> bool:
         """Set a step's outcome (None: not finished, to run again); event only on change."""
         row = self._conn.execute("SELECT job_key, outcome, exit_code FROM steps WHERE step_key = ?",
                                  (step_key,)).fetchone()

@@ -2,8 +2,8 @@
 
 ```
 <campaign>/campaign.yaml  inventory.yaml  manifest.sqlite
-<campaign>/jobs/<job-key>/job.sh  provenance.json
-<campaign>/jobs/<job-key>/steps/<step-key>/{step.json, stdout.txt, nccl.log, result.json, exit}
+<campaign>/jobs/<job-key>/job.sh  job.log  provenance.json
+<campaign>/jobs/<job-key>/steps/<step-key>/{step.json, stdout.txt, stderr.txt, nccl.log, result.json, exit, trace/}
 ```
 
 ``step.json`` is written when the job is rendered and says what the step is (campaign,
@@ -46,6 +46,15 @@ class StepFiles:
         return self.root / "result.json"
 
     @property
+    def stderr(self) -> PurePath:
+        return self.root / "stderr.txt"
+
+    @property
+    def trace_dir(self) -> PurePath:
+        """Where the plugin writes its per-rank trace CSVs (``NCCLBOT_TRACE_DIR``) in live steps."""
+        return self.root / "trace"
+
+    @property
     def exit_marker(self) -> PurePath:
         """Holds the step's exit code, written last: its presence means the step finished."""
         return self.root / "exit"
@@ -82,6 +91,10 @@ class CampaignPaths:
 
     def job_script(self, job_key: str) -> PurePath:
         return self.job_dir(job_key) / "job.sh"
+
+    def job_log(self, job_key: str) -> PurePath:
+        """The job script's own log (step starts and ends, provenance warnings)."""
+        return self.job_dir(job_key) / "job.log"
 
     def provenance(self, job_key: str) -> PurePath:
         return self.job_dir(job_key) / "provenance.json"

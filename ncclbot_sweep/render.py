@@ -38,7 +38,7 @@ from ncclbot_sweep import __version__
 from ncclbot_sweep.campaign import Job, Plan, Step
 from ncclbot_sweep.errors import RenderError
 from ncclbot_sweep.executors.base import job_tag
-from ncclbot_sweep.paths import CampaignPaths
+from ncclbot_sweep.paths import CampaignPaths, StepFiles
 from ncclbot_sweep.resources import resource_dir
 
 __all__ = ["DEBUG_ENV", "render_campaign", "render_job_script", "step_metadata", "template_name"]
@@ -162,7 +162,7 @@ def _test_args(plan: Plan, step: Step) -> list[str]:
     return args + list(step.flags)
 
 
-def step_metadata(plan: Plan, job: Job, step: Step) -> dict[str, Any]:
+def step_metadata(plan: Plan, job: Job, *, step: Step) -> dict[str, Any]:
     """What ``step.json`` says of a step (read by ingest; see ``ncclbot_sweep.paths``)."""
     inv = plan.inventory
     env = dict(inv.environment) | dict(step.env) | DEBUG_ENV
@@ -182,7 +182,22 @@ def step_metadata(plan: Plan, job: Job, step: Step) -> dict[str, Any]:
     }
 
 
-def render_job_script(plan: Plan, job: Job, run_root: PurePath) -> str:
+def _file_names() -> dict[str, _Raw]:
+    """The step and job file names of :mod:`ncclbot_sweep.paths`, for the templates."""
+    step = StepFiles(PurePath("."))
+    job = CampaignPaths(PurePath("."))
+    names = {"exit": step.exit_marker, "stdout": step.stdout, "stderr": step.stderr, "nccl_log": step.nccl_log,
+             "result": step.result_json, "trace": step.trace_dir, "job_log": job.job_log("j"),
+             "provenance": job.provenance("j")}
+    out = {}
+    for key, path in names.items():
+        if not re.match(r"^[A-Za-z0-9._-]+$", path.name):
+            raise RenderError(f"file name {path.name!r} is not plain")
+        out[key] = _Raw(path.name)
+    return out
+
+
+def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
     """The text of ``job.sh`` for ``job``, with the campaign folder at ``run_root`` where it runs."""
     inv = plan.inventory
     paths = CampaignPaths(run_root)
@@ -203,7 +218,7 @@ def render_job_script(plan: Plan, job: Job, run_root: PurePath) -> str:
         "debug_env": [(_env_name(k), v) for k, v in DEBUG_ENV.items()],
         "nccl_lib_dir": inv.nccl.lib_dir, "nccl_version": inv.nccl.version or "",
         "nccl_tests_version": inv.nccl_tests.version, "plugin_path": inv.plugin.path or "",
-        "plugin_version": inv.plugin.version or "", "steps": steps, "nodes": job.nodes,
+        "plugin_version": inv.plugin.version or "", "steps": steps, "nodes": job.nodes, "f": _file_names(),
     }
     try:
         return _environment().get_template(template_name(plan.campaign.kind)).render(context)
@@ -236,9 +251,9 @@ def render_campaign(plan: Plan, local_root: Path, *, run_root: PurePath | None =
     scripts = []
     for job in plan.jobs:
         script = Path(local.job_script(job.key))
-        _write_if_changed(script, render_job_script(plan, job, run_root), 0o755)
+        _write_if_changed(script, render_job_script(plan, job, run_root=run_root), 0o755)
         for step in job.steps:
-            meta = json.dumps(step_metadata(plan, job, step), indent=2, sort_keys=True) + "\n"
+            meta = json.dumps(step_metadata(plan, job, step=step), indent=2, sort_keys=True) + "\n"
             _write_if_changed(Path(local.step_files(job.key, step.key).meta), meta)
         scripts.append(script)
     log.info("rendered %d job scripts into %s", len(scripts), local_root)

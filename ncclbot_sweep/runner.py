@@ -162,7 +162,8 @@ def open_campaign(workdir: Path | str, *, executor: Executor | None = None) -> _
     if not Path(paths.manifest).exists():
         raise ManifestError("not a campaign folder (no manifest.sqlite)", path=workdir,
                             hint="pass the --workdir given to 'ncclbot-sweep submit'")
-    return prepare(paths.campaign_yaml, paths.inventory_yaml, workdir, enforce_budget=False, executor=executor)
+    return prepare(paths.campaign_yaml, paths.inventory_yaml, workdir=workdir, enforce_budget=False,
+                   executor=executor)
 
 
 # --------------------------------------------------------------------------- reconcile
@@ -220,7 +221,7 @@ def _classify_steps(camp: _Campaign, job_key: str, job_state: JobState | None) -
             continue  # a running job re-runs an old failed step: keep the old outcome until it ends
         if outcome is None and step.outcome is StepOutcome.OK:
             continue
-        camp.manifest.record_step(step.step_key, outcome, code)
+        camp.manifest.record_step(step.step_key, outcome, exit_code=code)
 
 
 def _adopt(camp: _Campaign) -> None:
@@ -389,15 +390,14 @@ def _run(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: bool)
 
 
 def submit(campaign_path: Path | str, inventory_path: Path | str, workdir: Path | str, *, wait: bool = True,
-           progress: Progress | None = None, enforce_budget: bool = True,
-           executor: Executor | None = None) -> CampaignSummary:
+           progress: Progress | None = None, enforce_budget: bool = True) -> CampaignSummary:
     """Create or continue the campaign folder and run every job never submitted before.
 
     Submitting the same campaign twice runs nothing twice: jobs already submitted (running,
     finished or failed) are left alone; use :func:`resume` to re-run missing or failed steps.
     With ``wait`` it returns when no job is open; without, right after submitting.
     """
-    camp = prepare(campaign_path, inventory_path, workdir, enforce_budget=enforce_budget, executor=executor)
+    camp = prepare(campaign_path, inventory_path, workdir=workdir, enforce_budget=enforce_budget)
     return _run(camp, progress, retry=False, wait=wait)
 
 

@@ -123,7 +123,7 @@ def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool
     from ncclbot_sweep.runner import submit
 
     with progress_reporter() as progress:
-        summary = submit(campaign_path, inventory_path, workdir, wait=wait, progress=progress,
+        summary = submit(campaign_path, inventory_path, workdir=workdir, wait=wait, progress=progress,
                          enforce_budget=not ignore_budget)
     _finish(summary, as_json, wait)
 

@@ -24,7 +24,7 @@ EVIL = "x$(touch PWNED)`touch PWNED2`;touch PWNED3;'\"q\" && touch PWNED4 || tru
 def test_forced_script_contract():
     plan = plan_campaign(load_campaign("forced-arm-h100"), load_inventory("h100-spectrumx"))
     job = plan.jobs[0]
-    text = render_job_script(plan, job, Path("/shared/c"))
+    text = render_job_script(plan, job, run_root=Path("/shared/c"))
     assert text.startswith("#!/bin/bash\n#SBATCH --job-name=ncclbot:")
     assert f"#SBATCH --nodes={job.nodes}\n" in text and "#SBATCH --partition=h100\n" in text
     assert "#SBATCH --exclusive\n" in text
@@ -43,18 +43,18 @@ def test_forced_script_contract():
 def test_old_nccl_tests_use_cycles():
     old = parse_inventory_text(local_inventory_text(Path("/opt/nt")).replace('"2.19.6"', '"2.16.9"'))
     plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN), old)
-    script = render_job_script(plan, plan.jobs[0], Path("/c"))
+    script = render_job_script(plan, plan.jobs[0], run_root=Path("/c"))
     assert "-n 1 -N 5" in script and "-J" not in script.split("exec timeout")[1]
 
 
 def test_gb200_segment_container_and_live_plugin_env():
     plan = plan_campaign(load_campaign("forced-arm-h100"), load_inventory("gb200-mnnvl-on"))
-    text = render_job_script(plan, plan.jobs[-1], Path("/c"))
+    text = render_job_script(plan, plan.jobs[-1], run_root=Path("/c"))
     assert "#SBATCH --segment=16\n" in text and "#SBATCH --nodes=32\n" in text
     assert "--container-image=/shared/images/nccl-tests+ncclbot.sqsh" in text
     assert "export NCCL_MNNVL_ENABLE=1" in text and "export NVIDIA_IMEX_CHANNELS=0" in text
     live = plan_campaign(load_campaign("live-h100"), load_inventory("h100-spectrumx"))
-    text = render_job_script(live, live.jobs[0], Path("/c"))
+    text = render_job_script(live, live.jobs[0], run_root=Path("/c"))
     assert "export NCCL_TUNER_PLUGIN=/opt/ncclbot/lib/libncclbot.so" in text
     assert "export NCCLBOT_POLICY=ucb1" in text and 'export NCCLBOT_TRACE_DIR="$STEP_DIR/trace"' in text
     assert text.count("unset NCCL_ALGO NCCL_PROTO NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN") == len(live.jobs[0].steps)
@@ -109,7 +109,7 @@ def _evil_setup(tmp_path: Path) -> tuple[Path, Path, Path]:
 def test_hostile_values_are_never_executed(tmp_path: Path, fake_env: Path):
     """Every inventory and campaign value is shell-quoted: running the scripts executes none of them."""
     inv, camp, workdir = _evil_setup(tmp_path)
-    summary = submit(camp, inv, workdir)
+    summary = submit(camp, inv, workdir=workdir)
     assert summary.complete, summary
     pwned = [p for p in tmp_path.rglob("PWNED*")]
     assert pwned == [], pwned
@@ -130,7 +130,7 @@ def test_sbatch_values_with_shell_syntax_are_refused(tmp_path: Path):
     text = local_inventory_text(Path("/opt/nt")).replace("kind: local\n  max", "kind: slurm\n  partition: \"$(touch PWNED)\"\n  max")
     plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN), parse_inventory_text(text))
     with pytest.raises(RenderError, match="cannot go on an #SBATCH line") as info:
-        render_job_script(plan, plan.jobs[0], Path("/c"))
+        render_job_script(plan, plan.jobs[0], run_root=Path("/c"))
     assert "scheduler.partition" in str(info.value)
 
 

@@ -34,11 +34,11 @@ def _files(tmp_path: Path, fake_bin: Path, campaign: str = SMALL_CAMPAIGN, concu
 def test_submit_twice_runs_nothing_twice(tmp_path, fake_bin, fake_env):
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
-    first = submit(camp, inv, work)
+    first = submit(camp, inv, workdir=work)
     assert first.complete and first.total_steps == 8 and first.jobs == {"finished": 4}
     starts, ends = starts_and_ends(fake_env)
     assert len(starts) == 8 and set(starts.values()) == {1} and set(ends.values()) == {1}
-    second = submit(camp, inv, work)
+    second = submit(camp, inv, workdir=work)
     assert second.complete
     assert starts_and_ends(fake_env) == (starts, ends)  # nothing ran again
     # The local srun stand-in gave task 0 the whole job size.
@@ -50,10 +50,10 @@ def test_submit_twice_runs_nothing_twice(tmp_path, fake_bin, fake_env):
 def test_growing_a_campaign_runs_only_new_steps(tmp_path, fake_bin, fake_env):
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
-    submit(camp, inv, work)
+    submit(camp, inv, workdir=work)
     starts_before, _ = starts_and_ends(fake_env)
     camp.write_text(SMALL_CAMPAIGN.replace("nodes: [2, 4]", "nodes: [2, 4, 8]"))
-    summary = submit(camp, inv, work)
+    summary = submit(camp, inv, workdir=work)
     starts, _ = starts_and_ends(fake_env)
     assert summary.total_steps == 12 and summary.complete
     assert len(starts) == 12 and all(starts[k] == 1 for k in starts_before)
@@ -63,13 +63,13 @@ def test_failed_and_invalid_steps_then_resume_reruns_only_those(tmp_path, fake_b
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
     monkeypatch.setenv("NCCLBOT_FAKE_FAIL_ALGO", "Tree")
-    summary = submit(camp, inv, work)
+    summary = submit(camp, inv, workdir=work)
     outcomes = {f["label"]: f["outcome"] for f in summary.failed}
     assert outcomes == {"AllReduce 2n Tree/LL": "failed", "AllReduce 4n Tree/LL": "failed"}
     assert summary.steps == {"ok": 6, "failed": 2}
     # A failure does not stop the job: the other step of that job ran.
     monkeypatch.delenv("NCCLBOT_FAKE_FAIL_ALGO")
-    again = submit(camp, inv, work)  # submit does not retry
+    again = submit(camp, inv, workdir=work)  # submit does not retry
     assert again.steps == {"ok": 6, "failed": 2}
     starts_before, _ = starts_and_ends(fake_env)
     summary = resume(work)
@@ -83,7 +83,7 @@ def test_failed_and_invalid_steps_then_resume_reruns_only_those(tmp_path, fake_b
 def test_invalid_arm_outcome(tmp_path, fake_bin, fake_env, monkeypatch):
     camp, inv = _files(tmp_path, fake_bin)
     monkeypatch.setenv("NCCLBOT_FAKE_INVALID_ALGO", "Tree")
-    summary = submit(camp, inv, tmp_path / "work")
+    summary = submit(camp, inv, workdir=tmp_path / "work")
     assert {f["outcome"] for f in summary.failed} == {"invalid_arm"}
     assert summary.steps["invalid_arm"] == 2
 
@@ -142,7 +142,7 @@ def test_sigkill_then_resume_finishes_each_step_once(tmp_path, fake_bin, fake_en
 def test_crash_between_submit_and_manifest_is_adopted(tmp_path, fake_bin, fake_env):
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
-    camp_obj = prepare(camp, inv, work)
+    camp_obj = prepare(camp, inv, workdir=work)
     from ncclbot_sweep.runner import _spec  # the crash window is internal: submit without recording
 
     job_key = camp_obj.plan.jobs[0].key
@@ -165,7 +165,7 @@ def test_cancel_then_resume(tmp_path, fake_bin, fake_env, monkeypatch):
     camp, inv = _files(tmp_path, fake_bin, concurrent=1)
     work = tmp_path / "work"
     monkeypatch.setenv("NCCLBOT_FAKE_SLEEP", "0.5")
-    summary = submit(camp, inv, work, wait=False)
+    summary = submit(camp, inv, workdir=work, wait=False)
     assert summary.jobs.get("submitted") == 4
     _wait_for_ends(fake_env, 1)
     summary = cancel(work)
@@ -186,7 +186,7 @@ def test_cancel_then_resume(tmp_path, fake_bin, fake_env, monkeypatch):
 def test_status_json_and_text(tmp_path, fake_bin, fake_env):
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
-    submit(camp, inv, work)
+    submit(camp, inv, workdir=work)
     runner = CliRunner()
     result = runner.invoke(main, ["status", str(work), "--json"])
     assert result.exit_code == 0, result.output
@@ -210,16 +210,16 @@ def test_cli_submit_failed_steps_exit_1(tmp_path, fake_bin, fake_env, monkeypatc
 def test_other_campaign_in_same_folder_is_refused(tmp_path, fake_bin, fake_env):
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
-    submit(camp, inv, work)
+    submit(camp, inv, workdir=work)
     camp.write_text(SMALL_CAMPAIGN.replace("name: small", "name: other"))
     with pytest.raises(ManifestError, match="this folder holds campaign 'small'"):
-        submit(camp, inv, work)
+        submit(camp, inv, workdir=work)
 
 
 def test_manifest_schema_mismatch_names_both_versions(tmp_path, fake_bin, fake_env):
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
-    submit(camp, inv, work)
+    submit(camp, inv, workdir=work)
     conn = sqlite3.connect(work / "manifest.sqlite")
     conn.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
     conn.execute("UPDATE meta SET value = '0.0.1' WHERE key = 'writer_version'")
@@ -234,7 +234,7 @@ def test_manifest_schema_mismatch_names_both_versions(tmp_path, fake_bin, fake_e
 def test_event_log_is_append_only(tmp_path, fake_bin, fake_env):
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
-    submit(camp, inv, work)
+    submit(camp, inv, workdir=work)
     conn = sqlite3.connect(work / "manifest.sqlite")
     assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] > 8
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):
@@ -247,7 +247,7 @@ def test_event_log_is_append_only(tmp_path, fake_bin, fake_env):
 def test_local_concurrency_limit(tmp_path, fake_bin, fake_env, monkeypatch):
     camp, inv = _files(tmp_path, fake_bin, concurrent=1)
     monkeypatch.setenv("NCCLBOT_FAKE_SLEEP", "0.05")
-    submit(camp, inv, tmp_path / "work")
+    submit(camp, inv, workdir=tmp_path / "work")
     kinds = [line.split()[0] for line in fake_env.read_text().splitlines()]
     assert kinds == ["start", "end"] * 8  # never two steps (or jobs) at once
 
