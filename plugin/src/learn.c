@@ -278,17 +278,24 @@ static int boundary(nb_comm *c, int64_t b) {
 
 /* Write 0.0 into the chosen cell and lift earlier zero cells so NCCL's first-minimum scan picks it. */
 static void force_arm(float *table, int numAlgo, int numProto, int arm) {
+  if (numProto == NCCLBOT_NUM_PROTOS && numAlgo >= NCCLBOT_NUM_ALGOS) { /* 2.23+: cell = arm id */
+    if (!nb_cost_available(table[arm])) return;
+    for (int i = 0; i < arm; i++)
+      if (table[i] <= 0.0f && nb_cost_available(table[i])) table[i] = FLT_MIN;
+    table[arm] = 0.0f;
+    return;
+  }
   int a = arm / NCCLBOT_NUM_PROTOS, p = arm % NCCLBOT_NUM_PROTOS;
   if (a >= numAlgo || p >= numProto) return;
-  int target = a * numProto + p;
-  if (!nb_cost_available(table[target])) return;
-  for (int i = 0; i < target; i++) {
-    int ia = i / numProto, ip = i % numProto;
-    if (ia < NCCLBOT_NUM_ALGOS && ip < NCCLBOT_NUM_PROTOS && nb_cost_available(table[i]) &&
-        table[i] <= 0.0f)
-      table[i] = FLT_MIN;
+  float *target = &table[a * numProto + p];
+  if (!nb_cost_available(*target)) return;
+  int np = numProto < NCCLBOT_NUM_PROTOS ? numProto : NCCLBOT_NUM_PROTOS;
+  for (int ia = 0; ia <= a; ia++) {
+    float *row = &table[ia * numProto];
+    for (int ip = 0; ip < np && &row[ip] < target; ip++)
+      if (row[ip] <= 0.0f && nb_cost_available(row[ip])) row[ip] = FLT_MIN;
   }
-  table[target] = 0.0f;
+  *target = 0.0f;
 }
 
 static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numAlgo,
@@ -320,8 +327,13 @@ static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numA
 static uint32_t available_mask(const nb_comm *c, const nb_ctx *x, const float *table, int numAlgo,
                                int numProto) {
   uint32_t mask = 0;
+  const uint8_t *ids = &c->tab.arm_id[x->arm_off];
+  if (numProto == NCCLBOT_NUM_PROTOS && numAlgo >= NCCLBOT_NUM_ALGOS) { /* cell = arm id */
+    for (int i = 0; i < x->narms; i++) mask |= (uint32_t)nb_cost_available(table[ids[i]]) << i;
+    return mask;
+  }
   for (int i = 0; i < x->narms; i++) {
-    int arm = c->tab.arm_id[x->arm_off + i];
+    int arm = ids[i];
     int a = arm / NCCLBOT_NUM_PROTOS, p = arm % NCCLBOT_NUM_PROTOS;
     if (a < numAlgo && p < numProto && nb_cost_available(table[a * numProto + p])) mask |= 1u << i;
   }
