@@ -211,7 +211,7 @@ def _atomic_write(table: pa.Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="snappy")
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -303,7 +303,7 @@ class SourceWriter:
                     tmp = folder / f".src-{self.sha256}.{uuid.uuid4().hex}.tmp"
                     self._tmp[key] = tmp
                     self._writers[key] = pq.ParquetWriter(tmp, part.drop_columns(list(keys)).schema,
-                                                          compression="zstd")
+                                                          compression="snappy")
             writer = self._writers[key]
             if writer is not None:
                 writer.write_table(part.drop_columns(list(keys)))

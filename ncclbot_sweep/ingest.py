@@ -317,14 +317,11 @@ def _finish(root: Path, writer: datasets.SourceWriter, source: SourceInfo, fmt: 
     rows_written = 0
     try:
         if not result.unusable:
-            for name, items in result.tables.items():
-                for item in items:
-                    if isinstance(item, dict):
-                        item = [item]
-                    if name == "runs":
-                        item = [_clean_run(r, source) for r in item]
-                    writer.write(name, item)
-            rows_written = sum(writer.rows.values())
+            rows_written = _write_tables(writer, source, result)
+        if rows_written < 0:  # rows that do not fit the schema: nothing of the file is kept
+            writer.abort()
+            writer = datasets.SourceWriter(root, source.sha256)
+            rows_written = 0
         status = "quarantined" if result.unusable or rows_written == 0 else (
             "partial" if result.issues else "ingested")
         if status == "quarantined" and not result.issues:
@@ -353,6 +350,30 @@ def _finish(root: Path, writer: datasets.SourceWriter, source: SourceInfo, fmt: 
         summary.ingested += 1
     if result.issues:
         summary.rows["quarantine"] = summary.rows.get("quarantine", 0) + len(result.issues)
+
+
+def _write_tables(writer: datasets.SourceWriter, source: SourceInfo, result: ParseResult) -> int:
+    """Write every parsed table; -1 (and an issue) when some rows do not fit the schema.
+
+    This is the one place where a broad set of conversion errors is caught: a parser bug or
+    an input value of an unexpected type must quarantine the file, not stop the ingest.
+    """
+    import pyarrow as pa
+
+    try:
+        for name, items in result.tables.items():
+            for item in items:
+                if isinstance(item, dict):
+                    item = [item]
+                if name == "runs":
+                    item = [_clean_run(r, source) for r in item]
+                writer.write(name, item)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, DatasetError, TypeError, ValueError, OverflowError) as exc:
+        log.warning("%s: rows do not fit the dataset schema: %s", source.path, exc)
+        result.issues.append(Issue(None, f"rows do not fit the dataset schema: {exc}"[:500]))
+        result.unusable = True
+        return -1
+    return sum(writer.rows.values())
 
 
 def _clean_run(run: dict[str, Any], source: SourceInfo) -> dict[str, Any]:

@@ -19,7 +19,22 @@ __all__ = [
     "strip_prefix",
     "PREFIX_RE",
     "nccl_version_from_code",
+    "to_float",
+    "FLOAT_RE",
 ]
+
+#: A decimal or %g number, as a regex fragment (never matches "-", "." or "e" alone).
+FLOAT_RE = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def to_float(value) -> float | None:
+    """``float(value)``, or None for anything that is not a number (corrupt input never raises)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

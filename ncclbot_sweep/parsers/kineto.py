@@ -12,6 +12,10 @@ Where the facts come from, best first:
    issue order;
 3. NCCL kernels alone (old and new names: ``ncclKernel_AllReduce_RING_LL_Sum_float``,
    ``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``): collective and time, size unknown.
+
+``nccl:<op>`` annotations carry only the input tensor's shape, so their ``size_bytes`` is the
+input size (for AllGather that is one rank's shard); ``group_size`` is then unknown (null).
+dtypes use the nccl-tests spelling (``float``, ``half``, ``bfloat16``, ``int8``...).
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ import math
 import re
 from typing import Any
 
-from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, to_float
 from ncclbot_sweep.parsers.jsonfix import load_truncated
 
-__all__ = ["parse_kineto", "kernel_collective", "torch_collective"]
+__all__ = ["parse_kineto", "kernel_collective", "torch_collective", "dtype_name"]
 
 _WIDTH = {"float": 4, "float32": 4, "half": 2, "float16": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2,
           "double": 8, "float64": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "signed char": 1, "char": 1,
@@ -56,6 +60,24 @@ def torch_collective(name: str) -> str | None:
         if key.startswith(prefix):
             return coll
     return None
+
+
+# PyTorch, kernel-name and C spellings of a dtype -> the nccl-tests name (``-d``).
+_DTYPE_NAME = {"float": "float", "float32": "float", "f32": "float", "half": "half", "float16": "half",
+               "c10::half": "half", "f16": "half", "bfloat16": "bfloat16", "c10::bfloat16": "bfloat16",
+               "bf16": "bfloat16", "double": "double", "float64": "double", "f64": "double", "long": "int64",
+               "int64": "int64", "i64": "int64", "int": "int32", "int32": "int32", "i32": "int32",
+               "signed char": "int8", "char": "int8", "int8": "int8", "i8": "int8", "unsigned char": "uint8",
+               "byte": "uint8", "uint8": "uint8", "u8": "uint8", "u32": "uint32", "u64": "uint64",
+               "bool": "uint8", "short": "int16", "int16": "int16"}
+
+
+def dtype_name(dtype: Any) -> str | None:
+    """The nccl-tests spelling of a dtype (``c10::BFloat16``, ``bf16`` -> ``bfloat16``)."""
+    if dtype is None:
+        return None
+    key = str(dtype).strip().lower()
+    return _DTYPE_NAME.get(key, key or None)
 
 
 def _width(dtype: Any) -> int | None:
@@ -105,11 +127,10 @@ def parse_kineto(text: str, source: SourceInfo) -> ParseResult:
 
 def _call_from_args(coll: str, args: dict) -> tuple:
     width = _width(args.get("dtype"))
-    nelems = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0))
+    nelems = int(max(to_float(args.get("In msg nelems")) or 0, to_float(args.get("Out msg nelems")) or 0))
     size = nelems * width if width else None
     group = args.get("Group size")
-    return coll, int(group) if isinstance(group, (int, float)) else None, size, \
-        str(args.get("dtype")).lower() if args.get("dtype") else None, \
+    return coll, int(group) if isinstance(group, (int, float)) else None, size, dtype_name(args.get("dtype")), \
         str(args["Process Group Name"]) if args.get("Process Group Name") is not None else None
 
 
@@ -129,21 +150,20 @@ def _collect(events: list) -> tuple[list[tuple[tuple, float, float]], dict[str, 
             if args.get("Collective name"):
                 key = _call_from_args(torch_collective(str(args["Collective name"])) or coll, args)
             else:
-                key = (coll, None, None, _kernel_dtype(name), None)
-            kernels.append((key, float(ev.get("ts") or 0), float(ev.get("dur") or 0)))
+                key = (coll, None, None, dtype_name(_kernel_dtype(name)), None)
+            kernels.append((key, (to_float(ev.get("ts")) or 0.0), (to_float(ev.get("dur")) or 0.0)))
         elif cat == "cpu_op" and name == "record_param_comms" and args.get("Collective name"):
             coll = torch_collective(str(args["Collective name"]))
             if coll:
-                calls[coll].append((float(ev.get("ts") or 0), _call_from_args(coll, args)))
+                calls[coll].append(((to_float(ev.get("ts")) or 0.0), _call_from_args(coll, args)))
         elif cat == "user_annotation" and name.startswith("nccl:") and args.get("Input Dims"):
             coll = torch_collective(name)
             dims = args["Input Dims"][0] if args["Input Dims"] else []
             dtype = (args.get("Input type") or [None])[0]
             width = _width(dtype)
-            if coll and isinstance(dims, list) and dims and width:
-                calls[coll + ":annot"].append((float(ev.get("ts") or 0),
-                                               (coll, None, math.prod(int(d) for d in dims) * width,
-                                                str(dtype).lower(), None)))
+            if coll and isinstance(dims, list) and dims and width and all(isinstance(d, int) for d in dims):
+                calls[coll + ":annot"].append(((to_float(ev.get("ts")) or 0.0),
+                                               (coll, None, math.prod(dims) * width, dtype_name(dtype), None)))
     ordered = {k: [c for _, c in sorted(v, key=lambda x: x[0])] for k, v in calls.items()}
     return sorted(kernels, key=lambda k: k[1]), ordered
 

@@ -32,7 +32,7 @@ from ncclbot_sweep.names import (
     canonical_collective,
     canonical_protocol,
 )
-from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, strip_prefix
+from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, strip_prefix
 
 __all__ = ["LogFacts", "LogParser", "parse_nccl_log", "DATATYPE_BYTES"]
 
@@ -40,7 +40,7 @@ _MSG_RE = re.compile(r"NCCL (INFO|WARN|TRACE|ERROR) ?(.*)$")
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)(\S*)")
 _CHOICE_RE = re.compile(
     r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
-    r"(?: time (?P<time>[\d.eE+-]+))?"
+    r"(?: time (?P<time>" + FLOAT_RE + r"))?"
     r"(?:.*?channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
     r"(?:.*?nchannels (?P<nch>\d+))?"
 )
@@ -53,7 +53,7 @@ _INIT_RE = re.compile(r"nRanks (\d+) nNodes (\d+)")
 _ENV_RE = re.compile(r"NCCL_(ALGO|PROTO) set by environment to (\S+)")
 _PLUGIN_RE = re.compile(r"^(?:(TUNER|PROFILER|NET|ENV|Net)/Plugin|NET/\w+ ?: ?Using|Using network|.*plugin).*", re.I)
 _NO_ALGO_RE = re.compile(r"no algorithm/protocol available", re.I)
-_CELL_RE = re.compile(r"^\s*([\d.]+)\s*/\s*([\d.]+)\s*$")
+_CELL_RE = re.compile(r"^\s*(" + FLOAT_RE + r")\s*/\s*(" + FLOAT_RE + r")\s*$")
 
 #: NCCL datatype index -> bytes per element (ncclInt8 .. ncclFloat8e5m2).
 DATATYPE_BYTES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
@@ -150,7 +150,10 @@ class LogParser:
                 "source_path": self.source.path, "source_sha256": self.source.sha256}
 
     def line(self, raw: str, lineno: int) -> None:
-        text = strip_prefix(raw.rstrip("\r\n"))
+        text = raw.rstrip("\r\n")
+        if "NCCL " not in text:
+            self._continuation(strip_prefix(text), lineno)
+            return
         m = _MSG_RE.search(text)
         if m is None:
             self._continuation(text, lineno)
@@ -165,19 +168,20 @@ class LogParser:
         stripped = msg.strip()
         if self._table_line(stripped, lineno):
             return
-        if (c := _CHOICE_RE.match(stripped)) is not None:
+        # Substring guards first: a debug log is long and most of its lines match nothing here.
+        if " Bytes -> " in stripped and (c := _CHOICE_RE.match(stripped)) is not None:
             self._choice(c, lineno)
-        elif (c := _COLL_RE.match(stripped)) is not None:
+        elif "opCount" in stripped and (c := _COLL_RE.match(stripped)) is not None:
             self._coll(c, lineno)
-        elif (v := _VERSION_RE.search(stripped)) is not None and self.facts.nccl_version is None:
-            self.facts.nccl_version = v.group(1)
-        elif (e := _ENV_RE.search(stripped)) is not None:
+        elif "NCCL version" in stripped and (v := _VERSION_RE.search(stripped)) is not None:
+            self.facts.nccl_version = self.facts.nccl_version or v.group(1)
+        elif "set by environment" in stripped and (e := _ENV_RE.search(stripped)) is not None:
             setattr(self.facts, "algo_env" if e.group(1) == "ALGO" else "proto_env", e.group(2))
         elif stripped.startswith("Enabled NCCL Func/Proto/Algo Matrix"):
             self.matrix_header = []
-        elif (i := _INIT_RE.search(stripped)) is not None:
+        elif "nRanks" in stripped and (i := _INIT_RE.search(stripped)) is not None:
             self.facts.ranks, self.facts.nodes = int(i.group(1)), int(i.group(2))
-        elif _PLUGIN_RE.match(stripped) and "/Plugin" in stripped:
+        elif "/Plugin" in stripped and _PLUGIN_RE.match(stripped):
             if stripped not in self.facts.plugins and len(self.facts.plugins) < 50:
                 self.facts.plugins.append(stripped)
 

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from ncclbot_sweep.names import BINARY_COLLECTIVE
 from ncclbot_sweep.parsers import textblock
 from ncclbot_sweep.parsers.common import (
+    FLOAT_RE,
     PREFIX_RE_B,
     Issue,
     ParseResult,
@@ -65,7 +66,7 @@ _COLL_TEST_RE = re.compile(r"Collective test (starting|concluded):\s*(\S+)")
 _BINARY_RE = re.compile(r"\b(" + "|".join(sorted(BINARY_COLLECTIVE, key=len, reverse=True)) + r")(?:_mpi)?\b")
 _FAILURE_RE = re.compile(r"Test (?:CUDA |NCCL |NVML )?failure\b.*")
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
-_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.eE+-]+|nan|inf)")
+_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(" + FLOAT_RE + r"|nan|inf)")
 _NO_ALGO_RE = re.compile(r"no algorithm/protocol available", re.I)
 
 # Column names as printed, normalised to ours.
@@ -193,7 +194,7 @@ class TextParser:
         self._layout: Layout | None = None
         # Data rows waiting for conversion: byte blocks of whole lines and their line numbers.
         self._pend_blocks: list[bytes] = []
-        self._pend_nums: list[np.ndarray] = []
+        self._pend_nums: list[tuple[int, int]] = []
         self._pend_rows = 0
         #: Called with every line that is not a table row (the NCCL log parser listens here).
         self.on_other: Callable[[str, int], None] | None = None
@@ -296,7 +297,7 @@ class TextParser:
     def _queue(self, rows: bytes, first_line: int, count: int) -> None:
         """Queue ``count`` collapsed, newline-terminated rows starting at ``first_line``."""
         self._pend_blocks.append(rows)
-        self._pend_nums.append(np.arange(first_line, first_line + count, dtype=np.int64))
+        self._pend_nums.append((first_line, count))
         self._pend_rows += count
         if self._pend_rows >= self._batch_rows:
             self._flush()
@@ -441,7 +442,9 @@ class TextParser:
         if not self._pend_blocks:
             return
         data = b"".join(self._pend_blocks)
-        nums = np.concatenate(self._pend_nums)
+        firsts, counts = np.array(self._pend_nums, dtype=np.int64).T
+        # Line numbers of every queued row: each run's first line plus its offset in the run.
+        nums = np.repeat(firsts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
         self._pend_blocks.clear()
         self._pend_nums.clear()
         self._pend_rows = 0

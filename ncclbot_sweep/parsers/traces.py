@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from ncclbot_sweep.names import Arm, canonical_algorithm, canonical_collective, canonical_protocol
-from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
+from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, to_float
 from ncclbot_sweep.parsers.jsonfix import load_lenient, load_truncated
 
 __all__ = ["parse_ncclbot_trace", "parse_profiler_trace", "parse_inspector_json", "parse_inspector_prometheus",
@@ -103,6 +103,15 @@ def parse_ncclbot_trace(text: str, source: SourceInfo) -> ParseResult:
     return result
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**62 else None
+
+
+def _delta(start: Any, end: Any) -> float | None:
+    a, b = to_float(start), to_float(end)
+    return None if a is None or b is None else b - a
+
+
 def parse_profiler_trace(text: str, source: SourceInfo) -> ParseResult:
     """NCCL example profiler trace: pair ``COLL`` begin/end events into latencies."""
     result = ParseResult()
@@ -130,10 +139,11 @@ def parse_profiler_trace(text: str, source: SourceInfo) -> ParseResult:
                     arm = None
             result.add("live_events", {
                 **base, "source": "nccl-profiler", "kind": "coll", "collective": _coll(start.get("name")),
-                "rank": args.get("Rank"), "comm_id": str(args["CommHash"]) if "CommHash" in args else None,
+                "rank": _int_or_none(args.get("Rank")), "comm_id": str(args["CommHash"]) if "CommHash" in args else None,
                 "size_bytes": count * width if isinstance(count, int) and width else None,
-                "arm": arm, "latency_us": float(ev["ts"]) - float(start["ts"]),
-                "round": args.get("SeqNum"), "t_ns": int(float(start["ts"]) * 1000),
+                "arm": arm, "latency_us": _delta(start.get("ts"), ev.get("ts")),
+                "round": args.get("SeqNum") if isinstance(args.get("SeqNum"), int) else None,
+                "t_ns": int(to_float(start.get("ts")) * 1000) if to_float(start.get("ts")) is not None else None,
             })
     if begins:
         result.issues.append(Issue(None, f"{len(begins)} COLL events have no end (trace truncated)"))
@@ -172,9 +182,10 @@ def parse_inspector_json(text: str, source: SourceInfo) -> ParseResult:
         head, perf = rec.get("header") or {}, rec["coll_perf"]
         result.add("live_events", {
             **base, "source": "nccl-inspector", "kind": "coll", "collective": _coll(perf.get("coll")),
-            "rank": head.get("rank"), "ranks": head.get("n_ranks"), "nodes": head.get("nnodes"),
-            "comm_id": head.get("id"), "size_bytes": perf.get("coll_msg_size_bytes"),
-            "latency_us": perf.get("coll_exec_time_us"), "round": perf.get("coll_sn"),
+            "rank": _int_or_none(head.get("rank")), "ranks": _int_or_none(head.get("n_ranks")),
+            "nodes": _int_or_none(head.get("nnodes")), "comm_id": str(head.get("id")) if head.get("id") else None,
+            "size_bytes": _int_or_none(perf.get("coll_msg_size_bytes")),
+            "latency_us": to_float(perf.get("coll_exec_time_us")), "round": _int_or_none(perf.get("coll_sn")),
         })
     if not result.count("live_events"):
         result.unusable = True
@@ -182,7 +193,7 @@ def parse_inspector_json(text: str, source: SourceInfo) -> ParseResult:
     return result
 
 
-_PROM_RE = re.compile(r'^(nccl_\w+)\{(.*)\}\s+([0-9.eE+-]+)\s*$')
+_PROM_RE = re.compile(r'^(nccl_\w+)\{(.*)\}\s+(' + FLOAT_RE + r'|NaN|[+-]Inf)\s*$')
 _LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 
@@ -215,7 +226,7 @@ def parse_inspector_prometheus(text: str, source: SourceInfo) -> ParseResult:
             "ranks": int(labels["nranks"]) if labels.get("nranks", "").isdigit() else None,
             "nodes": int(labels["n_nodes"]) if labels.get("n_nodes", "").isdigit() else None,
             "comm_id": labels.get("comm_name"), "size_bytes": _bucket_low(labels.get("message_size")),
-            "arm": _arm(labels.get("algo_proto")), "latency_us": float(m.group(3)), "line": lineno,
+            "arm": _arm(labels.get("algo_proto")), "latency_us": to_float(m.group(3)), "line": lineno,
         })
     if not result.count("live_events"):
         result.unusable = True

@@ -223,6 +223,23 @@ def test_kineto_ddp_sizes_from_annotations():
     assert any(x["size_bytes"] == 2049000 * 4 and x["total_us"] == pytest.approx(2274) for x in ar)
 
 
+@pytest.mark.parametrize("rel,size,total,dtype", [
+    # annotation nccl:all_reduce Input Dims [[2048000]] float; kernel ncclDevKernel_AllReduce_Sum_f32_RING_LL 35591 us
+    ("C/lp-amp-rank_0-excerpt.json", 2048000 * 4, 35591.0, "float"),
+    # annotation [[45310188]] float; kernel ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem) 1808 us
+    ("C/hta-trace_diff-control-excerpt.json", 45310188 * 4, 1808.0, "float"),
+])
+def test_kineto_annotation_matched_to_kernel(rel, size, total, dtype):
+    _, r = _parse(rel)
+    hit = [x for x in r.rows("workload") if x["collective"] == "AllReduce" and x["size_bytes"] == size]
+    assert len(hit) == 1 and hit[0]["total_us"] == pytest.approx(total) and hit[0]["dtype"] == dtype
+
+
+def test_kineto_dtype_spellings_are_normalised():
+    _, r = _parse("C/lp-zero1-rank_0-excerpt.json")
+    assert {x["dtype"] for x in r.rows("workload")} <= {"bfloat16", "float"}
+
+
 def test_kernel_names_old_and_new():
     assert kernel_collective("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)") == "AllReduce"
     assert kernel_collective("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*)") == "AllReduce"

@@ -54,7 +54,7 @@ def _accounted(result: ParseResult) -> bool:
         or not result.tables
 
 
-@settings(max_examples=120, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
 @given(mangled(), st.sampled_from(FORMATS))
 def test_parsers_never_raise_on_mangled_input(data, forced):
     detected = detect_format(data[:65536])
@@ -64,7 +64,7 @@ def test_parsers_never_raise_on_mangled_input(data, forced):
         assert _accounted(result)
 
 
-@settings(max_examples=25, deadline=10_000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=10_000, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(mangled(), min_size=1, max_size=3))
 def test_ingest_accounts_for_every_mangled_file(blobs):
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "infra"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loopback import InfraUnavailable, SlurmCluster, Sshd  # noqa: E402
 

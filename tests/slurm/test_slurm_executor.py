@@ -187,3 +187,12 @@ def test_refused_while_the_partition_drains_then_resubmitted(slurm_cluster, tmp_
     assert any("resubmitting in" in r.getMessage() for r in caplog.records)
     assert ids_named(slurm_cluster, job.tag) == [job_id]
     assert wait_final(ex, [job_id])[job_id].state is JobState.COMPLETED
+
+
+def test_accounting_off_is_detected_once(slurm_cluster):
+    ex = SlurmExecutor(LocalTransport())
+    assert ex.poll(["999999"])["999999"].state is JobState.UNKNOWN
+    assert ex.calls == ["squeue", "sacct"]
+    ex.calls.clear()
+    assert ex.poll(["999999"])["999999"].state is JobState.UNKNOWN
+    assert ex.calls == ["squeue"]  # squeue only from now on
