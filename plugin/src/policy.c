@@ -60,13 +60,35 @@ void nb_warm_start(const double *mu, double mu_min, int narms, double pseudo_cou
   }
 }
 
+/*
+ * numpy's pairwise summation order for n <= 128 (np.sum of a row), so that N is
+ * bit-identical to the analysis package's float64 reference on the same arms.
+ */
+static double pairwise_sum(const double *x, int n) {
+  if (n < 8) {
+    double r = 0.0;
+    for (int i = 0; i < n; i++) r += x[i];
+    return r;
+  }
+  double r[8];
+  for (int j = 0; j < 8; j++) r[j] = x[j];
+  int i = 8;
+  for (; i < n - (n % 8); i += 8)
+    for (int j = 0; j < 8; j++) r[j] += x[i + j];
+  double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+  for (; i < n; i++) res += x[i];
+  return res;
+}
+
 int nb_select(nb_policy policy, const nb_arm_stat *st, int narms, uint32_t mask, double alpha) {
-  double total = 0.0;
+  double ns[NCCLBOT_MAX_ARMS];
+  int k = 0;
   for (int i = 0; i < narms; i++) {
     if (!(mask >> i & 1u)) continue;
     if (st[i].n <= 0.0) return i; /* derandomised cold start: lowest unpulled arm */
-    total += st[i].n;
+    ns[k++] = st[i].n;
   }
+  double total = pairwise_sum(ns, k);
   /* UCB1 radius alpha * sqrt(2 ln N / n_a) (Appendix C.3); ln N clamped at 0 for N < 1. */
   double two_ln = total > 1.0 ? 2.0 * log(total) : 0.0;
   int best = -1;

@@ -12,6 +12,25 @@ CHAMPION = dict(alpha=0.0928, pseudo_count=2.89, rho_max=2.0, lr=0.468, decay=0.
 FLT_MAX = 3.4028234663852886e38
 
 
+def pairwise_sum(x: list[float]) -> float:
+    """numpy's summation order for a row of up to 128 values (what np.sum does)."""
+    if len(x) < 8:
+        r = 0.0
+        for v in x:
+            r += v
+        return r
+    acc = list(x[:8])
+    i = 8
+    while i < len(x) - len(x) % 8:
+        for j in range(8):
+            acc[j] += x[i + j]
+        i += 8
+    res = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+    for v in x[i:]:
+        res += v
+    return res
+
+
 def available(v: float) -> bool:
     return v >= 0.0 and v < FLT_MAX and not math.isnan(v)
 
@@ -42,11 +61,10 @@ class RefBandit:
 
     def select(self, policy: str, alpha: float) -> int:
         """Index into arms: unpulled first, then argmax with ties to the lowest index."""
-        total = 0.0
         for i, n in enumerate(self.n):
             if n <= 0.0:
                 return i
-            total += n
+        total = pairwise_sum(self.n)
         two_ln = 2.0 * math.log(total) if total > 1.0 else 0.0
         best, best_v = -1, -math.inf
         for i, (m, n) in enumerate(zip(self.mean, self.n)):

@@ -17,10 +17,10 @@ def f32(x: float) -> float:
     return struct.unpack("f", struct.pack("f", x))[0]
 
 
-def random_table(rng: random.Random) -> list[float]:
-    """A plausible AllReduce cost table: a few available arms, the rest IGNORE."""
-    arms = rng.sample(range(21), rng.randint(2, 7))
-    return H.cost_table({a: f32(rng.uniform(20.0, 60.0)) for a in arms})
+def random_table(rng: random.Random, most: int = 7) -> list[float]:
+    """A cost table with a few available arms (the rest IGNORE), all within the filter."""
+    arms = rng.sample(range(21), rng.randint(2, most))
+    return H.cost_table({a: f32(rng.uniform(20.0, 39.0)) for a in arms})
 
 
 def drive(rank: H.Rank, table, nbytes, steps, latency_ns, on_choice):
@@ -68,16 +68,29 @@ def test_c_policy_matches_python_reference(plugin, nb_env, comm_id, policy, esti
     assert switches > 0, "no context ever left its first arm: the test would prove nothing"
 
 
-def test_c_ucb1_matches_analysis_step_policy(plugin, nb_env, comm_id):
-    """Champion UCB1 (alpha 0.0928, nu 2.89, clipped SGD) versus ncclbot_sweep.analysis."""
+def test_pairwise_sum_is_numpys_order():
+    np = pytest.importorskip("numpy")
+    from ref_policy import pairwise_sum
+    rng = random.Random(2)
+    for _ in range(3000):
+        x = [rng.randint(0, 400) * rng.choice([1.0, 1.0000001, 0.37]) + 2.89 for _ in range(rng.randint(1, 21))]
+        assert pairwise_sum(x) == np.array([x]).sum(axis=1)[0]
+
+
+@pytest.mark.parametrize("alpha,most", [(None, 7), (0.3, 14), (0.3, 21)])
+def test_c_ucb1_matches_analysis_step_policy(plugin, nb_env, comm_id, alpha, most):
+    """Champion UCB1 (alpha 0.0928, nu 2.89, clipped SGD) versus ncclbot_sweep.analysis,
+    also with a larger alpha and up to 21 arms (numpy's pairwise order for N)."""
     policies = pytest.importorskip("ncclbot_sweep.analysis.policies")
-    nb_env(policy="ucb1", min_bytes=0)
+    nb_env(policy="ucb1", min_bytes=0, **({"ucb_alpha": alpha} if alpha else {}))
     rng = random.Random(11)
     differing = []
+    switched = 0
     for ctx in range(8):
-        table = random_table(rng)
+        table = random_table(rng, most)
         arms = [a for a in range(21) if table[a] >= 0]
-        step = policies.StepPolicy(policies.make_policy("UCB1"), [table[a] for a in arms])
+        step = policies.StepPolicy(policies.make_policy("UCB1", **({"alpha": alpha} if alpha else {})),
+                                   [table[a] for a in arms])
         truth = {a: table[a] * rng.uniform(0.6, 1.5) for a in arms}
         rank = H.Rank(plugin, comm_id + ctx, 1, 1, 0)
         played = set()
@@ -95,4 +108,6 @@ def test_c_ucb1_matches_analysis_step_policy(plugin, nb_env, comm_id):
 
         drive(rank, table, 1 << 22, 200, lat, check)
         rank.finalize()
+        switched += len(played) > 1
     assert not differing, f"C and analysis UCB1 differ first at (context, step, C, analysis) {differing[0]}"
+    assert switched > 0, "no context left its first arm: the comparison would prove little"
