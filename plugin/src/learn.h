@@ -9,17 +9,35 @@
 #include "nccl_abi.h"
 #include "state.h"
 
-/* Tuner init for one communicator; always leaves c usable (mode INERT on any problem). */
+/*
+ * nb_learn_setup: tuner init of one communicator (reads NCCLBOT_*, loads tables and
+ * state, connects to the coordinator, opens the trace).
+ *   Thread safety: the communicator's init thread; blocks up to NCCLBOT_SYNC_TIMEOUT_MS
+ *     while the coordinator gathers every rank.
+ *   In/out: c->mode is set; INERT (with one WARN) on any problem.
+ *   Preconditions: c acquired for the tuner side; the profiler init (if any) already ran.
+ */
 void nb_learn_setup(nb_comm *c, size_t nranks, size_t nnodes, int have_comm_id);
 
-/* getCollInfo body; returns ncclSuccess except after a synchronisation failure in fail mode. */
+/*
+ * nb_learn_decide: the body of getCollInfo.
+ *   Thread safety: the communicator's user (enqueue) thread only.
+ *   In/out: table is NCCL's float[numAlgo][numProto]; at most the chosen cell becomes 0.0
+ *     and earlier zero cells FLT_MIN; unavailable cells are never written.
+ *   Returns: ncclSuccess, or ncclSystemError after a synchronisation failure in fail mode.
+ *   Preconditions: nb_learn_setup ran; no allocation once the context exists.
+ */
 ncclResult_t nb_learn_decide(nb_comm *c, int coll, size_t nBytes, float *table, int numAlgo,
                              int numProto);
 
-/* Tuner finalize: save state, flush the trace, leave the coordinator. */
+/*
+ * nb_learn_finalize: tuner finalize: save state (rank 0), flush and close the trace,
+ * say BYE to the coordinator, log the counters.
+ *   Thread safety: the communicator's thread; the profiler may still deliver samples.
+ */
 void nb_learn_finalize(nb_comm *c);
 
-/* Free everything the tuner side allocated (called by the last registry release). */
+/* nb_learn_teardown: free what the tuner side allocated (last registry release only). */
 void nb_learn_teardown(nb_comm *c);
 
 /* Names used in traces, state files and static tables. */

@@ -12,11 +12,25 @@
 
 #include "nccl_abi.h"
 
+/*
+ * nb_prof_init: registers the communicator (rank, shape) and asks for Coll|KernelCh events.
+ *   Thread safety: init thread; takes the registry lock.  Returns: always ncclSuccess
+ *   (a NULL *context means no measurements).
+ */
 ncclResult_t nb_prof_init(void **context, uint64_t commId, int *eActivationMask, int nNodes,
                           int nranks, int rank, ncclDebugLogger_t logfn);
+/*
+ * nb_prof_start: Coll (user thread) takes the next record of the ring; KernelCh (proxy
+ * thread) stores its start timer under a parent that must be one of our records.
+ *   Out: *eHandle = record, record + 1 + channel, or NULL (event not tracked).
+ *   version: 4 reads an 8-bit descriptor type, 5+ a 64-bit one.  Returns: ncclSuccess.
+ */
 ncclResult_t nb_prof_start(void *context, void **eHandle, void *eDescr, int version);
+/* nb_prof_stop: a channel's stop; the last one pushes the sample. Lock-free; ncclSuccess. */
 ncclResult_t nb_prof_stop(void *eHandle);
+/* nb_prof_record: KernelChStop carries the GPU stop timer. Lock-free; ncclSuccess. */
 ncclResult_t nb_prof_record(void *eHandle, int eState, void *eStateArgs);
+/* nb_prof_finalize: releases the communicator (its last user frees it). ncclSuccess. */
 ncclResult_t nb_prof_finalize(void *context);
 
 #endif

@@ -13,15 +13,27 @@
 
 enum { NB_WAIT_OK = 0, NB_WAIT_FREEZE = 1, NB_WAIT_FAIL = -1 };
 
-/* Connect, say HELLO and wait for START. Returns NULL with a reason in why. */
+/*
+ * nb_sync_open: connect (retrying while refused), HELLO with token and fingerprint, wait
+ * for START. Thread safety: init thread. Returns: the client, or NULL with why filled
+ * (REJECT reason, timeout, connection error). Allocates; nothing after it does.
+ */
 nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int rank,
                       int can_learn, uint64_t fingerprint, char *why, size_t whylen);
+/* nb_sync_submit: send this rank's m latencies of submission `round`. 0, or -1 (send failed). */
 int nb_sync_submit(nb_sync *s, int64_t round, uint64_t checksum, const float *lat);
-/* Wait for RESULT(round); on FREEZE stores f. */
+/*
+ * nb_sync_wait: until RESULT(round) is held. Returns NB_WAIT_OK, NB_WAIT_FREEZE (with
+ * *freeze_f) or NB_WAIT_FAIL (timeout or lost connection; why filled). After the
+ * deadline it still reads what is already buffered, so a result that raced the timeout
+ * is not lost.
+ */
 int nb_sync_wait(nb_sync *s, int64_t round, uint32_t timeout_ms, int64_t *freeze_f, char *why,
                  size_t whylen);
+/* nb_sync_send: a header-only message (FREEZE, BYE); errors are ignored. */
 void nb_sync_send(nb_sync *s, uint32_t type, int64_t round);
 void nb_sync_close(nb_sync *s);
+/* nb_sync_result: the merged latencies of a held submission, or NULL. */
 const float *nb_sync_result(const nb_sync *s, int64_t round);
 
 #endif
