@@ -519,7 +519,7 @@ def _step_env(campaign: Campaign, inventory: Inventory, arm: Arm | None, policy:
         env["NCCL_TUNER_PLUGIN"] = inventory.plugin.path
         env["NCCL_PROFILER_PLUGIN"] = inventory.plugin.path
         env.update(campaign.plugin.env)
-        env["NCCLBOT_POLICY"] = policy
+        env["NCCLBOT_POLICY"] = policy.lower()  # the plugin's spelling: auto, greedy, ucb1, ...
     variant_env = next(v.env for v in campaign.variants if v.name == variant)
     env.update(variant_env)
     return env, plugin

@@ -230,10 +230,13 @@ class NcclInstall(_Model):
 
 
 class Plugin(_Model):
-    """The ncclbot tuner+profiler plugin used by live campaigns."""
+    """The ncclbot tuner+profiler plugin used by live campaigns (``plugin/README.md``)."""
 
+    #: The shared library, loaded as both ``NCCL_TUNER_PLUGIN`` and ``NCCL_PROFILER_PLUGIN``.
     path: str | None = None
     version: str | None = None
+    #: ``ncclbot-coordinator``; live jobs start it once on the batch host (learning needs it).
+    coordinator: str | None = None
 
 
 class Algorithms(_Model):
@@ -501,7 +504,8 @@ def describe_inventory(inventory: Inventory, path: str | Path | None = None) -> 
         f"  nccl-tests   {inventory.nccl_tests.bin_dir} (version {inventory.nccl_tests.version}, "
         + ("per-iteration JSON -I/-J" if inventory.nccl_tests.per_iteration_json else "per-iteration cycles -N") + ")",
         f"  nccl         {inventory.nccl.version or 'unknown version'}"
-        + (f", plugin {inventory.plugin.path}" if inventory.plugin.path else ", no plugin"),
+        + (f", plugin {inventory.plugin.path}" if inventory.plugin.path else ", no plugin")
+        + (f", coordinator {inventory.plugin.coordinator}" if inventory.plugin.coordinator else ""),
         f"  environment  {len(inventory.environment)} variables"
         + (": " + ", ".join(sorted(inventory.environment)) if inventory.environment else ""),
     ]

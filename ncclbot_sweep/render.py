@@ -218,7 +218,7 @@ def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
         "debug_env": [(_env_name(k), v) for k, v in DEBUG_ENV.items()],
         "nccl_lib_dir": inv.nccl.lib_dir, "nccl_version": inv.nccl.version or "",
         "nccl_tests_version": inv.nccl_tests.version, "plugin_path": inv.plugin.path or "",
-        "plugin_version": inv.plugin.version or "", "steps": steps, "nodes": job.nodes, "f": _file_names(),
+        "plugin_version": inv.plugin.version or "", "coordinator": inv.plugin.coordinator, "steps": steps, "nodes": job.nodes, "f": _file_names(),
     }
     try:
         return _environment().get_template(template_name(plan.campaign.kind)).render(context)

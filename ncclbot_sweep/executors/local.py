@@ -60,7 +60,7 @@ if [ $# -eq 0 ]; then
     echo "srun (ncclbot local stand-in): no command given" >&2
     exit 2
 fi
-counter="${NCCLBOT_LOCAL_JOB_STATE:-/tmp}/srun-steps"
+counter="${NCCLSWEEP_LOCAL_JOB_STATE:-/tmp}/srun-steps"
 echo x >>"$counter" 2>/dev/null
 export SLURM_STEP_ID="$(( $(wc -l <"$counter" 2>/dev/null || echo 1) - 1 ))"
 export SLURM_STEPID="$SLURM_STEP_ID"
@@ -263,7 +263,7 @@ class LocalExecutor(Executor):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
         env.update({
             "PATH": f"{self._bin}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
-            "NCCLBOT_LOCAL_JOB_STATE": str(self._record_dir(job_id)),
+            "NCCLSWEEP_LOCAL_JOB_STATE": str(self._record_dir(job_id)),
             "SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_JOB_NAME": spec["tag"],
             "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes),
             "SLURM_NTASKS": str(ntasks), "SLURM_NPROCS": str(ntasks),

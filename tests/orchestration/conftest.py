@@ -2,9 +2,9 @@
 
 The fake binaries are small bash scripts standing in for nccl-tests (the issue allows any
 binary until the simulated fabric is used): they log each start and end with the step key
-into ``$NCCLBOT_FAKE_LOG``, write stdout, the NCCL log and the ``-J`` JSON file, and can be
-told to sleep (``NCCLBOT_FAKE_SLEEP``), fail (``NCCLBOT_FAKE_FAIL_ALGO``) or refuse an arm the
-way NCCL does (``NCCLBOT_FAKE_INVALID_ALGO``).
+into ``$NCCLSWEEP_FAKE_LOG``, write stdout, the NCCL log and the ``-J`` JSON file, and can be
+told to sleep (``NCCLSWEEP_FAKE_SLEEP``), fail (``NCCLSWEEP_FAKE_FAIL_ALGO``) or refuse an arm the
+way NCCL does (``NCCLSWEEP_FAKE_INVALID_ALGO``).
 """
 
 from __future__ import annotations
@@ -27,26 +27,26 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-log="${NCCLBOT_FAKE_LOG:-/dev/null}"
-echo "start $NCCLBOT_STEP_KEY $name ${NCCL_ALGO:-}/${NCCL_PROTO:-}" >>"$log"
+log="${NCCLSWEEP_FAKE_LOG:-/dev/null}"
+echo "start $NCCLSWEEP_STEP_KEY $name ${NCCL_ALGO:-}/${NCCL_PROTO:-}" >>"$log"
 echo "# nccl-tests fake: $name ${args[*]}"
 echo "# ranks ${SLURM_NTASKS:-?} nodes ${SLURM_NNODES:-?} procid ${SLURM_PROCID:-?}"
 if [ -n "${NCCL_DEBUG_FILE:-}" ]; then
     echo "host:1:1 [0] NCCL INFO NCCL_ALGO set by environment to ${NCCL_ALGO:-unset}" >"$NCCL_DEBUG_FILE"
 fi
-if [ -n "${NCCLBOT_FAKE_INVALID_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLBOT_FAKE_INVALID_ALGO" ]; then
+if [ -n "${NCCLSWEEP_FAKE_INVALID_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLSWEEP_FAKE_INVALID_ALGO" ]; then
     echo "host:1:1 [0] NCCL WARN No algorithm/protocol available for function AllReduce with datatype ncclFloat32. NCCL_ALGO was set to $NCCL_ALGO." >>"$NCCL_DEBUG_FILE"
     echo "test.cu:100 NCCL failure 'invalid usage'" >&2
     exit 3
 fi
-sleep "${NCCLBOT_FAKE_SLEEP:-0}"
-if [ -n "${NCCLBOT_FAKE_FAIL_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLBOT_FAKE_FAIL_ALGO" ]; then
+sleep "${NCCLSWEEP_FAKE_SLEEP:-0}"
+if [ -n "${NCCLSWEEP_FAKE_FAIL_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLSWEEP_FAKE_FAIL_ALGO" ]; then
     echo "fake failure" >&2
     exit 7
 fi
 [ -n "$json" ] && echo '{"version": 3, "results": []}' >"$json"
 echo "# Avg bus bandwidth    : 1.0"
-echo "end $NCCLBOT_STEP_KEY" >>"$log"
+echo "end $NCCLSWEEP_STEP_KEY" >>"$log"
 """
 
 
@@ -98,8 +98,8 @@ packing: {steps_per_job: 2}
 def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Route the fake binaries' start/end log into a file; returns its path."""
     log = tmp_path / "fake.log"
-    monkeypatch.setenv("NCCLBOT_FAKE_LOG", str(log))
-    for var in ("NCCLBOT_FAKE_SLEEP", "NCCLBOT_FAKE_FAIL_ALGO", "NCCLBOT_FAKE_INVALID_ALGO"):
+    monkeypatch.setenv("NCCLSWEEP_FAKE_LOG", str(log))
+    for var in ("NCCLSWEEP_FAKE_SLEEP", "NCCLSWEEP_FAKE_FAIL_ALGO", "NCCLSWEEP_FAKE_INVALID_ALGO"):
         monkeypatch.delenv(var, raising=False)
     return log
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -55,7 +56,9 @@ def test_gb200_segment_container_and_live_plugin_env():
     assert "export NCCL_MNNVL_ENABLE=1" in text and "export NVIDIA_IMEX_CHANNELS=0" in text
     live = plan_campaign(load_campaign("live-h100"), load_inventory("h100-spectrumx"))
     text = render_job_script(live, live.jobs[0], run_root=Path("/c"))
-    assert "export NCCL_TUNER_PLUGIN=/opt/ncclbot/lib/libncclbot.so" in text
+    assert "export NCCL_TUNER_PLUGIN=/opt/ncclbot/lib/libnccl-ncclbot.so" in text
+    assert "/opt/ncclbot/bin/ncclbot-coordinator --listen" in text and "export NCCLBOT_SYNC_TOKEN=" in text
+    assert "export NCCLBOT_POLICY=auto" in text
     assert "export NCCLBOT_POLICY=ucb1" in text and 'export NCCLBOT_TRACE_DIR="$STEP_DIR/trace"' in text
     assert text.count("unset NCCL_ALGO NCCL_PROTO NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN") == len(live.jobs[0].steps)
 
@@ -146,3 +149,25 @@ def test_cli_render(tmp_path: Path, fake_bin: Path):
     assert len(list(out.glob("jobs/*/job.sh"))) == 4 and len(list(out.glob("jobs/*/steps/*/step.json"))) == 8
     result = CliRunner().invoke(main, ["render", str(camp), "--inventory", str(tmp_path / "nope.yaml"), "--out", str(out)])
     assert result.exit_code == 1 and "file not found" in result.output
+
+
+def _plugin_settings() -> set[str] | None:
+    """The NCCLBOT_* settings documented in plugin/README.md's table (None if there is no plugin)."""
+    readme = Path(__file__).resolve().parents[2] / "plugin" / "README.md"
+    if not readme.exists():
+        return None
+    return set(re.findall(r"^\| `(NCCLBOT_[A-Z_]+)` \|", readme.read_text(), flags=re.M))
+
+
+def test_plugin_steps_export_only_settings_the_plugin_knows():
+    """The plugin goes inert on an unknown NCCLBOT_* variable: live steps must export none."""
+    known = _plugin_settings()
+    if not known:
+        pytest.skip("plugin/README.md has no settings table")
+    live = plan_campaign(load_campaign("live-h100"), load_inventory("h100-spectrumx"))
+    text = render_job_script(live, live.jobs[0], run_root=Path("/c"))
+    head, *blocks = text.split("# ---- step ")
+    plugin_blocks = [b for b in blocks if "export NCCL_PROFILER_PLUGIN=" in b]
+    assert len(plugin_blocks) == len(blocks) - 1  # every step but the stock one loads the plugin
+    exported = set(re.findall(r"export (NCCLBOT_[A-Z_]+)=", head + "".join(plugin_blocks)))
+    assert "NCCLBOT_POLICY" in exported and exported <= known, exported - known

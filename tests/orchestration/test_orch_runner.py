@@ -62,13 +62,13 @@ def test_growing_a_campaign_runs_only_new_steps(tmp_path, fake_bin, fake_env):
 def test_failed_and_invalid_steps_then_resume_reruns_only_those(tmp_path, fake_bin, fake_env, monkeypatch):
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
-    monkeypatch.setenv("NCCLBOT_FAKE_FAIL_ALGO", "Tree")
+    monkeypatch.setenv("NCCLSWEEP_FAKE_FAIL_ALGO", "Tree")
     summary = submit(camp, inv, workdir=work)
     outcomes = {f["label"]: f["outcome"] for f in summary.failed}
     assert outcomes == {"AllReduce 2n Tree/LL": "failed", "AllReduce 4n Tree/LL": "failed"}
     assert summary.steps == {"ok": 6, "failed": 2}
     # A failure does not stop the job: the other step of that job ran.
-    monkeypatch.delenv("NCCLBOT_FAKE_FAIL_ALGO")
+    monkeypatch.delenv("NCCLSWEEP_FAKE_FAIL_ALGO")
     again = submit(camp, inv, workdir=work)  # submit does not retry
     assert again.steps == {"ok": 6, "failed": 2}
     starts_before, _ = starts_and_ends(fake_env)
@@ -82,7 +82,7 @@ def test_failed_and_invalid_steps_then_resume_reruns_only_those(tmp_path, fake_b
 
 def test_invalid_arm_outcome(tmp_path, fake_bin, fake_env, monkeypatch):
     camp, inv = _files(tmp_path, fake_bin)
-    monkeypatch.setenv("NCCLBOT_FAKE_INVALID_ALGO", "Tree")
+    monkeypatch.setenv("NCCLSWEEP_FAKE_INVALID_ALGO", "Tree")
     summary = submit(camp, inv, workdir=tmp_path / "work")
     assert {f["outcome"] for f in summary.failed} == {"invalid_arm"}
     assert summary.steps["invalid_arm"] == 2
@@ -107,7 +107,7 @@ def _wait_for_ends(log: Path, count: int, timeout: float = 30) -> None:
 def test_sigkill_then_resume_finishes_each_step_once(tmp_path, fake_bin, fake_env, jobs_survive):
     camp, inv = _files(tmp_path, fake_bin, concurrent=1)
     work = tmp_path / "work"
-    env = dict(os.environ, NCCLBOT_FAKE_SLEEP="0.3")
+    env = dict(os.environ, NCCLSWEEP_FAKE_SLEEP="0.3")
     proc = _cli("submit", str(camp), "--inventory", str(inv), "--workdir", str(work), env=env)
     _wait_for_ends(fake_env, 3)
     proc.send_signal(signal.SIGKILL)
@@ -121,11 +121,11 @@ def test_sigkill_then_resume_finishes_each_step_once(tmp_path, fake_bin, fake_en
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    os.environ["NCCLBOT_FAKE_SLEEP"] = "0.3"
+    os.environ["NCCLSWEEP_FAKE_SLEEP"] = "0.3"
     try:
         summary = resume(work)
     finally:
-        del os.environ["NCCLBOT_FAKE_SLEEP"]
+        del os.environ["NCCLSWEEP_FAKE_SLEEP"]
     assert summary.complete and summary.total_steps == 8
     starts, ends = starts_and_ends(fake_env)
     assert len(ends) == 8 and set(ends.values()) == {1}, ends  # every step finished exactly once
@@ -164,7 +164,7 @@ def test_crash_between_submit_and_manifest_is_adopted(tmp_path, fake_bin, fake_e
 def test_cancel_then_resume(tmp_path, fake_bin, fake_env, monkeypatch):
     camp, inv = _files(tmp_path, fake_bin, concurrent=1)
     work = tmp_path / "work"
-    monkeypatch.setenv("NCCLBOT_FAKE_SLEEP", "0.5")
+    monkeypatch.setenv("NCCLSWEEP_FAKE_SLEEP", "0.5")
     summary = submit(camp, inv, workdir=work, wait=False)
     assert summary.jobs.get("submitted") == 4
     _wait_for_ends(fake_env, 1)
@@ -174,7 +174,7 @@ def test_cancel_then_resume(tmp_path, fake_bin, fake_env, monkeypatch):
     time.sleep(0.3)
     starts_after_cancel = starts_and_ends(fake_env)[0]
     assert len(starts_after_cancel) < 8  # nothing else started after the cancel
-    monkeypatch.setenv("NCCLBOT_FAKE_SLEEP", "0")
+    monkeypatch.setenv("NCCLSWEEP_FAKE_SLEEP", "0")
     summary = resume(work)
     assert summary.complete
     starts, ends = starts_and_ends(fake_env)
@@ -200,7 +200,7 @@ def test_status_json_and_text(tmp_path, fake_bin, fake_env):
 
 def test_cli_submit_failed_steps_exit_1(tmp_path, fake_bin, fake_env, monkeypatch):
     camp, inv = _files(tmp_path, fake_bin)
-    monkeypatch.setenv("NCCLBOT_FAKE_FAIL_ALGO", "Ring")
+    monkeypatch.setenv("NCCLSWEEP_FAKE_FAIL_ALGO", "Ring")
     result = CliRunner().invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(tmp_path / "w")])
     assert result.exit_code == 1
     assert "steps: 2/8 ok (6 failed, 2 ok)" in result.output
@@ -246,7 +246,7 @@ def test_event_log_is_append_only(tmp_path, fake_bin, fake_env):
 
 def test_local_concurrency_limit(tmp_path, fake_bin, fake_env, monkeypatch):
     camp, inv = _files(tmp_path, fake_bin, concurrent=1)
-    monkeypatch.setenv("NCCLBOT_FAKE_SLEEP", "0.05")
+    monkeypatch.setenv("NCCLSWEEP_FAKE_SLEEP", "0.05")
     submit(camp, inv, workdir=tmp_path / "work")
     kinds = [line.split()[0] for line in fake_env.read_text().splitlines()]
     assert kinds == ["start", "end"] * 8  # never two steps (or jobs) at once
