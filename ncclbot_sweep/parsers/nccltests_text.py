@@ -193,7 +193,7 @@ class TextParser:
         self._runs: list[_Run] = []
         self._layout: Layout | None = None
         # Data rows waiting for conversion: byte blocks of whole lines and their line numbers.
-        self._pend_blocks: list[bytes] = []
+        self._pend_blocks: list[bytes | tuple] = []
         self._pend_nums: list[tuple[int, int]] = []
         self._pend_rows = 0
         #: Called with every line that is not a table row (the NCCL log parser listens here).
@@ -207,7 +207,7 @@ class TextParser:
         """Parse as many whole lines of ``data`` (plus any carried-over tail) as there are."""
         whole = self._whole_lines(data)
         if whole is not None:
-            self._consume(self._prepare(whole, self._prefix_state(whole)))
+            self._consume(self._prepare(whole, self._prefix_state(whole), self._layout))
 
     def feed_all(self, chunks: Iterable[bytes]) -> None:
         """Feed many chunks, preparing the next one in a worker thread while this one is parsed.
@@ -224,7 +224,9 @@ class TextParser:
                 whole = self._whole_lines(data)
                 if whole is None:
                     continue
-                nxt = pool.submit(self._prepare, whole, self._prefix_state(whole))
+                # The worker also converts the chunk's rows with the layout known now; the
+                # main thread uses that only if the layout is still the same when it gets there.
+                nxt = pool.submit(self._prepare, whole, self._prefix_state(whole), self._layout)
                 if pending is not None:
                     self._consume(pending.result())
                 pending = nxt
@@ -236,7 +238,7 @@ class TextParser:
         if self._tail:
             whole = self._tail + b"\n"
             self._tail = b""
-            self._consume(self._prepare(whole, self._prefix_state(whole)))
+            self._consume(self._prepare(whole, self._prefix_state(whole), self._layout))
         self._flush()
         for run in self._runs:
             self.result.add("runs", self._run_row(run))
@@ -261,20 +263,31 @@ class TextParser:
         return self._prefixed
 
     @staticmethod
-    def _prepare(chunk: bytes, prefixed: bool) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
-        """Pure, thread-safe: strip prefixes, collapse blanks, find lines and mark table rows."""
+    def _prepare(chunk: bytes, prefixed: bool, layout: Layout | None) -> _Prepared:
+        """Pure, thread-safe: strip prefixes, collapse blanks, find lines and mark table rows;
+        with a known ``layout``, also convert all of the chunk's rows at once."""
         if prefixed:
             chunk = PREFIX_RE_B.sub(b"", chunk)
         if not chunk.isascii():
             chunk = chunk.decode("utf-8", "replace").encode("utf-8")
         chunk = textblock.collapse_blanks(chunk)
         starts, ends = textblock.line_bounds(chunk)
-        first = np.frombuffer(chunk, dtype=np.uint8)[starts]
-        return chunk, starts, ends, (first >= 48) & (first <= 57)
+        buf = np.frombuffer(chunk, dtype=np.uint8)
+        first = buf[starts]
+        is_row = (first >= 48) & (first <= 57)
+        prepared = _Prepared(chunk, starts, ends, is_row)
+        nrows = int(is_row.sum())
+        if layout is not None and nrows:
+            rows = buf[np.repeat(is_row, ends - starts + 1)].tobytes()
+            cols = textblock.csv_rows(rows, nrows, layout.prefix, layout.sides)
+            if cols is not None:
+                prepared.layout, prepared.cols = layout, cols
+                prepared.row_index = np.cumsum(is_row) - 1
+        return prepared
 
-    def _consume(self, prepared: tuple[bytes, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    def _consume(self, prepared: _Prepared) -> None:
         """Queue runs of table rows; hand every other line, one by one, to :meth:`_other`."""
-        chunk, starts, ends, is_row = prepared
+        chunk, starts, ends, is_row = prepared.chunk, prepared.starts, prepared.ends, prepared.is_row
         n = len(ends)
         if n == 0:
             return
@@ -292,10 +305,15 @@ class TextParser:
                 self._other(chunk[starts_l[i]:ends_l[i]].decode("utf-8", "replace"), base + i + 1)
                 i += 1
             if i < b:
-                self._queue(chunk[starts_l[i]:ends_l[b - 1] + 1], base + i + 1, b - i)
+                if prepared.cols is not None and prepared.layout is self._layout:
+                    self._queue((prepared, int(prepared.row_index[i]), starts_l[i], ends_l[b - 1] + 1),
+                                base + i + 1, b - i)
+                else:
+                    self._queue(chunk[starts_l[i]:ends_l[b - 1] + 1], base + i + 1, b - i)
 
-    def _queue(self, rows: bytes, first_line: int, count: int) -> None:
-        """Queue ``count`` collapsed, newline-terminated rows starting at ``first_line``."""
+    def _queue(self, rows: bytes | tuple, first_line: int, count: int) -> None:
+        """Queue ``count`` rows starting at ``first_line``: collapsed newline-terminated bytes,
+        or ``(prepared, first_row, byte_start, byte_end)`` when the worker converted them."""
         self._pend_blocks.append(rows)
         self._pend_nums.append((first_line, count))
         self._pend_rows += count
@@ -304,6 +322,14 @@ class TextParser:
 
     # ---------------------------------------------------------------- non-data lines
     def _other(self, line: str, lineno: int) -> None:
+        if "NCCL INFO" in line and "|" not in line:
+            # The bulk of a debug log: only the version line matters here; the log parser
+            # (if listening) gets every such line.
+            if self.on_other is not None:
+                self.on_other(line, lineno)
+            if "NCCL version" in line and self._run is not None and (m := _NCCL_VERSION_RE.search(line)):
+                self._run.nccl_version = self._run.nccl_version or m.group(1)
+            return
         text = strip_prefix(line).rstrip()
         body = text.lstrip()
         if not body:
@@ -441,7 +467,7 @@ class TextParser:
     def _flush(self) -> None:
         if not self._pend_blocks:
             return
-        data = b"".join(self._pend_blocks)
+        blocks = list(self._pend_blocks)
         firsts, counts = np.array(self._pend_nums, dtype=np.int64).T
         # Line numbers of every queued row: each run's first line plus its offset in the run.
         nums = np.repeat(firsts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
@@ -451,6 +477,11 @@ class TextParser:
         layout = self._layout
         run = self._run if self._run is not None else self._ensure_run(int(nums[0]))
         lines = None
+        if layout is not None and all(isinstance(b, tuple) and b[0].layout is layout for b in blocks):
+            cols = _slice_columns(blocks, counts.tolist())
+            self._emit(cols, nums, layout, run)
+            return
+        data = b"".join(b if isinstance(b, bytes) else b[0].chunk[b[2]:b[3]] for b in blocks)
         if layout is None:
             for text, num in zip(data.decode("utf-8", "replace").split("\n"), nums.tolist()):
                 self._annotation(text.strip(), num)
@@ -586,6 +617,29 @@ class TextParser:
             "source_path": self.source.path, "source_sha256": self.source.sha256,
             "_gpus_per_process": gpus, "_rows": run.rows,
         }
+
+
+@dataclasses.dataclass
+class _Prepared:
+    """One chunk after the worker thread's pass (see :meth:`TextParser._prepare`)."""
+
+    chunk: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+    is_row: np.ndarray
+    layout: Layout | None = None
+    cols: dict[str, Any] | None = None
+    row_index: np.ndarray | None = None
+
+
+def _slice_columns(blocks: list[tuple], counts: list[int]) -> dict[str, Any]:
+    """Columns of queued rows the worker already converted: slices of each chunk's arrays."""
+    names = blocks[0][0].cols.keys()
+    out = {}
+    for name in names:
+        parts = [prep.cols[name].slice(first, count) for (prep, first, _, _), count in zip(blocks, counts)]
+        out[name] = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+    return out
 
 
 def _scale(run: _Run) -> tuple[int | None, int | None, list[str]]:
