@@ -159,7 +159,7 @@ static void bench_local(long calls) {
 }
 
 /* One rank of the sync benchmark: writes "round_us per_coll_us" to fd. */
-static void sync_rank(int rank, int nranks, long calls, int fd) {
+static void sync_rank(int rank, int nranks, long calls, int fd, int gpu_us) {
   void *pctx = NULL, *tctx = NULL;
   int mask = 0;
   ncclProfiler_v6.init(&pctx, 77, &mask, "bench", 1, nranks, rank, NULL);
@@ -173,7 +173,9 @@ static void sync_rank(int rank, int nranks, long calls, int fd) {
   int nch = 0;
   uint64_t clock = 1000000;
   double *ns = malloc(sizeof(double) * (size_t)calls);
+  long allocs0 = 0;
   for (long i = 0; i < calls; i++) {
+    if (i == 1000) allocs0 = g_allocs; /* contexts exist from here on */
     memcpy(t, base, sizeof t);
     size_t bytes = (size_t)(4u << 20) << (i % 8);
     uint64_t t0 = now();
@@ -186,19 +188,25 @@ static void sync_rank(int rank, int nranks, long calls, int fd) {
         break;
       }
     one_collective(pctx, arm, bytes, &clock, 2);
+    if (gpu_us > 0) { /* the rank waits for its GPU, leaving the CPU to the others */
+      struct timespec ts = {0, gpu_us * 1000L};
+      nanosleep(&ts, NULL);
+    }
   }
   nb_comm *c = tctx;
   double nr = c->n_rounds ? (double)c->n_rounds : 1.0;
   qsort(ns, (size_t)calls, sizeof *ns, cmp_d);
-  dprintf(fd, "%.3f %.4f %.3f %.4f %llu %.1f\n", c->sync_us_total / nr, c->sync_us_total / (double)calls,
-          c->sync_cpu_us_total / nr, c->sync_cpu_us_total / (double)calls,
-          (unsigned long long)c->n_rounds, ns[calls / 2]);
+  long allocs = g_allocs - allocs0;
+  dprintf(fd, "%.3f %.4f %.3f %.4f %llu %.1f %ld %.3f\n", c->sync_us_total / nr,
+          c->sync_us_total / (double)calls, c->sync_cpu_us_total / nr,
+          c->sync_cpu_us_total / (double)calls, (unsigned long long)c->n_rounds, ns[calls / 2],
+          allocs, c->sync_wait_us_total / nr);
   free(ns);
   ncclTunerPlugin_v6.finalize(tctx);
   ncclProfiler_v6.finalize(pctx);
 }
 
-static void bench_sync(long calls) {
+static void bench_sync(long calls, int gpu_us) {
   int port = 0, lfd = nb_coord_listen("127.0.0.1", 0, &port);
   if (lfd < 0) {
     printf("sync round: cannot listen on loopback\n");
@@ -225,33 +233,41 @@ static void bench_sync(long calls) {
     kids[r] = fork();
     if (kids[r] == 0) {
       close(pipes[r][0]);
-      sync_rank(r, 8, calls, pipes[r][1]);
+      sync_rank(r, 8, calls, pipes[r][1], gpu_us);
       exit(0); /* not _exit: leak checkers run at exit */
     }
     close(pipes[r][1]);
   }
-  double rounds[8], per[8], crounds[8], cper[8], med[8];
+  double rounds[8], per[8], crounds[8], cper[8], med[8], wait[8];
   unsigned long long nr = 0;
+  long allocs = 0, a = 0;
   for (int r = 0; r < 8; r++) {
     char buf[256] = {0};
     ssize_t k = read(pipes[r][0], buf, sizeof buf - 1);
     (void)k;
-    sscanf(buf, "%lf %lf %lf %lf %llu %lf", &rounds[r], &per[r], &crounds[r], &cper[r], &nr, &med[r]);
+    sscanf(buf, "%lf %lf %lf %lf %llu %lf %ld %lf", &rounds[r], &per[r], &crounds[r], &cper[r], &nr,
+           &med[r], &a, &wait[r]);
+    allocs += a;
     waitpid(kids[r], NULL, 0);
   }
   qsort(crounds, 8, sizeof *crounds, cmp_d);
   qsort(med, 8, sizeof *med, cmp_d);
+  qsort(wait, 8, sizeof *wait, cmp_d);
   qsort(cper, 8, sizeof *cper, cmp_d);
   kill(coord, SIGKILL);
   waitpid(coord, NULL, 0);
   qsort(rounds, 8, sizeof *rounds, cmp_d);
   qsort(per, 8, sizeof *per, cmp_d);
-  printf("sync round (8 ranks, m=64, loopback): CPU %.1f us/round, amortised %.3f us/collective; "
-         "wall %.1f us/round, amortised %.3f us/collective (median over ranks; %llu rounds, %ld "
-         "calls per rank; wall includes waiting for descheduled ranks: 9 processes share %ld cores)\n",
-         crounds[4], cper[4], rounds[4], per[4], nr, calls, sysconf(_SC_NPROCESSORS_ONLN));
-  printf("getCollInfo in the 8-rank job: median %.1f ns/call (median over ranks; rounds included)\n",
-         med[4]);
+  char what[96] = "back-to-back calls";
+  if (gpu_us > 0) snprintf(what, sizeof what, "each call then sleeps %d us like a GPU wait", gpu_us);
+  printf("sync round (8 ranks, m=64, loopback, %s): CPU %.1f us/round, amortised %.3f "
+         "us/collective; wall %.1f us/round (%.1f of it blocked on slower ranks), amortised %.3f "
+         "us/collective (median over ranks; %llu rounds, %ld calls per rank; 9 processes share %ld "
+         "cores)\n",
+         what, crounds[4], cper[4], rounds[4], wait[4], per[4], nr, calls,
+         sysconf(_SC_NPROCESSORS_ONLN));
+  printf("getCollInfo in the 8-rank job: median %.1f ns/call (median over ranks; rounds included); "
+         "allocations after warm-up: %ld\n", med[4], allocs);
 }
 
 int main(int argc, char **argv) {
@@ -259,6 +275,7 @@ int main(int argc, char **argv) {
   unsetenv("NCCLBOT_SYNC_ADDR");
   bench_local(calls);
   if (argc > 2 && strcmp(argv[2], "local") == 0) return 0; /* e.g. under callgrind */
-  bench_sync(calls / 4 > 6400 ? calls / 4 : 6400);
+  bench_sync(calls / 4 > 6400 ? calls / 4 : 6400, 0);
+  bench_sync(6400, 20);
   return 0;
 }

@@ -248,7 +248,9 @@ static int boundary(nb_comm *c, int64_t b) {
   char why[256];
   if (b - 1 >= 2) {
     int64_t f = 0;
+    uint64_t w0 = nb_now_ns();
     int r = nb_sync_wait(c->sync, b - 1, c->cfg.sync_timeout_ms, &f, why, sizeof why);
+    c->sync_wait_us_total += (double)(nb_now_ns() - w0) / 1000.0;
     if (r == NB_WAIT_FREEZE) {
       freeze_at(c, f, why);
       return 1;

@@ -80,8 +80,9 @@ def test_bench_runs_and_reports_every_figure(plugin_build):
                          capture_output=True, text=True, timeout=120).stdout
     assert re.search(r"getCollInfo warm context: median [\d.]+ ns/call", out), out
     assert re.search(r"profiler per collective: median [\d.]+ ns", out), out
-    assert re.search(r"sync round \(8 ranks, m=64, loopback\): CPU [\d.]+ us/round", out), out
+    assert len(re.findall(r"sync round \(8 ranks, m=64, loopback, [^)]*\): CPU [\d.]+ us/round", out)) == 2, out
     assert "allocations on the hot path: 0 in" in out, out
+    assert out.count("allocations after warm-up: 0") == 2, out
 
 
 def test_coordinator_cli_refuses_without_token():
