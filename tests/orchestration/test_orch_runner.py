@@ -261,3 +261,20 @@ def test_make_executor_slurm_is_lazy(tmp_path):
             make_executor(inv, state_dir=tmp_path)
     else:
         pytest.skip("the Slurm executor exists; its own tests cover it")
+
+
+def test_cli_resume_and_cancel(tmp_path, fake_bin, fake_env):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    runner = CliRunner()
+    result = runner.invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(work), "--no-wait"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["resume", str(work), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output[result.output.index("{"):])["steps"] == {"ok": 8}
+    result = runner.invoke(main, ["cancel", str(work)])
+    assert result.exit_code == 0 and "jobs:  4 finished" in result.output  # nothing open to cancel
+    for command in ("resume", "cancel"):
+        result = runner.invoke(main, [command, str(tmp_path / "missing")])
+        assert result.exit_code == 1
+        assert result.output.startswith(f"Error: {tmp_path / 'missing'}: not a campaign folder (no manifest.sqlite)")

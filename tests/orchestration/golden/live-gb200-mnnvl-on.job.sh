@@ -1,0 +1,156 @@
+#!/bin/bash
+#SBATCH --job-name=ncclbot:9ea449c6c056f786:0195b2839c764fa5
+#SBATCH --comment=ncclbot:9ea449c6c056f786:0195b2839c764fa5
+#SBATCH --nodes=16
+#SBATCH --ntasks-per-node=4
+#SBATCH --gpus-per-node=4
+#SBATCH --time=9
+#SBATCH --partition=gb200
+#SBATCH --account=perf
+#SBATCH --segment=16
+#SBATCH --exclusive
+#SBATCH --distribution=block:block
+# ncclbot-sweep job script (rendered by ncclbot-sweep; edit the campaign or inventory, not this file).
+# Our own variables are NCCLSWEEP_*: the plugin refuses unknown NCCLBOT_* variables.
+set -u
+umask 022
+JOB_DIR=/shared/campaigns/golden/jobs/0195b2839c764fa5
+export NCCLSWEEP_CAMPAIGN=golden-live
+export NCCLSWEEP_CAMPAIGN_KEY=9ea449c6c056f786
+export NCCLSWEEP_JOB_KEY=0195b2839c764fa5
+mkdir -p "$JOB_DIR/steps" || exit 1
+exec >>"$JOB_DIR/job.log" 2>&1
+echo "[ncclbot] job $NCCLSWEEP_JOB_KEY starting on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ) (Slurm job ${SLURM_JOB_ID:-none})"
+
+# Fabric environment from the inventory.
+export NVIDIA_IMEX_CHANNELS=0
+export NCCL_MNNVL_ENABLE=1
+export NCCL_CUMEM_ENABLE=1
+export NCCL_NVLS_ENABLE=1
+export NCCL_NET_GDR_C2C=1
+export NCCL_SOCKET_IFNAME=eth0
+export NCCL_IB_HCA=ibp
+
+ncclbot_step_done() {
+    [ -f "$1/exit" ] && [ "$(cat "$1/exit")" = 0 ]
+}
+
+ncclbot_provenance() {
+    # Captured once per job: hosts, GPUs and driver, versions, effective environment,
+    # NCCL config files and the plugin checksum. Written atomically.
+    local out="$JOB_DIR/provenance.json"
+    [ -s "$out" ] && return 0
+    local hosts="${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-$(hostname)}}"
+    if command -v scontrol >/dev/null 2>&1 && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
+        hosts="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)" || true
+    fi
+    local gpus=""
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        gpus="$(nvidia-smi --query-gpu=index,name,driver_version,uuid,pci.bus_id --format=csv,noheader 2>/dev/null)" || true
+    fi
+    local plugin_sha=""
+    if [ -n "$NCCLSWEEP_PROV_PLUGIN_PATH" ] && [ -f "$NCCLSWEEP_PROV_PLUGIN_PATH" ]; then
+        plugin_sha="$(sha256sum "$NCCLSWEEP_PROV_PLUGIN_PATH" | cut -d' ' -f1)"
+    fi
+    NCCLSWEEP_PROV_HOSTS="$hosts" NCCLSWEEP_PROV_GPUS="$gpus" NCCLSWEEP_PROV_PLUGIN_SHA="$plugin_sha" \
+    python3 - "$out.tmp" <<'PY' && mv -f "$out.tmp" "$out"
+import datetime, json, os, platform, socket, sys
+env = os.environ
+prefixes = ("NCCL", "NCCLSWEEP_", "SLURM_", "UCX_", "FI_", "NVIDIA_", "CUDA_", "LD_LIBRARY_PATH", "PMIX_", "OMPI_")
+conf = {}
+for path in ["/etc/nccl.conf", os.path.expanduser("~/.nccl.conf"), env.get("NCCL_CONF_FILE", "")]:
+    if path and os.path.isfile(path):
+        try:
+            conf[path] = open(path, encoding="utf-8", errors="replace").read()
+        except OSError as exc:
+            conf[path] = f"<unreadable: {exc}>"
+data = {
+    "campaign": env.get("NCCLSWEEP_CAMPAIGN"), "campaign_key": env.get("NCCLSWEEP_CAMPAIGN_KEY"),
+    "job_key": env.get("NCCLSWEEP_JOB_KEY"), "fabric": env.get("NCCLSWEEP_PROV_FABRIC"),
+    "captured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    "slurm_job_id": env.get("SLURM_JOB_ID"), "nodes": env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES"),
+    "batch_host": socket.gethostname(), "kernel": platform.release(),
+    "hosts": [h for h in env.get("NCCLSWEEP_PROV_HOSTS", "").split(",") if h],
+    "gpus": [line.strip() for line in env.get("NCCLSWEEP_PROV_GPUS", "").splitlines() if line.strip()],
+    "nccl_version": env.get("NCCLSWEEP_PROV_NCCL_VERSION") or None,
+    "nccl_tests_version": env.get("NCCLSWEEP_PROV_NCCL_TESTS_VERSION") or None,
+    "plugin_path": env.get("NCCLSWEEP_PROV_PLUGIN_PATH") or None,
+    "plugin_version": env.get("NCCLSWEEP_PROV_PLUGIN_VERSION") or None,
+    "plugin_sha256": env.get("NCCLSWEEP_PROV_PLUGIN_SHA") or None,
+    "nccl_config_files": conf,
+    "environment": {k: v for k, v in sorted(env.items()) if k.startswith(prefixes) and not k.startswith("NCCLSWEEP_PROV_")},
+    "writer": env.get("NCCLSWEEP_PROV_WRITER"),
+}
+with open(sys.argv[1], "w", encoding="utf-8") as fh:
+    json.dump(data, fh, indent=2, sort_keys=True)
+PY
+}
+
+NCCLSWEEP_PROV_FABRIC=gb200-mnnvl-on \
+NCCLSWEEP_PROV_NCCL_VERSION=2.30.4 \
+NCCLSWEEP_PROV_NCCL_TESTS_VERSION=2.19.6 \
+NCCLSWEEP_PROV_PLUGIN_PATH=/shared/ncclbot/lib/libnccl-ncclbot.so \
+NCCLSWEEP_PROV_PLUGIN_VERSION=0.1.0 \
+NCCLSWEEP_PROV_WRITER='ncclbot-sweep 0.1.0' \
+ncclbot_provenance || echo "[ncclbot] warning: provenance capture failed (python3 missing?)"
+
+# The plugin's coordinator keeps every rank's bandit state identical (plugin/README.md);
+# ranks find it at $SLURM_LAUNCH_NODE_IPADDR:20000+jobid%20000, the token comes from the environment.
+export NCCLBOT_SYNC_TOKEN="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+/shared/ncclbot/bin/ncclbot-coordinator --listen "0.0.0.0:$((20000 + ${SLURM_JOB_ID:-0} % 20000))" >>"$JOB_DIR/coordinator.log" 2>&1 &
+ncclbot_coordinator=$!
+trap 'kill "$ncclbot_coordinator" 2>/dev/null' EXIT
+ncclbot_failed=0
+
+# ---- step 1/2: c879caab054296ed
+STEP_DIR=/shared/campaigns/golden/jobs/0195b2839c764fa5/steps/c879caab054296ed
+if ncclbot_step_done "$STEP_DIR"; then
+    echo "[ncclbot] step "c879caab054296ed" already finished, skipped"
+else
+    mkdir -p "$STEP_DIR"
+    rm -f "$STEP_DIR/exit" "$STEP_DIR/result.json" "$STEP_DIR"/result.json.* "$STEP_DIR/nccl.log" "$STEP_DIR/stdout.txt" "$STEP_DIR/stderr.txt"
+    echo "[ncclbot] step "c879caab054296ed" ("'AllReduce 16n policy stock'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    (
+        unset NCCL_ALGO NCCL_PROTO NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN
+        export NCCL_DEBUG=INFO
+        export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
+        export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
+        export NCCLSWEEP_STEP_KEY=c879caab054296ed
+        export NCCLBOT_STEP_KEY=c879caab054296ed  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
+        exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+    )
+    rc=$?
+    echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
+    echo "[ncclbot] step "c879caab054296ed" finished with exit code $rc"
+    [ "$rc" = 0 ] || ncclbot_failed=$((ncclbot_failed + 1))
+fi
+
+# ---- step 2/2: 29fded58b3b58921
+STEP_DIR=/shared/campaigns/golden/jobs/0195b2839c764fa5/steps/29fded58b3b58921
+if ncclbot_step_done "$STEP_DIR"; then
+    echo "[ncclbot] step "29fded58b3b58921" already finished, skipped"
+else
+    mkdir -p "$STEP_DIR"
+    rm -f "$STEP_DIR/exit" "$STEP_DIR/result.json" "$STEP_DIR"/result.json.* "$STEP_DIR/nccl.log" "$STEP_DIR/stdout.txt" "$STEP_DIR/stderr.txt"
+    echo "[ncclbot] step "29fded58b3b58921" ("'AllReduce 16n policy ucb1'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    (
+        unset NCCL_ALGO NCCL_PROTO NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN
+        export NCCL_TUNER_PLUGIN=/shared/ncclbot/lib/libnccl-ncclbot.so
+        export NCCL_PROFILER_PLUGIN=/shared/ncclbot/lib/libnccl-ncclbot.so
+        export NCCLBOT_POLICY=ucb1
+        mkdir -p "$STEP_DIR/trace"
+        export NCCLBOT_TRACE_DIR="$STEP_DIR/trace"
+        export NCCL_DEBUG=INFO
+        export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
+        export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
+        export NCCLSWEEP_STEP_KEY=29fded58b3b58921
+        exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+    )
+    rc=$?
+    echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
+    echo "[ncclbot] step "29fded58b3b58921" finished with exit code $rc"
+    [ "$rc" = 0 ] || ncclbot_failed=$((ncclbot_failed + 1))
+fi
+
+echo "[ncclbot] job $NCCLSWEEP_JOB_KEY done at $(date -u +%Y-%m-%dT%H:%M:%SZ): $ncclbot_failed step(s) failed"
+[ "$ncclbot_failed" = 0 ]

@@ -1,0 +1,61 @@
+"""Golden job scripts: a rendered job.sh is diffed against a recorded copy (STYLE habit 16).
+
+When a change to the templates or the shipped inventories is intended, accept it with
+
+    NCCLSWEEP_ACCEPT_GOLDEN=1 .venv/bin/python -m pytest tests/orchestration/test_orch_golden.py
+
+and review the diff of ``tests/orchestration/golden/`` before committing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+import pytest
+
+from ncclbot_sweep.campaign import parse_campaign_text, plan_campaign
+from ncclbot_sweep.inventory import load_inventory
+from ncclbot_sweep.render import render_job_script
+
+GOLDEN = Path(__file__).parent / "golden"
+
+CASES = {
+    "forced-h100-spectrumx.job.sh": ("h100-spectrumx", """\
+name: golden-forced
+kind: forced
+collectives: [AllReduce]
+nodes: [8]
+sizes: {min: 512B, max: 16GiB}
+arms: [Ring/LL128, NVLSTree/Simple]
+iterations: 100
+"""),
+    "live-gb200-mnnvl-on.job.sh": ("gb200-mnnvl-on", """\
+name: golden-live
+kind: live
+collectives: [AllReduce]
+nodes: [16]
+sizes: {min: 1M, max: 1G}
+policies: [stock, ucb1]
+iterations: 100
+warmup: 100
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_job_script_matches_recorded_copy(name):
+    inventory, campaign = CASES[name]
+    plan = plan_campaign(parse_campaign_text(campaign), load_inventory(inventory))
+    assert len(plan.jobs) == 1
+    text = render_job_script(plan, plan.jobs[0], run_root=Path("/shared/campaigns/golden"))
+    path = GOLDEN / name
+    if os.environ.get("NCCLSWEEP_ACCEPT_GOLDEN") == "1" or not path.exists():
+        path.write_text(text)
+    recorded = path.read_text()
+    if text != recorded:
+        diff = "".join(difflib.unified_diff(recorded.splitlines(True), text.splitlines(True),
+                                            f"recorded/{name}", f"rendered/{name}"))
+        pytest.fail(f"job.sh differs from {path}:\n{diff}\nIf intended: NCCLSWEEP_ACCEPT_GOLDEN=1 .venv/bin/python "
+                    "-m pytest tests/orchestration/test_orch_golden.py, then review and commit the new copy.")
