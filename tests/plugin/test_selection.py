@@ -107,6 +107,20 @@ def test_unknown_variable_is_a_typo_not_a_default(plugin, nb_env, comm_id):
     r.finalize()
 
 
+def test_slurm_default_coordinator_address(plugin, nb_env, comm_id, monkeypatch):
+    monkeypatch.setenv("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1")
+    monkeypatch.setenv("SLURM_JOB_ID", "12345")
+    nb_env(sync_token="t", sync_timeout_ms=150)
+    r = H.Rank(plugin, comm_id, 2, 1, 0)
+    assert not r.active
+    assert "cannot connect to the coordinator at 127.0.0.1:32345" in H.take_log()
+    r.finalize()
+    nb_env(sync_addr="")  # an empty address turns the Slurm default off: learning refuses
+    r = H.Rank(plugin, comm_id + 1, 2, 1, 0)
+    assert not r.active and "need NCCLBOT_SYNC_ADDR" in H.take_log()
+    r.finalize()
+
+
 def test_sync_without_token_is_refused(plugin, nb_env, comm_id):
     nb_env(sync_addr="127.0.0.1:1")
     r = H.Rank(plugin, comm_id, 2, 1, 0)
