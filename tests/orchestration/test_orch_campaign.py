@@ -189,3 +189,22 @@ def test_cli_plan_text_json_and_budget(tmp_path: Path):
     assert result.exit_code == 1 and "over its budget of 0.0001" in result.output
     result = runner.invoke(main, ["plan", str(camp), "--inventory", str(inv), "--ignore-budget"])
     assert result.exit_code == 0
+
+
+def test_repeats_and_size_lists():
+    plan = _plan(BASE + "arms: [Ring/LL]\nrepeats: 3\n")
+    assert len(plan.steps) == 2 * 2 * 3 and len({s.key for s in plan.steps}) == 12
+    assert sorted({s.repeat for s in plan.steps}) == [0, 1, 2]
+    listed = _plan(BASE.replace("sizes: {min: 1K, max: 1M}", "sizes: {list: [4K, 1K, 1M]}") + "arms: [Ring/LL]\n")
+    assert sorted({s.sizes["min"] for s in listed.steps}) == [1024, 4096, 2**20]
+    assert all(s.sizes["min"] == s.sizes["max"] for s in listed.steps)  # one nccl-tests run per listed size
+
+
+def test_stock_and_overhead_kinds():
+    stock = _plan(BASE.replace("kind: forced", "kind: stock"))
+    assert {(s.policy, s.plugin, s.arm) for s in stock.steps} == {("stock", False, None)}
+    assert all("NCCL_ALGO" not in s.env for s in stock.steps)
+    overhead = _plan(BASE.replace("kind: forced", "kind: overhead") + "policies: [AUTO]\nvariants:\n"
+                     "  - {name: sync-4, env: {NCCLBOT_SYNC_EVERY: '4'}}\n  - {name: sync-64, env: {NCCLBOT_SYNC_EVERY: '64'}}\n")
+    assert {s.variant for s in overhead.steps} == {"sync-4", "sync-64"}
+    assert all(s.plugin and s.env["NCCLBOT_POLICY"] == "auto" for s in overhead.steps)

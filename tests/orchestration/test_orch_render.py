@@ -171,3 +171,17 @@ def test_plugin_steps_export_only_settings_the_plugin_knows():
     assert len(plugin_blocks) == len(blocks) - 1  # every step but the stock one loads the plugin
     exported = set(re.findall(r"export (NCCLBOT_[A-Z_]+)=", head + "".join(plugin_blocks)))
     assert "NCCLBOT_POLICY" in exported and exported <= known, exported - known
+
+
+def test_stock_and_overhead_templates():
+    inv = parse_inventory_text(local_inventory_text(Path("/opt/nt"), extra="plugin: {path: /opt/p.so, coordinator: /opt/coord}\n"))
+    base = SMALL_CAMPAIGN.replace("arms: [Ring/LL, Ring/LL128, Ring/Simple, Tree/LL]\n", "")
+    stock = plan_campaign(parse_campaign_text(base.replace("kind: forced", "kind: stock")), inv)
+    text = render_job_script(stock, stock.jobs[0], run_root=Path("/c"))
+    assert "unset NCCL_ALGO NCCL_PROTO NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN" in text
+    assert "export NCCL_ALGO" not in text and "coordinator" not in text
+    overhead = plan_campaign(parse_campaign_text(base.replace("kind: forced", "kind: overhead")
+                                                 + "policies: [ucb1]\n"), inv)
+    text = render_job_script(overhead, overhead.jobs[0], run_root=Path("/c"))
+    assert "export NCCL_TUNER_PLUGIN=/opt/p.so" in text and "/opt/coord --listen" in text
+    assert 'export NCCLBOT_TRACE_DIR="$STEP_DIR/trace"' in text
