@@ -20,6 +20,9 @@ Column notes:
   many iterations nccl-tests averaged. ``cycle`` numbers repeated tables (``-N``), 0-based.
 * Times are microseconds, sizes bytes, bandwidths GB/s (1e9 B/s).
 * ``runs.synthetic`` is true for fabrics whose name starts with ``sim-``.
+* ``choices``: one row per run of identical consecutive per-call lines of an NCCL log;
+  ``calls`` counts them and ``seq`` is the index of the first (``kind`` ``algo``); ``COLL``
+  lines (``kind`` ``coll``) are one row each, with ``op_count``.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("run_id", _S), ("fabric", _S), ("seq", _I64), ("collective", _S), ("nodes", _I32),
         ("ranks", _I32), ("size_bytes", _I64), ("count", _I64), ("datatype", _S), ("arm", _S),
         ("channels", _I32), ("channel_lo", _I32), ("channel_hi", _I32), ("predicted_us", _F64),
-        ("op_count", _I64), ("comm", _S), ("kind", _S), ("line", _I64),
+        ("op_count", _I64), ("comm", _S), ("kind", _S), ("line", _I64), ("calls", _I64),
     ),
     "live_events": _schema(
         ("run_id", _S), ("fabric", _S), ("kind", _S), ("t_ns", _I64), ("rank", _I32),

@@ -34,7 +34,7 @@ from pathlib import Path
 from ncclbot_sweep.errors import ExecutorError
 from ncclbot_sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
 
-__all__ = ["LocalExecutor"]
+__all__ = ["LocalExecutor", "session_members"]
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +71,37 @@ exec "$@"
 """
 
 
-def _proc_start_time(pid: int) -> str | None:
-    """Kernel start time of ``pid`` (to tell our process from a recycled pid), or None if gone."""
+def _stat(pid: int | str) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` after the command name (state first), or None if gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+            return fh.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError, PermissionError):
         return None
-    if fields[0] == "Z":  # a zombie has finished
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """Kernel start time of ``pid`` (to tell our process from a recycled pid), or None if gone."""
+    fields = _stat(pid)
+    if fields is None or fields[0] == "Z":  # a zombie has finished
         return None
     return fields[19]
+
+
+def session_members(sid: int, started: str) -> list[int]:
+    """Live processes of the session ``sid`` started no earlier than its leader (``started``).
+
+    A job runs in its own session; ``timeout`` moves the script and each step into process
+    groups of their own, so the session, not a process group, is what holds the whole job.
+    """
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat(entry.name)
+        if fields and fields[0] != "Z" and int(fields[3]) == sid and int(fields[19]) >= int(started):
+            members.append(int(entry.name))
+    return members
 
 
 class LocalExecutor(Executor):
@@ -161,9 +182,9 @@ class LocalExecutor(Executor):
                 record = self._record_dir(job_id)
                 if not record.exists() or (record / "rc").exists():
                     continue
-                pid = self._live_pid(job_id)
-                if pid is not None:
-                    self._kill_group(pid)
+                leader = self._leader(job_id)
+                if leader is not None:
+                    self._kill_session(*leader)
                 (record / "rc").write_text(_CANCELLED)
                 log.info("local job %s cancelled", job_id)
 
@@ -212,13 +233,23 @@ class LocalExecutor(Executor):
             return JobStatus(JobState.PENDING, reason="waiting for a free slot")
         return JobStatus(JobState.FAILED, reason="the job's process vanished without an exit code (killed?)")
 
-    def _live_pid(self, job_id: str) -> int | None:
+    def _leader(self, job_id: str) -> tuple[int, str] | None:
+        """(pid, start time) of the job's session leader, as recorded when it started."""
         try:
             pid_text, start = (self._record_dir(job_id) / "pid").read_text().split()
         except (OSError, ValueError):
             return None
-        pid = int(pid_text)
-        return pid if _proc_start_time(pid) == start else None
+        return int(pid_text), start
+
+    def _live_pid(self, job_id: str) -> int | None:
+        """The job's session id while any process of it runs (the wrapper, the script or a step)."""
+        leader = self._leader(job_id)
+        if leader is None:
+            return None
+        pid, start = leader
+        if _proc_start_time(pid) == start or session_members(pid, start):
+            return pid
+        return None
 
     def _running_count(self) -> int:
         count = 0
@@ -275,13 +306,15 @@ class LocalExecutor(Executor):
         return env
 
     @staticmethod
-    def _kill_group(pid: int) -> None:
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _proc_start_time(pid) is not None:
-            time.sleep(0.05)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
+    def _kill_session(sid: int, started: str) -> None:
+        """SIGTERM every process of the job's session, then SIGKILL what is left after 5 s."""
+        for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 1.0)):
+            members = session_members(sid, started)
+            if not members:
+                return
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and session_members(sid, started):
+                time.sleep(0.05)

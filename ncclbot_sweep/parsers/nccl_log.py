@@ -7,6 +7,8 @@ What is read, in any NCCL version the fixtures cover (2.3 to 2.29):
   the two-row ``Algorithm``/``Protocol`` header, and the 2.29+ layout of three such blocks;
 * per-call choice lines, named (``Broadcast: 1024 Bytes -> Algo RING proto LL
   channel{Lo..Hi}={0..0}``) and numeric (``805306368 Bytes -> Algo 1 proto 2 time 3970.68``);
+  identical consecutive lines become one ``choices`` row whose ``calls`` counts them (``seq``
+  is the first call's index), since NCCL prints one line per call;
 * ``COLL`` lines (``AllReduce: opCount 1a ... count 64 datatype 7 ... [nranks=2]``), opCount hex;
 * the NCCL version, plugin load lines, ``NCCL_ALGO``/``NCCL_PROTO`` set by environment,
   the ``Enabled NCCL Func/Proto/Algo Matrix`` and ``nRanks/nNodes`` of the init line;
@@ -126,6 +128,7 @@ class LogParser:
         self.seq = 0
         self.any_nccl = False
         self.group = -1
+        self._last_choice: tuple[tuple, dict] | None = None
         self.blocks: dict[int, int] = {}
 
     def finish(self) -> tuple[ParseResult, LogFacts]:
@@ -283,14 +286,21 @@ class LogParser:
         lo, hi = m.group("lo"), m.group("hi")
         channels = int(m.group("nch")) if m.group("nch") else (int(hi) - int(lo) + 1 if lo and hi else None)
         self.facts.observed_arms[arm] += 1
-        self.result.add("choices", {
-            **self.base(), "seq": self.seq, "collective": coll, "size_bytes": int(m.group("bytes")),
-            "arm": arm, "channels": channels, "channel_lo": int(lo) if lo else None,
-            "channel_hi": int(hi) if hi else None,
-            "predicted_us": float(m.group("time")) if m.group("time") else None,
-            "kind": "algo", "line": lineno,
-        })
+        size = int(m.group("bytes"))
+        predicted = float(m.group("time")) if m.group("time") else None
+        key = (coll, size, arm, lo, hi, channels, predicted)
+        last = self._last_choice
         self.seq += 1
+        if last is not None and last[0] == key:
+            # NCCL prints one line per call: identical consecutive calls become one row
+            # with a count, which keeps the sequence and not millions of copies.
+            last[1]["calls"] += 1
+            return
+        row = {**self.base(), "seq": self.seq - 1, "collective": coll, "size_bytes": size, "arm": arm,
+               "channels": channels, "channel_lo": int(lo) if lo else None, "channel_hi": int(hi) if hi else None,
+               "predicted_us": predicted, "kind": "algo", "line": lineno, "calls": 1}
+        self._last_choice = (key, row)
+        self.result.add("choices", row)
 
     def _coll(self, m: re.Match, lineno: int) -> None:
         try:
@@ -310,8 +320,9 @@ class LogParser:
         self.result.add("choices", {
             **base, "seq": self.seq, "collective": coll, "size_bytes": size, "count": count,
             "datatype": _DATATYPE_NAMES.get(dt, str(dt)), "op_count": int(m.group("op"), 16),
-            "comm": m.group("comm"), "kind": "coll", "line": lineno,
+            "comm": m.group("comm"), "kind": "coll", "line": lineno, "calls": 1,
         })
+        self._last_choice = None
         self.seq += 1
 
 

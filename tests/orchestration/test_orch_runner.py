@@ -18,6 +18,7 @@ from conftest import SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import ExecutorError, ManifestError
 from ncclbot_sweep.executors import make_executor
+from ncclbot_sweep.executors.local import session_members
 from ncclbot_sweep.inventory import parse_inventory_text
 from ncclbot_sweep.manifest import JobPhase, Manifest
 from ncclbot_sweep.runner import cancel, prepare, resume, status, submit
@@ -114,13 +115,14 @@ def test_sigkill_then_resume_finishes_each_step_once(tmp_path, fake_bin, fake_en
     proc.wait()
     finished_before = set(starts_and_ends(fake_env)[1])
     assert 3 <= len(finished_before) < 8
-    if not jobs_survive:  # the machine lost the jobs as well: kill their process groups
+    if not jobs_survive:  # the machine lost the jobs as well: kill every process of their sessions
         for pid_file in (work / ".executor" / "jobs").glob("*/pid"):
-            pid = int(pid_file.read_text().split()[0])
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            sid, started = pid_file.read_text().split()
+            for pid in session_members(int(sid), started):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
     os.environ["NCCLSWEEP_FAKE_SLEEP"] = "0.3"
     try:
         summary = resume(work)
@@ -170,6 +172,9 @@ def test_cancel_then_resume(tmp_path, fake_bin, fake_env, monkeypatch):
     _wait_for_ends(fake_env, 1)
     summary = cancel(work)
     assert summary.jobs.get("cancelled") == 4 and not summary.complete
+    for pid_file in (work / ".executor" / "jobs").glob("*/pid"):
+        sid, started = pid_file.read_text().split()
+        assert session_members(int(sid), started) == []  # the script and its running step are gone
     ok_at_cancel = {p.parent.name for p in work.glob("jobs/*/steps/*/exit") if p.read_text().strip() == "0"}
     time.sleep(0.3)
     starts_after_cancel = starts_and_ends(fake_env)[0]

@@ -68,10 +68,13 @@ def test_tuning_three_block_and_choices():
     assert (pat["latency_us"], pat["algbw_gbs"]) == (17.6, 3.6)
     assert {x["layout"] for x in tt} == {"three-block"} and tt[0]["nccl_version"] == "2.29.7"
     ch = r.rows("choices")
-    assert len(ch) == 72
+    # 72 per-call lines: 18 sizes once, then 9 sizes six times each (uniq -c on the file)
+    assert len(ch) == 27 and sum(c["calls"] for c in ch) == 72
     assert (ch[0]["collective"], ch[0]["size_bytes"], ch[0]["arm"], ch[0]["channels"]) == ("Broadcast", 1024,
                                                                                           "Ring/LL", 1)
-    assert (ch[-1]["size_bytes"], ch[-1]["arm"], ch[-1]["channels"]) == (67108864, "Ring/Simple", 4)
+    assert (ch[-1]["size_bytes"], ch[-1]["arm"], ch[-1]["channels"], ch[-1]["calls"]) == (67108864, "Ring/Simple",
+                                                                                          4, 6)
+    assert ch[-1]["seq"] == 66 and ch[-1]["line"] == 95
     run = r.rows("runs")[0]
     assert run["arm_observed"] == "Ring/Simple" and "libnccl-tuner.so" in run["plugins"]
 
@@ -106,7 +109,8 @@ def test_header_only_table_is_reported():
 def test_numeric_choices():
     _, r = _parse("B/issue-nccl1595-bytes-algo-proto-time-numeric-partial.txt")
     ch = r.rows("choices")
-    assert len(ch) == 5 and ch[0]["arm"] == "Ring/Simple" and ch[0]["predicted_us"] == pytest.approx(3970.683594)
+    assert len(ch) == 1 and ch[0]["calls"] == 5  # five identical consecutive lines
+    assert ch[0]["arm"] == "Ring/Simple" and ch[0]["predicted_us"] == pytest.approx(3970.683594)
     assert ch[0]["size_bytes"] == 805306368 and ch[0]["collective"] is None
 
 
