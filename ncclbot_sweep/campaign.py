@@ -34,7 +34,13 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ncclbot_sweep.errors import CampaignError, PlanError
-from ncclbot_sweep.inventory import Inventory, load_yaml_marked, parse_yaml_marked, validation_problem
+from ncclbot_sweep.inventory import (
+    Inventory,
+    env_mapping,
+    load_yaml_marked,
+    parse_yaml_marked,
+    validation_problem,
+)
 from ncclbot_sweep.names import (
     COLLECTIVE_BINARY,
     COLLECTIVES,
@@ -158,11 +164,15 @@ class Variant(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     env: dict[str, str] = Field(default_factory=dict)
 
+    _env = field_validator("env", mode="before")(lambda cls, v: env_mapping(v))
+
 
 class PluginSettings(_Model):
     """``NCCLBOT_*`` settings exported for every plugin step (names: ``plugin/README.md``)."""
 
     env: dict[str, str] = Field(default_factory=dict)
+
+    _env = field_validator("env", mode="before")(lambda cls, v: env_mapping(v))
 
 
 class Packing(_Model):
@@ -199,6 +209,11 @@ class Campaign(_Model):
     dtype: str = "float"
     op: str = "sum"
     extra_flags: list[str] = Field(default_factory=list)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        return env_mapping(value)
 
     @field_validator("collectives")
     @classmethod

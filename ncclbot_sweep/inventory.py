@@ -44,6 +44,7 @@ __all__ = [
     "Scheduler",
     "SIM_BIN_DIR",
     "describe_inventory",
+    "env_mapping",
     "load_inventory",
     "load_yaml_marked",
     "parse_inventory_text",
@@ -296,12 +297,7 @@ class Inventory(_Model):
     @field_validator("environment", mode="before")
     @classmethod
     def _env(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            bad = [k for k in value if not isinstance(k, str) or not _ENV_NAME.match(k)]
-            if bad:
-                raise ValueError(f"environment variable names must match [A-Za-z_][A-Za-z0-9_]*, but got {bad}")
-            return {k: _env_value(v) for k, v in value.items()}
-        return value
+        return env_mapping(value)
 
     @model_validator(mode="after")
     def _default_set(self) -> Inventory:
@@ -336,6 +332,16 @@ class Inventory(_Model):
         if not segment:
             return nodes, self.gpus_per_node
         return math.ceil(nodes / segment), segment * self.gpus_per_node
+
+
+def env_mapping(value: Any) -> Any:
+    """Check environment variable names and turn numbers and booleans into strings (YAML ``106``)."""
+    if isinstance(value, dict):
+        bad = [k for k in value if not isinstance(k, str) or not _ENV_NAME.match(k)]
+        if bad:
+            raise ValueError(f"environment variable names must match [A-Za-z_][A-Za-z0-9_]*, but got {bad}")
+        return {k: _env_value(v) for k, v in value.items()}
+    return value
 
 
 def _env_value(value: Any) -> Any:

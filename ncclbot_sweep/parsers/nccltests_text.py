@@ -90,20 +90,27 @@ class Layout:
     prefix: list[str]
     sides: list[list[str]]
     time_scale: float = 1.0
+    #: Trailing columns: ``-S`` prints a timestamp as two tokens (date and time).
+    suffix: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ncols(self) -> int:
-        return len(self.prefix) + sum(len(s) for s in self.sides)
+        return len(self.prefix) + sum(len(s) for s in self.sides) + len(self.suffix)
 
     @classmethod
     def from_header(cls, tokens: list[str]) -> Layout | None:
         names = [_NAME_MAP.get(t.lower(), t.lower()) for t in tokens]
         if "size" not in names or "time" not in names:
             return None
+        suffix: list[str] = []
+        if names[-1] == "timestamp":
+            names, suffix = names[:-1], ["ts_date", "ts_time"]
+        if names[0] == "timestamp":
+            names = ["ts_date", "ts_time"] + names[1:]
         starts = [i for i, n in enumerate(names) if n == "time"]
         prefix = names[: starts[0]]
         sides = [names[a:b] for a, b in zip(starts, starts[1:] + [len(names)])]
-        return cls(prefix, sides)
+        return cls(prefix, sides, suffix=suffix)
 
     @classmethod
     def infer(cls, tokens: list[str]) -> Layout | None:
@@ -279,7 +286,7 @@ class TextParser:
         nrows = int(is_row.sum())
         if layout is not None and nrows:
             rows = buf[np.repeat(is_row, ends - starts + 1)].tobytes()
-            cols = textblock.csv_rows(rows, nrows, layout.prefix, layout.sides)
+            cols = textblock.csv_rows(rows, nrows, layout.prefix, layout.sides, layout.suffix)
             if cols is not None:
                 prepared.layout, prepared.cols = layout, cols
                 prepared.row_index = np.cumsum(is_row) - 1
@@ -486,10 +493,10 @@ class TextParser:
             for text, num in zip(data.decode("utf-8", "replace").split("\n"), nums.tolist()):
                 self._annotation(text.strip(), num)
             return
-        cols = textblock.csv_rows(data, len(nums), layout.prefix, layout.sides)
+        cols = textblock.csv_rows(data, len(nums), layout.prefix, layout.sides, layout.suffix)
         if cols is None:
             lines = data.decode("utf-8", "replace").split("\n")[: len(nums)]
-            cols = textblock.convert_rows(pa.array(lines, pa.large_string()), layout.prefix, layout.sides)
+            cols = textblock.convert_rows(pa.array(lines, pa.large_string()), layout.prefix, layout.sides, layout.suffix)
         if cols is None:
             self._slow_block(lines, nums.tolist(), layout, run)
             return
@@ -503,7 +510,7 @@ class TextParser:
             text = strip_prefix(raw).strip()
             tokens = text.split()
             fits = len(tokens) == layout.ncols and tokens[0].isdigit() and textblock.convert_rows(
-                pa.array([text], pa.large_string()), layout.prefix, layout.sides) is not None
+                pa.array([text], pa.large_string()), layout.prefix, layout.sides, layout.suffix) is not None
             if fits:
                 good.append(text)
                 good_nums.append(num)
@@ -515,7 +522,7 @@ class TextParser:
                     self.on_other(raw, num)
                 self._annotation(text.lstrip("#").strip(), num)
         if good:
-            cols = textblock.convert_rows(pa.array(good, pa.large_string()), layout.prefix, layout.sides)
+            cols = textblock.convert_rows(pa.array(good, pa.large_string()), layout.prefix, layout.sides, layout.suffix)
             self._emit(cols, np.asarray(good_nums, dtype=np.int64), layout, run)
 
     def _emit(self, cols: dict[str, Any], nums: np.ndarray, layout: Layout, run: _Run) -> None:
@@ -547,7 +554,8 @@ class TextParser:
             "cycle": pa.array(cycle),
             "iteration": pa.nulls(n, pa.int32()),
             "n_iters": const(run.header.get("iters"), n, pa.int32()),
-            "timestamp": cols.get("timestamp", pa.nulls(n, pa.string())),
+            "timestamp": (pc.binary_join_element_wise(cols["ts_date"], cols["ts_time"], " ")
+                          if "ts_date" in cols and "ts_time" in cols else pa.nulls(n, pa.string())),
             "line": pa.array(nums),
         }
         for key in ("fabric", "collective", "arm", "policy", "source_path", "source_sha256"):

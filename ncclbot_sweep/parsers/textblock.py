@@ -21,7 +21,7 @@ __all__ = ["collapse_blanks", "line_bounds", "csv_rows", "lines_array", "row_mas
 _NULL_TOKENS = pa.array(["N/A", "nan", "-nan", "NaN", "-"], pa.large_string())
 _INT = {"size", "count", "root"}
 _FLOAT = {"time", "algbw", "busbw", "error"}
-_STR = {"type", "redop", "timestamp"}
+_STR = {"type", "redop", "ts_date", "ts_time"}
 
 
 def collapse_blanks(chunk: bytes) -> bytes:
@@ -52,11 +52,12 @@ def line_bounds(chunk: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 
 _CSV_TYPES = {"size": pa.int64(), "count": pa.int64(), "root": pa.int64(), "type": pa.string(),
-              "redop": pa.string(), "timestamp": pa.string(), "time": pa.float64(), "algbw": pa.float64(),
+              "redop": pa.string(), "ts_date": pa.string(), "ts_time": pa.string(), "time": pa.float64(), "algbw": pa.float64(),
               "busbw": pa.float64(), "error": pa.float64(), "wrong": pa.int64()}
 
 
-def csv_rows(data: bytes, n: int, prefix: list[str], sides: list[list[str]]) -> dict[str, Any] | None:
+def csv_rows(data: bytes, n: int, prefix: list[str], sides: list[list[str]],
+             suffix: list[str] = ()) -> dict[str, Any] | None:
     """``n`` collapsed rows (single spaces, newline-terminated) to columns via Arrow's CSV reader.
 
     Same result shape as :func:`convert_rows`; None when the rows do not fit the layout.
@@ -65,7 +66,7 @@ def csv_rows(data: bytes, n: int, prefix: list[str], sides: list[list[str]]) -> 
 
     import pyarrow.csv as pcsv
 
-    names = list(prefix) + [f"s{s}.{c}" for s, side in enumerate(sides) for c in side]
+    names = list(prefix) + [f"s{s}.{c}" for s, side in enumerate(sides) for c in side] + list(suffix)
     if len(set(names)) != len(names):
         return None
     types = {name: _CSV_TYPES[name.split(".", 1)[-1]] for name in names if name.split(".", 1)[-1] in _CSV_TYPES}
@@ -115,20 +116,21 @@ def _numeric(col: pa.Array, typ: pa.DataType) -> pa.Array:
     return cleaned.cast(typ)
 
 
-def convert_rows(rows: pa.Array, prefix: list[str], sides: list[list[str]]) -> dict[str, Any] | None:
+def convert_rows(rows: pa.Array, prefix: list[str], sides: list[list[str]],
+                 suffix: list[str] = ()) -> dict[str, Any] | None:
     """Split rows into columns named ``size``... and ``s<side>.<name>``; None if they do not fit.
 
     Integer columns come back as int64, times and bandwidths as float64 (``N/A`` -> null),
     names as strings. Unknown extra columns (``-I`` statistics) are skipped.
     """
-    ncols = len(prefix) + sum(len(s) for s in sides)
+    ncols = len(prefix) + sum(len(s) for s in sides) + len(suffix)
     if len(rows) == 0:
         return None
     tokens = pc.ascii_split_whitespace(pc.ascii_trim_whitespace(rows))
     lengths = pc.min_max(pc.list_value_length(tokens)).as_py()
     if lengths["min"] != ncols or lengths["max"] != ncols:
         return None
-    names = list(prefix) + [f"s{s}.{c}" for s, side in enumerate(sides) for c in side]
+    names = list(prefix) + [f"s{s}.{c}" for s, side in enumerate(sides) for c in side] + list(suffix)
     cols: dict[str, Any] = {}
     try:
         for k, name in enumerate(names):

@@ -202,3 +202,26 @@ def test_ms_units_of_2017_layout():
 def test_garbage_is_unusable_not_an_exception():
     result = parse_nccltests_text(b"\x00\xff hello\nworld\n", source())
     assert result.unusable and result.issues
+
+
+PER_ITER_AND_TIMESTAMPS = """# nccl-tests version 2.19.7 nccl-headers=23004 nccl-library=23004
+# nThread 1 nGpus 8 minBytes 8 maxBytes 32 step: 4(factor) warmup iters: 2 iters: 5 agg iters: 1 validation: 1 graph: 0 unalign: 0
+#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%            timestamp
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)  %Y-%m-%d %H:%M:%S
+           8             2     float     sum      -1    97.45    0.00    0.00       0    84.17   111.65   111.65    11.93    83.58    0.00    0.00       0    77.19    87.53    87.53     4.53  2026-12-01 05:45:25
+          32             8     float     sum      -1   105.39    0.00    0.00       0    88.60   155.89   155.89    24.34    80.99    0.00    0.00       0    77.94    85.07    85.07     3.38  2026-12-01 05:45:26
+# Out of bounds values : 0 OK
+"""
+
+
+def test_per_iteration_columns_and_trailing_timestamp():
+    rows = parse_nccltests_text(PER_ITER_AND_TIMESTAMPS, source()).rows("iterations")
+    assert [(r["size_bytes"], r["in_place"], r["time_us"]) for r in rows] == [
+        (8, False, 97.45), (32, False, 105.39), (8, True, 83.58), (32, True, 80.99)]
+    assert rows[1]["timestamp"] == "2026-12-01 05:45:26" and rows[0]["wrong"] == 0
+
+
+def test_mpirun_timestamp_prefix():
+    text = "".join(f"Thu Jul 18 15:41:05 2024<stdout>:{line}\n" for line in SYNTH.splitlines())
+    rows = parse_nccltests_text(text, source()).rows("iterations")
+    assert len(rows) == 10 and rows[0]["time_us"] == 10.0
