@@ -197,6 +197,9 @@ static void apply_result(nb_comm *c, int64_t s) {
 
 /* Apply every held result up to f, then stop learning (state identical on all ranks). */
 static void freeze_at(nb_comm *c, int64_t f, const char *why) {
+  if (f < c->sync->applied)
+    NB_WARN("freeze at round %lld but round %lld is already applied here; ranks may differ",
+            (long long)f, (long long)c->sync->applied);
   for (int64_t s = c->sync->applied + 1; s <= f; s++) {
     if (!nb_sync_result(c->sync, s)) {
       NB_WARN("freeze at round %lld but round %lld is not held here; ranks may differ",
@@ -233,16 +236,17 @@ static void submit_round(nb_comm *c, int64_t b) {
   c->sync->have[(b + 2) % NB_RES_RING] = -1;
   while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
     c->match_lo++;
-  if (nb_sync_submit(c->sync, b, h, lat) != 0) c->sync->held = c->sync->held; /* next wait fails */
+  (void)nb_sync_submit(c->sync, b, h, lat); /* a failed send shows up as the next wait's failure */
 }
 
-/* Returns 0 to continue learning, 1 when frozen, -1 when failed. */
 static uint64_t cpu_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* Round boundary b (see the top of this file). Returns 0 to go on learning, 1 when frozen,
+ * -1 when failed (fail mode). */
 static int boundary(nb_comm *c, int64_t b) {
   uint64_t t0 = nb_now_ns(), c0 = cpu_ns();
   char why[256];

@@ -184,7 +184,8 @@ ncclResult_t nb_prof_stop(void *eHandle) {
   if (!__atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return ncclSuccess; /* already recycled by the user thread */
   uint64_t d = __atomic_load_n(&r->maxdur, __ATOMIC_RELAXED);
-  int bad = __atomic_load_n(&r->bad, __ATOMIC_RELAXED) || d == 0;
+  int all = __builtin_popcountll(__atomic_load_n(&r->stopped, __ATOMIC_RELAXED)) == r->nch;
+  int bad = __atomic_load_n(&r->bad, __ATOMIC_RELAXED) || d == 0 || !all; /* e.g. a duplicate stop */
   push(r->comm, r, bad ? -1.0f : (float)((double)d / 1000.0));
   return ncclSuccess;
 }
