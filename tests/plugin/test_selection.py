@@ -226,3 +226,24 @@ def test_fuzzed_cost_tables_keep_nccl_invariants(plugin, nb_env, comm_id, tmp_pa
             if policy != "static":
                 r.measure(AR, MIB * (1 + i % 7), arm, rng.uniform(1, 50))
     r.finalize()
+
+
+def test_tuner_v4_static_works_learning_refused(plugin, nb_env, tmp_path):
+    """NCCL 2.24-2.27 load ncclTunerPlugin_v4: init(nRanks, nNodes, logger, &ctx), no commId."""
+    v4 = H.TunerV6.in_dll(plugin.lib, "ncclTunerPlugin_v4")  # name, init, getCollInfo, destroy
+    init4 = C.CFUNCTYPE(C.c_int, C.c_size_t, C.c_size_t, C.c_void_p, C.POINTER(C.c_void_p))
+    init_fn = C.cast(C.cast(C.addressof(v4) + 8, C.POINTER(C.c_void_p)).contents.value, init4)
+    path = tmp_path / "t.csv"
+    path.write_text("AllReduce,*,*,0,Ring/LL\n")
+    nb_env(policy="static", static_table=path, min_bytes=0)
+    ctx = C.c_void_p()
+    assert init_fn(1, 1, H.logger_ptr(), C.byref(ctx)) == 0 and ctx.value
+    arr = (C.c_float * 21)(*H.cost_table({H.RING_LL: 9.0, H.RING_SIMPLE: 1.0}))
+    nch = C.c_int(0)
+    assert v4.getCollInfo(ctx, AR, MIB, 1, arr, 7, 3, 0, C.byref(nch)) == 0
+    assert H.nccl_choice(list(arr)) == H.RING_LL
+    assert v4.finalize(ctx) == 0
+    nb_env(policy="ucb1")
+    ctx = C.c_void_p()
+    assert init_fn(1, 1, H.logger_ptr(), C.byref(ctx)) == 0 and not ctx.value
+    assert "learning needs tuner v5+" in H.take_log()
