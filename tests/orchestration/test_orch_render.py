@@ -134,7 +134,7 @@ def test_sbatch_values_with_shell_syntax_are_refused(tmp_path: Path):
     plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN), parse_inventory_text(text))
     with pytest.raises(RenderError, match="cannot go on an #SBATCH line") as info:
         render_job_script(plan, plan.jobs[0], run_root=Path("/c"))
-    assert "scheduler.partition" in str(info.value)
+    assert "scheduler.partition" in str(info.value) and info.value.hint == "fix scheduler.partition in the inventory"
 
 
 def test_cli_render(tmp_path: Path, fake_bin: Path):

@@ -234,6 +234,7 @@ def test_manifest_schema_mismatch_names_both_versions(tmp_path, fake_bin, fake_e
         status(work)
     text = str(info.value)
     assert "schema version 0 (written by ncclbot-sweep 0.0.1)" in text and "reads schema version 1" in text
+    assert info.value.path == str(work / "manifest.sqlite") and "ncclbot-sweep 0.0.1" in info.value.hint
 
 
 def test_event_log_is_append_only(tmp_path, fake_bin, fake_env):
