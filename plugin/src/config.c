@@ -197,7 +197,7 @@ void nb_config_parse(nb_config *c, const char *(*get)(const char *)) {
 
 static const char *env_get(const char *name) { return getenv(name); }
 
-/* Every variable this plugin reads; an NCCLBOT_* name not listed is a typo, not a default. */
+/* Every variable this plugin reads. */
 static const char *const k_known[] = {
     "NCCLBOT_POLICY", "NCCLBOT_ESTIMATOR", "NCCLBOT_UCB_ALPHA", "NCCLBOT_PSEUDO_COUNT",
     "NCCLBOT_RHO_MAX", "NCCLBOT_SGD_LR", "NCCLBOT_SGD_DECAY", "NCCLBOT_SGD_CLIP", "NCCLBOT_GAIN",
@@ -205,31 +205,69 @@ static const char *const k_known[] = {
     "NCCLBOT_SYNC_TOKEN", "NCCLBOT_SYNC_EVERY", "NCCLBOT_SYNC_TIMEOUT_MS",
     "NCCLBOT_SYNC_ON_FAILURE", "NCCLBOT_TRACE_DIR", "NCCLBOT_STATE_DIR"};
 
+/* Edit distance of two short names (init only). */
+static size_t edit_distance(const char *a, size_t na, const char *b, size_t nb) {
+  size_t row[64];
+  if (na >= 63 || nb >= 63) return 99;
+  for (size_t j = 0; j <= nb; j++) row[j] = j;
+  for (size_t i = 1; i <= na; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= nb; j++) {
+      size_t up = row[j];
+      size_t best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[nb];
+}
+
 extern char **environ;
 
+/*
+ * Other parts of ncclbot-sweep use NCCLBOT_* names too (NCCLBOT_SIM_*, NCCLBOT_STEP_KEY),
+ * so an unknown name is only an error when it is within two edits of a setting: then it
+ * is a typo, and a typo must not silently fall back to a default.
+ */
 void nb_config_from_env(nb_config *cfg) {
   nb_config_parse(cfg, env_get);
   for (char **e = environ; e && *e && cfg->valid; e++) {
     if (strncmp(*e, "NCCLBOT_", 8) != 0) continue;
-    size_t n = strcspn(*e, "=");
-    int known = 0;
-    for (size_t i = 0; i < sizeof k_known / sizeof *k_known && !known; i++)
-      known = strlen(k_known[i]) == n && strncmp(*e, k_known[i], n) == 0;
-    if (!known) {
+    size_t n = strcspn(*e, "="), nearest = 99;
+    const char *near = NULL;
+    for (size_t i = 0; i < sizeof k_known / sizeof *k_known; i++) {
+      size_t d = edit_distance(*e, n, k_known[i], strlen(k_known[i]));
+      if (d < nearest) {
+        nearest = d;
+        near = k_known[i];
+      }
+    }
+    if (nearest > 0 && nearest <= 2) {
       cfg->valid = 0;
       snprintf(cfg->why, sizeof cfg->why,
-               "%.*s is not a setting of this plugin (a typo?); plugin/README.md lists them", (int)n,
-               *e);
+               "%.*s is not a setting of this plugin; did you mean %s? (plugin/README.md)", (int)n,
+               *e, near);
     }
   }
 }
 
+/* One INFO line with the effective value of every setting (the token is never printed). */
 void nb_config_announce(const nb_config *c) {
-  NB_INFO("NCCLBOT_POLICY=%s NCCLBOT_ESTIMATOR=%s NCCLBOT_UCB_ALPHA=%g NCCLBOT_PSEUDO_COUNT=%g "
-          "NCCLBOT_RHO_MAX=%g NCCLBOT_MIN_BYTES=%llu NCCLBOT_SYNC_EVERY=%u "
-          "NCCLBOT_SYNC_ON_FAILURE=%s NCCLBOT_SYNC_ADDR=%s:%d NCCLBOT_MAX_CONTEXTS=%u",
+  NB_INFO("settings: NCCLBOT_POLICY=%s NCCLBOT_ESTIMATOR=%s NCCLBOT_UCB_ALPHA=%g "
+          "NCCLBOT_PSEUDO_COUNT=%g NCCLBOT_RHO_MAX=%g NCCLBOT_SGD_LR=%g NCCLBOT_SGD_DECAY=%g "
+          "NCCLBOT_SGD_CLIP=%g NCCLBOT_GAIN=%g NCCLBOT_MIN_BYTES=%llu NCCLBOT_MAX_CONTEXTS=%u "
+          "NCCLBOT_STATIC_TABLE=%s NCCLBOT_SYNC_ADDR=%s:%d NCCLBOT_SYNC_TOKEN=%s "
+          "NCCLBOT_SYNC_EVERY=%u NCCLBOT_SYNC_TIMEOUT_MS=%u NCCLBOT_SYNC_ON_FAILURE=%s "
+          "NCCLBOT_TRACE_DIR=%s NCCLBOT_STATE_DIR=%s",
           k_policies[c->policy], k_estimators[c->estimator], c->alpha, c->pseudo_count,
-          c->rho_max, (unsigned long long)c->min_bytes, c->sync_every,
-          k_failure[c->on_failure], c->sync_configured ? c->sync_host : "(none)",
-          c->sync_port, c->max_contexts);
+          c->rho_max, c->sgd_lr, c->sgd_decay, c->sgd_clip, c->gain,
+          (unsigned long long)c->min_bytes, c->max_contexts,
+          c->static_table[0] ? c->static_table : "(none)",
+          c->sync_configured ? c->sync_host : "(none)", c->sync_port,
+          c->sync_token[0] ? "(set)" : "(none)", c->sync_every, c->sync_timeout_ms,
+          k_failure[c->on_failure], c->trace_dir[0] ? c->trace_dir : "(none)",
+          c->state_dir[0] ? c->state_dir : "(none)");
 }

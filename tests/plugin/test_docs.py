@@ -37,3 +37,14 @@ def test_trace_parses_into_live_events(plugin, nb_env, comm_id, tmp_path):
     rows = res.tables["live_events"]
     assert len(rows) == 20 and all(x["kind"] == "pull" and x["collective"] == "AllReduce" for x in rows)
     assert rows[0]["arm"] == "Ring/LL128" and rows[0]["latency_us"] == 11.0 and rows[0]["ranks"] == 1
+
+
+def test_rank0_announces_every_setting_without_the_token(plugin, nb_env, comm_id):
+    nb_env(policy="auto", sync_token="hush-hush")
+    r = H.Rank(plugin, comm_id, 1, 1, 0)
+    line = next(l for l in H.take_log().splitlines() if "settings:" in l)
+    r.finalize()
+    readme = (H.PLUGIN_DIR / "README.md").read_text()
+    for name in re.findall(r"^\| `(NCCLBOT_[A-Z_]+)` \|", readme, re.M):
+        assert f"{name}=" in line, name
+    assert "hush-hush" not in line and "NCCLBOT_POLICY=auto" in line

@@ -99,11 +99,20 @@ def test_bad_setting_leaves_plugin_inert_with_one_warn(plugin, nb_env, comm_id, 
     r.finalize()
 
 
-def test_unknown_variable_is_a_typo_not_a_default(plugin, nb_env, comm_id):
+def test_misspelt_variable_is_a_typo_not_a_default(plugin, nb_env, comm_id):
     nb_env(polcy="static")
     r = H.Rank(plugin, comm_id, 1, 1, 0)
     assert not r.active
-    assert "NCCLBOT_POLCY is not a setting of this plugin" in H.take_log()
+    assert "NCCLBOT_POLCY is not a setting of this plugin; did you mean NCCLBOT_POLICY?" in H.take_log()
+    r.finalize()
+
+
+def test_other_parts_ncclbot_variables_are_left_alone(plugin, nb_env, comm_id):
+    """The simulator and the job scripts use NCCLBOT_SIM_*, NCCLBOT_STEP_KEY and the like."""
+    nb_env(sim_fabric="sim-h100", sim_seed="3", sim_bin_cache="/x", step_key="k", ssh_key_passphrase="p",
+           policy="ucb1", min_bytes=0)
+    r = H.Rank(plugin, comm_id, 1, 1, 0)
+    assert r.active
     r.finalize()
 
 
