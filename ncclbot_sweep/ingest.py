@@ -231,7 +231,7 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
     if log_path.is_file():
         with open(log_path, encoding="utf-8", errors="replace") as fh:
             log_result, facts = parse_nccl_log(fh, source)
-        for name in ("tuning_tables", "choices"):
+        for name in ("tuning_tables", "choices", "cost_tables"):
             result.tables[name] = log_result.tables.get(name, [])
         result.issues.extend(i for i in log_result.issues if i.line is not None)
     _step_run_columns(run, meta, files, source)

@@ -111,6 +111,8 @@ class Scheduler(_Model):
     time_limit_min: int = Field(240, ge=1)
     #: Lower bound for one job's time limit, in minutes.
     min_time_limit_min: int = Field(5, ge=1)
+    #: Ask for GPUs with ``--gpus-per-node`` (off for clusters that hand out whole nodes without GRES).
+    request_gpus: bool = True
     #: Extra ``#SBATCH`` lines, given without the prefix, e.g. ``--exclusive``.
     extra_sbatch: list[str] = Field(default_factory=list)
     #: How many of the campaign's jobs may sit in the queue at once.

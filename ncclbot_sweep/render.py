@@ -104,8 +104,10 @@ def _sbatch_lines(plan: Plan, job: Job) -> list[_Raw]:
     node_set = inv.node_set(job.node_set)
     tag = job_tag(plan.campaign_key, job.key)
     lines = [f"--job-name={_sbatch(tag, 'job tag')}", f"--comment={_sbatch(tag, 'job tag')}",
-             f"--nodes={job.nodes}", f"--ntasks-per-node={inv.gpus_per_node}",
-             f"--gpus-per-node={inv.gpus_per_node}", f"--time={job.time_limit_min}"]
+             f"--nodes={job.nodes}", f"--ntasks-per-node={inv.gpus_per_node}"]
+    if sched.request_gpus:
+        lines.append(f"--gpus-per-node={inv.gpus_per_node}")
+    lines.append(f"--time={job.time_limit_min}")
     for option, value in (("partition", sched.partition), ("account", sched.account), ("qos", sched.qos),
                           ("reservation", sched.reservation)):
         if value:

@@ -34,7 +34,7 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     parser.feed_all(chunks)
     result = parser.close()
     log_result, facts = log.finish()
-    for name in ("tuning_tables", "choices"):
+    for name in ("tuning_tables", "choices", "cost_tables"):
         if log_result.tables.get(name):
             result.tables[name] = log_result.tables[name]
     result.issues.extend(i for i in log_result.issues if i.line is not None)
@@ -55,7 +55,7 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
 
 def parse_source(fmt: str, data: bytes, source: SourceInfo) -> ParseResult:
     """Parse ``data`` (a whole file, decompressed) in format ``fmt`` (one of :data:`FORMATS`)."""
-    from ncclbot_sweep.parsers import kineto, nccl_log, nccltests_json, nccltests_text, traces
+    from ncclbot_sweep.parsers import kineto, nccl_log, nccltests_json, traces
 
     if fmt == "nccl-tests-text":
         return parse_nccltests_stream([data], source)

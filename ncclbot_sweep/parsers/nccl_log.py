@@ -139,12 +139,31 @@ class LogParser:
             group = row.pop("_group", None)
             if self.blocks.get(group, 0) > 1:
                 row["layout"] = "three-block"
+        self._cost_rows()
         if self.group >= 0 and not result.tables.get("tuning_tables"):
             result.issues.append(Issue(None, "tuning table header without rows (log cut short)"))
         if not self.any_nccl:
             result.unusable = True
             result.issues.append(Issue(None, "no NCCL log line (NCCL INFO/WARN) found"))
         return result, facts
+
+    def _cost_rows(self) -> None:
+        """``cost_tables`` rows from choice lines that print NCCL's predicted time (``time T``):
+        what the cost model predicted for the arm it picked, one row per context and arm."""
+        seen: set[tuple] = set()
+        for row in self.result.tables.get("choices", []):
+            if row.get("predicted_us") is None:
+                continue
+            key = (row["collective"], row["size_bytes"], row["arm"])
+            if key in seen:
+                continue
+            seen.add(key)
+            self.result.add("cost_tables", {
+                "run_id": row["run_id"], "fabric": row["fabric"], "collective": row["collective"],
+                "nodes": row["nodes"], "ranks": row["ranks"], "size_bytes": row["size_bytes"], "arm": row["arm"],
+                "predicted_us": row["predicted_us"], "source": "nccl-log-choice",
+                "nccl_version": self.facts.nccl_version,
+                "source_path": row["source_path"], "source_sha256": row["source_sha256"]})
 
     def base(self) -> dict[str, Any]:
         meta = self.source.meta

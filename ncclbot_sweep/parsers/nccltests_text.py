@@ -9,10 +9,16 @@ INFO/WARN lines and shell noise may be interleaved anywhere; lines whose leading
 stripped by a document renderer are recognised too.
 
 The table layout comes from the column header when there is one, else it is inferred from
-the first data row. Data rows are collected and converted in blocks with numpy (the fast
-path); a block that does not fit the layout falls back to row-by-row parsing, and a row that
-still does not fit becomes an :class:`Issue`. Memory stays bounded: rows leave the parser
-in batches of at most ``batch_rows`` through ``on_rows``.
+the first data row. Rows are converted in blocks by :mod:`~ncclbot_sweep.parsers.textblock`
+(blank collapse in numpy, Arrow's CSV reader; with :meth:`TextParser.feed_all` a worker
+thread does this for the next chunk while the main thread walks the other lines); a block
+that does not fit the layout falls back to Arrow's whitespace split, then to row-by-row
+parsing, and a row that still does not fit becomes an :class:`Issue` with its line number.
+Memory stays bounded: rows leave the parser in batches of at most ``batch_rows`` through
+``on_rows``; runs and issues (small) are returned by :meth:`TextParser.close`.
+
+Row order in the batches: for each block, the out-of-place rows, then the in-place rows.
+Runs in one file get ``run_id`` ``<id>``, ``<id>.1``, ... (:meth:`SourceInfo.run_id_for`).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from ncclbot_sweep.parsers.common import (
     strip_prefix,
 )
 
-__all__ = ["TextParser", "parse_nccltests_text", "Layout"]
+__all__ = ["TextParser", "parse_nccltests_text", "Layout", "collective_from_name"]
 
 log = logging.getLogger(__name__)
 

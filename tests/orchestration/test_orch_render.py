@@ -41,6 +41,13 @@ def test_forced_script_contract():
     assert "unset NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN" in text
 
 
+def test_gpu_request_can_be_left_out():
+    text = local_inventory_text(Path("/opt/nt")).replace("kind: local\n  max", "kind: local\n  request_gpus: false\n  max")
+    plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN), parse_inventory_text(text))
+    script = render_job_script(plan, plan.jobs[0], run_root=Path("/c"))
+    assert "--gpus-per-node" not in script and "#SBATCH --ntasks-per-node=8" in script
+
+
 def test_old_nccl_tests_use_cycles():
     old = parse_inventory_text(local_inventory_text(Path("/opt/nt")).replace('"2.19.6"', '"2.16.9"'))
     plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN), old)

@@ -112,6 +112,9 @@ def test_numeric_choices():
     assert len(ch) == 1 and ch[0]["calls"] == 5  # five identical consecutive lines
     assert ch[0]["arm"] == "Ring/Simple" and ch[0]["predicted_us"] == pytest.approx(3970.683594)
     assert ch[0]["size_bytes"] == 805306368 and ch[0]["collective"] is None
+    cost = r.rows("cost_tables")
+    assert [(c["size_bytes"], c["arm"], c["predicted_us"], c["source"]) for c in cost] == [
+        (805306368, "Ring/Simple", pytest.approx(3970.683594), "nccl-log-choice")]
 
 
 @pytest.mark.parametrize("rel,n,first", [
