@@ -213,8 +213,9 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
     if stdout.is_file():
         text = parse_source("nccl-tests-text", stdout.read_bytes(), source)
         text_runs = text.rows("runs")
-        result.merge(ParseResult(tables={"iterations": text.tables.get("iterations", [])},
-                                 issues=text.issues))
+        # NCCL lines in stdout (NCCL_DEBUG without NCCL_DEBUG_FILE) count unless nccl.log has them.
+        keep = ("iterations", "tuning_tables", "choices", "cost_tables")
+        result.merge(ParseResult(tables={k: v for k, v in text.tables.items() if k in keep}, issues=text.issues))
     result_json = Path(files.result_json)
     json_runs: list[dict] = []
     if result_json.is_file():
@@ -232,7 +233,8 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
         with open(log_path, encoding="utf-8", errors="replace") as fh:
             log_result, facts = parse_nccl_log(fh, source)
         for name in ("tuning_tables", "choices", "cost_tables"):
-            result.tables[name] = log_result.tables.get(name, [])
+            if log_result.tables.get(name):
+                result.tables[name] = log_result.tables[name]
         result.issues.extend(i for i in log_result.issues if i.line is not None)
     _step_run_columns(run, meta, files, source)
     _apply_log_facts([run], facts, meta.get("arm"), result)
