@@ -21,6 +21,7 @@ demo: venv
 	$(VENV)/bin/ncclbot-sweep demo --out $(DEMO_OUT)
 
 test: venv
+	bash tests/infra/install-slurm-sshd.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
