@@ -195,7 +195,8 @@ class Campaign(_Model):
     policies: list[str] = Field(default_factory=list)
     plugin: PluginSettings = Field(default_factory=PluginSettings)
     variants: list[Variant] = Field(default_factory=lambda: [Variant(name="default")])
-    warmup: int = Field(5, ge=0)
+    #: Untimed iterations before each size; 0 keeps the lazy-connection transient in the measured ones.
+    warmup: int = Field(0, ge=0)
     iterations: int = Field(100, ge=1)
     repeats: int = Field(1, ge=1)
     timeout_s: int = Field(1800, ge=10)

@@ -1,6 +1,6 @@
 #!/bin/bash
-#SBATCH --job-name=ncclbot:76ee9938dde11764:84ca362d7762bb94
-#SBATCH --comment=ncclbot:76ee9938dde11764:84ca362d7762bb94
+#SBATCH --job-name=ncclbot:76ee9938dde11764:24f3f8d1838a7631
+#SBATCH --comment=ncclbot:76ee9938dde11764:24f3f8d1838a7631
 #SBATCH --nodes=8
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
@@ -13,10 +13,10 @@
 # Our own variables are NCCLSWEEP_*: the plugin refuses unknown NCCLBOT_* variables.
 set -u
 umask 022
-JOB_DIR=/shared/campaigns/golden/jobs/84ca362d7762bb94
+JOB_DIR=/shared/campaigns/golden/jobs/24f3f8d1838a7631
 export NCCLSWEEP_CAMPAIGN=golden-forced
 export NCCLSWEEP_CAMPAIGN_KEY=76ee9938dde11764
-export NCCLSWEEP_JOB_KEY=84ca362d7762bb94
+export NCCLSWEEP_JOB_KEY=24f3f8d1838a7631
 mkdir -p "$JOB_DIR/steps" || exit 1
 exec >>"$JOB_DIR/job.log" 2>&1
 echo "[ncclbot] job $NCCLSWEEP_JOB_KEY starting on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ) (Slurm job ${SLURM_JOB_ID:-none})"
@@ -99,14 +99,14 @@ ncclbot_provenance || echo "[ncclbot] warning: provenance capture failed (python
 
 ncclbot_failed=0
 
-# ---- step 1/2: 7918ad4bd5e96982
-STEP_DIR=/shared/campaigns/golden/jobs/84ca362d7762bb94/steps/7918ad4bd5e96982
+# ---- step 1/2: c34a847b157036cd
+STEP_DIR=/shared/campaigns/golden/jobs/24f3f8d1838a7631/steps/c34a847b157036cd
 if ncclbot_step_done "$STEP_DIR"; then
-    echo "[ncclbot] step "7918ad4bd5e96982" already finished, skipped"
+    echo "[ncclbot] step "c34a847b157036cd" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"
     rm -f "$STEP_DIR/exit" "$STEP_DIR/result.json" "$STEP_DIR"/result.json.* "$STEP_DIR/nccl.log" "$STEP_DIR/stdout.txt" "$STEP_DIR/stderr.txt"
-    echo "[ncclbot] step "7918ad4bd5e96982" ("'AllReduce 8n Ring/LL128'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "[ncclbot] step "c34a847b157036cd" ("'AllReduce 8n Ring/LL128'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     (
         unset NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN
         export NCCL_ALGO=Ring
@@ -114,24 +114,24 @@ else
         export NCCL_DEBUG=INFO
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
-        export NCCLSWEEP_STEP_KEY=7918ad4bd5e96982
-        export NCCLBOT_STEP_KEY=7918ad4bd5e96982  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
-        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 5 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        export NCCLSWEEP_STEP_KEY=c34a847b157036cd
+        export NCCLBOT_STEP_KEY=c34a847b157036cd  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
+        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
-    echo "[ncclbot] step "7918ad4bd5e96982" finished with exit code $rc"
+    echo "[ncclbot] step "c34a847b157036cd" finished with exit code $rc"
     [ "$rc" = 0 ] || ncclbot_failed=$((ncclbot_failed + 1))
 fi
 
-# ---- step 2/2: bf47e91e28d4df18
-STEP_DIR=/shared/campaigns/golden/jobs/84ca362d7762bb94/steps/bf47e91e28d4df18
+# ---- step 2/2: 138ab278b28a220b
+STEP_DIR=/shared/campaigns/golden/jobs/24f3f8d1838a7631/steps/138ab278b28a220b
 if ncclbot_step_done "$STEP_DIR"; then
-    echo "[ncclbot] step "bf47e91e28d4df18" already finished, skipped"
+    echo "[ncclbot] step "138ab278b28a220b" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"
     rm -f "$STEP_DIR/exit" "$STEP_DIR/result.json" "$STEP_DIR"/result.json.* "$STEP_DIR/nccl.log" "$STEP_DIR/stdout.txt" "$STEP_DIR/stderr.txt"
-    echo "[ncclbot] step "bf47e91e28d4df18" ("'AllReduce 8n NVLSTree/Simple'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "[ncclbot] step "138ab278b28a220b" ("'AllReduce 8n NVLSTree/Simple'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     (
         unset NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN
         export NCCL_ALGO=NVLSTree
@@ -139,13 +139,13 @@ else
         export NCCL_DEBUG=INFO
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
-        export NCCLSWEEP_STEP_KEY=bf47e91e28d4df18
-        export NCCLBOT_STEP_KEY=bf47e91e28d4df18  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
-        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 5 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        export NCCLSWEEP_STEP_KEY=138ab278b28a220b
+        export NCCLBOT_STEP_KEY=138ab278b28a220b  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
+        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
-    echo "[ncclbot] step "bf47e91e28d4df18" finished with exit code $rc"
+    echo "[ncclbot] step "138ab278b28a220b" finished with exit code $rc"
     [ "$rc" = 0 ] || ncclbot_failed=$((ncclbot_failed + 1))
 fi
 
