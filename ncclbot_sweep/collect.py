@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from ncclbot_sweep.errors import ExecutorError, TransportError
-from ncclbot_sweep.paths import StepFiles
+from ncclbot_sweep.paths import CampaignPaths, StepFiles
 from ncclbot_sweep.transport import RemoteFile, Transport, sha256_file
 
 __all__ = ["CollectReport", "PART_SUFFIX", "collect", "sync_tree"]
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 #: Suffix of a download in progress (the remote listing ignores such files too).
 PART_SUFFIX = ".ncclbot-part"
 _EXIT_NAME = StepFiles(PurePosixPath(".")).exit_marker.name
+_PROVENANCE = CampaignPaths(PurePosixPath(".")).provenance("job").name
 
 
 @dataclasses.dataclass
@@ -67,9 +68,13 @@ def _finished_steps(files: list[RemoteFile]) -> tuple[set[str], set[str]]:
 
 
 def _wanted(f: RemoteFile, finished: set[str]) -> bool:
+    """While a job may run: finished steps, and provenance (written once, atomically).
+
+    Job-level logs still grow then; they are copied once the job has ended.
+    """
     parts = f.rel.split("/")
     if parts[0] != "steps":
-        return True
+        return f.rel == _PROVENANCE
     return len(parts) >= 3 and parts[1] in finished
 
 
@@ -149,7 +154,6 @@ def collect(workdir: Path | str, *, transport: Transport | None = None,
     the cluster cannot be reached or a file does not verify (run it again: it resumes).
     """
     from ncclbot_sweep.manifest import JobPhase
-    from ncclbot_sweep.paths import CampaignPaths
     from ncclbot_sweep.runner import open_campaign
 
     camp = open_campaign(workdir)

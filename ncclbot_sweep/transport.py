@@ -24,7 +24,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -84,27 +84,40 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-# One remote command lists every file below a folder with size and checksum; coreutils only,
-# so it works on any login node. Output lines: "<size>\t<sha256>\t<relative path>".
+# One remote command lists every file below a folder with size and checksum (coreutils and
+# findutils only, so it works on any login node): sizes first, then a marker, then sums.
+_SUMS_MARKER = "--ncclbot-sums--"
 _LIST_SCRIPT = (
     'cd "$1" 2>/dev/null || exit 0; '
-    'find . -type f ! -name "*.ncclbot-part" -print0 | '
-    'while IFS= read -r -d "" f; do '
-    's=$(stat -c %s "$f"); h=$(sha256sum < "$f" | cut -d" " -f1); '
-    'printf "%s\\t%s\\t%s\\n" "$s" "$h" "${f#./}"; done'
+    "find . -type f ! -name '*.ncclbot-part' -printf '%s\\t%P\\n'; "
+    f"echo '{_SUMS_MARKER}'; "
+    "find . -type f ! -name '*.ncclbot-part' -print0 | xargs -0 -r sha256sum"
 )
 
 
 def parse_listing(text: str) -> list[RemoteFile]:
-    """Parse the output of the listing script (pure; tested on literal output)."""
-    files = []
-    for line in text.splitlines():
-        parts = line.split("\t", 2)
-        if len(parts) != 3 or not parts[0].isdigit() or len(parts[1]) != 64:
+    """Parse the listing script's output (pure; tested on literal output).
+
+    Files whose size or checksum line is missing or malformed (names with line breaks, a
+    file that appeared between the two passes) are left out with a warning.
+    """
+    sizes_part, _, sums_part = text.partition(_SUMS_MARKER + "\n")
+    sizes: dict[str, int] = {}
+    for line in sizes_part.splitlines():
+        size, sep, rel = line.partition("\t")
+        if sep and size.isdigit() and rel:
+            sizes[rel] = int(size)
+        elif line.strip():
             log.warning("ignoring unexpected listing line %r", line)
+    files = []
+    for line in sums_part.splitlines():
+        digest, sep, name = line.partition("  ")
+        rel = name[2:] if name.startswith("./") else name
+        if not sep or len(digest) != 64 or rel not in sizes:
+            log.warning("ignoring unexpected checksum line %r", line)
             continue
-        files.append(RemoteFile(rel=parts[2], size=int(parts[0]), sha256=parts[1]))
-    return files
+        files.append(RemoteFile(rel=rel, size=sizes[rel], sha256=digest))
+    return sorted(files, key=lambda f: f.rel)
 
 
 class Transport(abc.ABC):
@@ -434,9 +447,6 @@ class SshTransport(Transport):
                 for chunk in iter(lambda: src.read(_CHUNK), b""):
                     dst.write(chunk)
         self._with_retry(f"downloading {remote.name}", once)
-
-    def iter_dir(self, remote: PurePosixPath) -> Iterator[str]:
-        return iter(self._with_retry(f"listing {remote}", lambda: self._sftp_client().listdir(str(remote))))
 
 
 class _AcceptAndRecord:

@@ -206,7 +206,7 @@ class TextParser:
         self._runs: list[_Run] = []
         self._layout: Layout | None = None
         # Data rows waiting for conversion: byte blocks of whole lines and their line numbers.
-        self._pend_blocks: list[bytes | tuple] = []
+        self._pend_blocks: list[bytes | list] = []
         self._pend_nums: list[tuple[int, int]] = []
         self._pend_rows = 0
         #: Called with every line that is not a table row (the NCCL log parser listens here).
@@ -319,15 +319,20 @@ class TextParser:
                 i += 1
             if i < b:
                 if prepared.cols is not None and prepared.layout is self._layout:
-                    self._queue((prepared, int(prepared.row_index[i]), starts_l[i], ends_l[b - 1] + 1),
-                                base + i + 1, b - i)
+                    self._queue((prepared, int(prepared.row_index[i])), base + i + 1, b - i)
                 else:
                     self._queue(chunk[starts_l[i]:ends_l[b - 1] + 1], base + i + 1, b - i)
 
     def _queue(self, rows: bytes | tuple, first_line: int, count: int) -> None:
         """Queue ``count`` rows starting at ``first_line``: collapsed newline-terminated bytes,
-        or ``(prepared, first_row, byte_start, byte_end)`` when the worker converted them."""
-        self._pend_blocks.append(rows)
+        or ``(prepared, first_row)`` when the worker converted them (then consecutive runs of
+        the same chunk merge into one slice, since other lines take no row index)."""
+        last = self._pend_blocks[-1] if self._pend_blocks else None
+        if isinstance(rows, tuple) and isinstance(last, list) and last[0] is rows[0] \
+                and last[1] + last[2] == rows[1]:
+            last[2] += count
+        else:
+            self._pend_blocks.append([rows[0], rows[1], count] if isinstance(rows, tuple) else rows)
         self._pend_nums.append((first_line, count))
         self._pend_rows += count
         if self._pend_rows >= self._batch_rows:
@@ -478,6 +483,7 @@ class TextParser:
         self._units_next = True
 
     def _flush(self) -> None:
+        """Convert and emit the queued rows, group by group (worker-converted or raw bytes)."""
         if not self._pend_blocks:
             return
         blocks = list(self._pend_blocks)
@@ -487,22 +493,36 @@ class TextParser:
         self._pend_blocks.clear()
         self._pend_nums.clear()
         self._pend_rows = 0
-        layout = self._layout
         run = self._run if self._run is not None else self._ensure_run(int(nums[0]))
-        lines = None
-        if layout is not None and all(isinstance(b, tuple) and b[0].layout is layout for b in blocks):
-            cols = _slice_columns(blocks, counts.tolist())
-            self._emit(cols, nums, layout, run)
-            return
-        data = b"".join(b if isinstance(b, bytes) else b[0].chunk[b[2]:b[3]] for b in blocks)
+        offset = 0
+        k = 0
+        while k < len(blocks):
+            kind = isinstance(blocks[k], list)
+            j = k
+            while j < len(blocks) and isinstance(blocks[j], list) == kind:
+                j += 1
+            group = blocks[k:j]
+            size = sum(g[2] for g in group) if kind else sum(g.count(b"\n") for g in group)
+            part = nums[offset: offset + size]
+            offset += size
+            if kind:
+                self._emit(_slice_columns(group), part, self._layout, run)
+            else:
+                self._convert_bytes(b"".join(group), part, run)
+            k = j
+
+    def _convert_bytes(self, data: bytes, nums: np.ndarray, run: _Run) -> None:
+        layout = self._layout
         if layout is None:
             for text, num in zip(data.decode("utf-8", "replace").split("\n"), nums.tolist()):
                 self._annotation(text.strip(), num)
             return
+        lines = None
         cols = textblock.csv_rows(data, len(nums), layout.prefix, layout.sides, layout.suffix)
         if cols is None:
             lines = data.decode("utf-8", "replace").split("\n")[: len(nums)]
-            cols = textblock.convert_rows(pa.array(lines, pa.large_string()), layout.prefix, layout.sides, layout.suffix)
+            cols = textblock.convert_rows(pa.array(lines, pa.large_string()), layout.prefix, layout.sides,
+                                          layout.suffix)
         if cols is None:
             self._slow_block(lines, nums.tolist(), layout, run)
             return
@@ -646,12 +666,11 @@ class _Prepared:
     row_index: np.ndarray | None = None
 
 
-def _slice_columns(blocks: list[tuple], counts: list[int]) -> dict[str, Any]:
+def _slice_columns(blocks: list[list]) -> dict[str, Any]:
     """Columns of queued rows the worker already converted: slices of each chunk's arrays."""
-    names = blocks[0][0].cols.keys()
     out = {}
-    for name in names:
-        parts = [prep.cols[name].slice(first, count) for (prep, first, _, _), count in zip(blocks, counts)]
+    for name in blocks[0][0].cols:
+        parts = [prep.cols[name].slice(first, count) for prep, first, count in blocks]
         out[name] = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
     return out
 
