@@ -176,9 +176,12 @@ class PluginSettings(_Model):
 
 
 class Packing(_Model):
-    """How many steps share one allocation."""
+    """How steps share allocations."""
 
     steps_per_job: int = Field(8, ge=1)
+    #: Put each repeat in jobs of its own, so repeats measure between-job variation too
+    #: (placement, neighbours' traffic), which one job cannot show (paper section 8).
+    separate_repeats: bool = True
 
 
 class Campaign(_Model):
@@ -606,11 +609,12 @@ def _pack(steps: Sequence[Step], campaign: Campaign, inventory: Inventory) -> tu
     """Pack steps with the same allocation shape into jobs of at most ``steps_per_job`` steps."""
     jobs: list[Job] = []
     warnings: list[str] = []
-    groups: dict[tuple[int, str], list[Step]] = {}
+    groups: dict[tuple[int, str, int], list[Step]] = {}
     for step in steps:
-        groups.setdefault((step.nodes, step.node_set), []).append(step)
+        repeat = step.repeat if campaign.packing.separate_repeats else 0
+        groups.setdefault((step.nodes, step.node_set, repeat), []).append(step)
     sched = inventory.scheduler
-    for (nodes, node_set), members in groups.items():
+    for (nodes, node_set, _), members in groups.items():
         for start in range(0, len(members), campaign.packing.steps_per_job):
             chunk = tuple(members[start:start + campaign.packing.steps_per_job])
             estimate = inventory.estimate.job_overhead_s + sum(s.estimate_s for s in chunk)

@@ -195,6 +195,9 @@ def test_repeats_and_size_lists():
     plan = _plan(BASE + "arms: [Ring/LL]\nrepeats: 3\n")
     assert len(plan.steps) == 2 * 2 * 3 and len({s.key for s in plan.steps}) == 12
     assert sorted({s.repeat for s in plan.steps}) == [0, 1, 2]
+    assert all(len({s.repeat for s in job.steps}) == 1 for job in plan.jobs)  # one repeat per job
+    together = _plan(BASE + "arms: [Ring/LL]\nrepeats: 3\npacking: {steps_per_job: 8, separate_repeats: false}\n")
+    assert any(len({s.repeat for s in job.steps}) > 1 for job in together.jobs)
     listed = _plan(BASE.replace("sizes: {min: 1K, max: 1M}", "sizes: {list: [4K, 1K, 1M]}") + "arms: [Ring/LL]\n")
     assert sorted({s.sizes["min"] for s in listed.steps}) == [1024, 4096, 2**20]
     assert all(s.sizes["min"] == s.sizes["max"] for s in listed.steps)  # one nccl-tests run per listed size
