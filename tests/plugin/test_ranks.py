@@ -166,3 +166,33 @@ def test_no_coordinator_listening_is_inert(tmp_path):
                       env={"NCCLBOT_SYNC_TIMEOUT_MS": "300"})
     assert [res["active"] for res in results] == [False, False]
     assert all("cannot connect to the coordinator at 127.0.0.1:9" in res["log"] for res in results)
+
+
+def test_coordinator_survives_garbage_clients(tmp_path):
+    import random as _r
+    import socket
+    import struct
+
+    coord = Coordinator()
+    host, port = coord.addr.split(":")
+    rng = _r.Random(9)
+    socks = []
+    try:
+        for payload in [b"GET / HTTP/1.0\r\n\r\n", bytes(rng.randrange(256) for _ in range(5000)),
+                        struct.pack("<IIqQII", 0x544F424E, 1, 0, 0, 1 << 30, 1),   # huge length
+                        struct.pack("<IIqQII", 0x544F424E, 4, 2, 0, 256, 1) + b"\0" * 256,  # SUBMIT first
+                        struct.pack("<IIqQII", 0x544F424E, 1, 0, 0, 8, 1) + b"short!!!"]:  # bad HELLO
+            s = socket.create_connection((host, int(port)))
+            s.sendall(payload)
+            socks.append(s)
+        half = socket.create_connection((host, int(port)))
+        half.sendall(b"\x4e\x42")  # a header that never completes
+        socks.append(half)
+        results = run_job(tmp_path, coord, nranks=2, calls=2000, comm_id=0x6A5)
+        assert coord.proc.poll() is None, "the coordinator died"
+    finally:
+        for s in socks:
+            s.close()
+        coord.stop()
+    assert all(res["active"] for res in results)
+    assert_identical(results)
