@@ -51,6 +51,7 @@ from ncclbot_sweep.names import (
     arm_invalid_reason,
     canonical_collective,
 )
+from ncclbot_sweep.names import AUTO
 
 __all__ = [
     "AXES",
@@ -203,6 +204,9 @@ class Campaign(_Model):
     iterations: int = Field(100, ge=1)
     repeats: int = Field(1, ge=1)
     timeout_s: int = Field(1800, ge=10)
+    #: Forced campaigns: add one step per scenario with NCCL's own choice (policy AUTO, no
+    #: forcing, no plugin) in the same jobs, a paired baseline for forced-versus-stock.
+    baseline: bool = False
     packing: Packing = Field(default_factory=Packing)
     budget_node_hours: float | None = Field(None, gt=0)
     zip: list[list[Axis]] = Field(default_factory=list)
@@ -255,8 +259,8 @@ class Campaign(_Model):
             raise ValueError("a forced campaign forces arms; remove 'policies' (or use kind 'live')")
         if self.kind in ("live", "overhead") and not self.policies:
             raise ValueError(f"a {self.kind} campaign needs 'policies' (e.g. [stock, AUTO, ucb1])")
-        if self.kind != "forced" and self.arms != "all":
-            raise ValueError("'arms' applies to forced campaigns only")
+        if self.kind != "forced" and (self.arms != "all" or self.baseline):
+            raise ValueError("'arms' and 'baseline' apply to forced campaigns only")
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variant names must be unique, but got {names}")
@@ -529,7 +533,7 @@ def _step_env(campaign: Campaign, inventory: Inventory, arm: Arm | None, policy:
     if arm is not None:
         env["NCCL_ALGO"] = arm.algorithm
         env["NCCL_PROTO"] = arm.protocol
-    elif policy is not None and policy != STOCK:
+    elif policy is not None and policy != STOCK and not (campaign.kind == "forced" and policy == AUTO):
         if not inventory.plugin.path:
             raise PlanError(f"campaign {campaign.name!r} runs policy {policy!r} through the plugin, "
                             f"but inventory {inventory.name!r} has no plugin.path",
@@ -553,6 +557,8 @@ def _step_estimate(inventory: Inventory, campaign: Campaign, sizes: dict[str, An
 def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], arm: Arm | None,
                sizes: dict[str, Any], node_set: str) -> Step:
     collective, nodes = combo["collective"], combo["nodes"]
+    if campaign.kind == "forced" and arm is None:
+        combo = dict(combo, policy=AUTO)  # the baseline step of a forced campaign: no forcing, no plugin
     env, plugin = _step_env(campaign, inventory, arm, combo["policy"], combo["variant"])
     binary = COLLECTIVE_BINARY[collective]
     flags = tuple(inventory.nccl_tests.extra_flags) + tuple(campaign.extra_flags)
@@ -590,6 +596,8 @@ def _expand_steps(campaign: Campaign, inventory: Inventory) -> tuple[list[Step],
             arms, dropped = _select_arms(campaign, inventory, collective, nodes, node_set)
             for entry in dropped:
                 pruned[(entry.collective, entry.nodes, entry.arm)] = entry
+            if campaign.baseline:
+                arms = [None, *arms]  # NCCL's own choice, in the same job as the forced arms
         else:
             arms = [None]
         for arm in arms:

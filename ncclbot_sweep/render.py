@@ -208,6 +208,7 @@ def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
         steps.append({
             "key": step.key, "label": step.label, "dir": str(paths.step_dir(job.key, step.key)),
             "env": [(_env_name(k), v) for k, v in step.env.items()], "plugin": step.plugin,
+            "forced": step.arm is not None,
             "timeout_s": step.timeout_s, "launch": _launch_words(plan, job),
             "binary": _binary_path(plan, step), "args": _test_args(plan, step),
             "json": inv.nccl_tests.per_iteration_json,

@@ -52,6 +52,8 @@ _COLL_RE = re.compile(
     r"(?: \[nranks=(?P<nranks>\d+)\])?"
 )
 _INIT_RE = re.compile(r"nRanks (\d+) nNodes (\d+)")
+_CHANNELS_RE = re.compile(r"^(\d+) coll channels")
+_CHANNEL_RING_RE = re.compile(r"^Channel \d+/(\d+) :")
 _ENV_RE = re.compile(r"NCCL_(ALGO|PROTO) set by environment to (\S+)")
 _PLUGIN_RE = re.compile(r"^(?:(TUNER|PROFILER|NET|ENV|Net)/Plugin|NET/\w+ ?: ?Using|Using network|.*plugin).*", re.I)
 _NO_ALGO_RE = re.compile(r"no algorithm/protocol available", re.I)
@@ -75,6 +77,9 @@ class LogFacts:
     invalid_arm: str | None = None
     ranks: int | None = None
     nodes: int | None = None
+    #: The communicator's collective channels ("16 coll channels, ..."), else the ring count.
+    nchannels: int | None = None
+    ring_channels: int | None = None
     observed_arms: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def as_run_columns(self, forced_arm: str | None) -> dict[str, Any]:
@@ -134,8 +139,12 @@ class LogParser:
     def finish(self) -> tuple[ParseResult, LogFacts]:
         """Close the log: stamp the NCCL version on table rows, report cut tables; return rows and facts."""
         result, facts = self.result, self.facts
+        channels = facts.nchannels or facts.ring_channels
         for row in result.tables.get("tuning_tables", []):
             row["nccl_version"] = facts.nccl_version
+            row["nchannels"] = channels
+            row["nodes"] = row["nodes"] or facts.nodes
+            row["ranks"] = row["ranks"] or facts.ranks
             group = row.pop("_group", None)
             if self.blocks.get(group, 0) > 1:
                 row["layout"] = "three-block"
@@ -203,6 +212,11 @@ class LogParser:
             self.matrix_header = []
         elif "nRanks" in stripped and (i := _INIT_RE.search(stripped)) is not None:
             self.facts.ranks, self.facts.nodes = int(i.group(1)), int(i.group(2))
+        elif "coll channels" in stripped and (c := _CHANNELS_RE.match(stripped)) is not None:
+            self.facts.nchannels = int(c.group(1))
+        elif stripped.startswith("Channel ") and (c := _CHANNEL_RING_RE.match(stripped)) is not None:
+            # Older NCCL: "Channel 00/02 : 0 1" -- the count after the slash.
+            self.facts.ring_channels = max(self.facts.ring_channels or 0, int(c.group(1)))
         elif "/Plugin" in stripped and _PLUGIN_RE.match(stripped):
             if stripped not in self.facts.plugins and len(self.facts.plugins) < 50:
                 self.facts.plugins.append(stripped)

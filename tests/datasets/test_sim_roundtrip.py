@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -140,3 +141,6 @@ def test_tuning_table_cells_exact(campaign):
     got = {(r.collective, *r.arm.split("/")): (r.latency_us, r.algbw_gbs) for r in tt.itertuples()}
     assert got == cells and len(got) == 105
     assert set(tt["nccl_version"]) == {"2.30.4"}
+    coll_channels = re.search(r"NCCL INFO (\d+) coll channels", (steps / "ring" / "nccl.log").read_text())
+    assert set(tt["nchannels"]) == {int(coll_channels.group(1))}
+    assert set(tt["nodes"]) == {2} and set(tt["ranks"]) == {16}

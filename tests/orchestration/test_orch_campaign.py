@@ -211,3 +211,16 @@ def test_stock_and_overhead_kinds():
                      "  - {name: sync-4, env: {NCCLBOT_SYNC_EVERY: '4'}}\n  - {name: sync-64, env: {NCCLBOT_SYNC_EVERY: '64'}}\n")
     assert {s.variant for s in overhead.steps} == {"sync-4", "sync-64"}
     assert all(s.plugin and s.env["NCCLBOT_POLICY"] == "auto" for s in overhead.steps)
+
+
+def test_forced_campaign_with_a_paired_auto_baseline():
+    plan = _plan(BASE + "arms: [Ring/LL, Tree/LL]\nbaseline: true\n")
+    for collective, nodes in [("AllReduce", 2), ("AllGather", 4)]:
+        steps = [s for s in plan.steps if (s.collective, s.nodes) == (collective, nodes)]
+        base = [s for s in steps if s.arm is None]
+        assert len(base) == 1 and base[0].policy == "AUTO" and not base[0].plugin
+        assert "NCCL_ALGO" not in base[0].env and "NCCLBOT_POLICY" not in base[0].env
+        job = next(j for j in plan.jobs if base[0] in j.steps)
+        assert any(s.arm is not None for s in job.steps)  # paired: same allocation as forced arms
+    with pytest.raises(CampaignError, match="apply to forced campaigns only"):
+        parse_campaign_text(BASE.replace("kind: forced", "kind: stock") + "baseline: true\n")

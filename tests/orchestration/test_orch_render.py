@@ -192,3 +192,12 @@ def test_stock_and_overhead_templates():
     text = render_job_script(overhead, overhead.jobs[0], run_root=Path("/c"))
     assert "export NCCL_TUNER_PLUGIN=/opt/p.so" in text and "/opt/coord --listen" in text
     assert 'export NCCLBOT_TRACE_DIR="$STEP_DIR/trace"' in text
+
+
+def test_baseline_step_unsets_forcing():
+    inv = parse_inventory_text(local_inventory_text(Path("/opt/nt")))
+    plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN + "baseline: true\n"), inv)
+    text = render_job_script(plan, plan.jobs[0], run_root=Path("/c"))
+    first = text.split("# ---- step ")[1]
+    assert "unset NCCL_ALGO NCCL_PROTO" in first and "export NCCL_ALGO" not in first
+    assert "export NCCL_ALGO=" in text.split("# ---- step ")[2]

@@ -67,6 +67,7 @@ def test_tuning_three_block_and_choices():
     pat = next(x for x in tt if x["collective"] == "AllGather" and x["arm"] == "PAT/Simple")
     assert (pat["latency_us"], pat["algbw_gbs"]) == (17.6, 3.6)
     assert {x["layout"] for x in tt} == {"three-block"} and tt[0]["nccl_version"] == "2.29.7"
+    assert tt[0]["nchannels"] is None  # the excerpt has no "coll channels" or "Channel xx/yy" line
     ch = r.rows("choices")
     # 72 per-call lines: 18 sizes once, then 9 sizes six times each (uniq -c on the file)
     assert len(ch) == 27 and sum(c["calls"] for c in ch) == 72
@@ -279,3 +280,16 @@ def test_plugin_trace():
 def test_plugin_trace_wrong_version_header_is_unusable():
     r = parse_source("ncclbot-trace", b"# ncclbot-trace v1\nfoo,bar\n", source())
     assert r.unusable
+
+
+def test_nchannels_from_channel_lines_and_init_scale():
+    text = ("h:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n"
+            "h:1:2 [0] NCCL INFO Channel 00/02 :    0   1\n"
+            "h:1:2 [0] NCCL INFO Channel 01/02 :    0   1\n"
+            "h:1:2 [0] NCCL INFO Latency/AlgBw |    Tree/    LL |    Ring/Simple |\n"
+            "h:1:2 [0] NCCL INFO     AllReduce |     4.4/   1.2 |    18.0/  21.0 |\n")
+    result, facts = parse_nccl_log(text, source())
+    tt = result.rows("tuning_tables")
+    assert [(r["arm"], r["latency_us"], r["algbw_gbs"]) for r in tt] == [("Tree/LL", 4.4, 1.2),
+                                                                        ("Ring/Simple", 18.0, 21.0)]
+    assert {(r["nchannels"], r["nodes"], r["ranks"]) for r in tt} == {(2, 1, 2)}

@@ -38,8 +38,8 @@ def drive(rank: H.Rank, table, nbytes, steps, latency_ns, on_choice):
 @pytest.mark.parametrize("policy,estimator", [("ucb1", "sgd"), ("ucb1", "mean"), ("ucb1", "gain"),
                                               ("greedy", "mean"), ("greedy", "sgd")])
 def test_c_policy_matches_python_reference(plugin, nb_env, comm_id, policy, estimator):
-    nb_env(policy=policy, estimator=estimator, min_bytes=0, ucb_alpha=0.3)
-    params = dict(CHAMPION, alpha=0.3)
+    nb_env(policy=policy, estimator=estimator, min_bytes=0, ucb_alpha=0.3, pseudo_count=1.5)
+    params = dict(CHAMPION, alpha=0.3, pseudo_count=1.5)
     rng = random.Random(7)
     switches = 0
     for ctx in range(6):
@@ -111,3 +111,35 @@ def test_c_ucb1_matches_analysis_step_policy(plugin, nb_env, comm_id, alpha, mos
         switched += len(played) > 1
     assert not differing, f"C and analysis UCB1 differ first at (context, step, C, analysis) {differing[0]}"
     assert switched > 0, "no context left its first arm: the comparison would prove little"
+
+
+def test_c_greedy_matches_analysis_greedy(plugin, nb_env, comm_id):
+    """Greedy with its own champion defaults (nu 0.892, sample mean) versus EpsilonGreedy(eps=0)."""
+    policies = pytest.importorskip("ncclbot_sweep.analysis.policies")
+    nb_env(policy="greedy", min_bytes=0)
+    rng = random.Random(12)
+    differing, switched = [], 0
+    for ctx in range(8):
+        table = random_table(rng, 10)
+        arms = [a for a in range(21) if table[a] >= 0]
+        step = policies.StepPolicy(policies.make_policy("greedy"), [table[a] for a in arms])
+        truth = {a: table[a] * rng.uniform(0.6, 1.5) for a in arms}
+        rank = H.Rank(plugin, comm_id + ctx, 1, 1, 0)
+        played = set()
+
+        def check(t, arm):
+            expect = step.select()
+            played.add(arm)
+            if arm != arms[expect] and not differing:
+                differing.append((ctx, t, H.arm_name(arm), H.arm_name(arms[expect])))
+
+        def lat(arm, t):
+            ns = int(truth[arm] * 1000 * rng.uniform(0.9, 1.1))
+            step.update(arms.index(arm), f32(ns / 1000.0))
+            return ns
+
+        drive(rank, table, 1 << 22, 150, lat, check)
+        rank.finalize()
+        switched += len(played) > 1
+    assert not differing, f"C and analysis greedy differ first at {differing[0]}"
+    assert switched > 0

@@ -28,8 +28,11 @@ def _tree(root: Path) -> None:
 
 def test_parse_listing_skips_garbage():
     sha = "a" * 64
-    files = parse_listing(f"12\t{sha}\tsteps/a b/exit\nnot a line\n5\tshort\tx\n")
-    assert [(f.rel, f.size) for f in files] == [("steps/a b/exit", 12)]
+    text = (f"12\tsteps/a b/exit\n5\tjob.log\nnot a line\n--ncclbot-sums--\n"
+            f"{sha}  ./steps/a b/exit\nshort  ./job.log\n{sha}  ./appeared-later\n")
+    files = parse_listing(text)
+    assert [(f.rel, f.size, f.sha256) for f in files] == [("steps/a b/exit", 12, sha)]
+    assert parse_listing("") == []
 
 
 def test_local_run_and_list(tmp_path):
