@@ -42,6 +42,7 @@ from ncclbot_sweep.inventory import (
     validation_problem,
 )
 from ncclbot_sweep.names import (
+    AUTO,
     COLLECTIVE_BINARY,
     COLLECTIVES,
     FAMILIES,
@@ -51,7 +52,6 @@ from ncclbot_sweep.names import (
     arm_invalid_reason,
     canonical_collective,
 )
-from ncclbot_sweep.names import AUTO
 
 __all__ = [
     "AXES",
