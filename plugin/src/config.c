@@ -158,7 +158,12 @@ void nb_config_parse(nb_config *c, const char *(*get)(const char *)) {
   c->sync_timeout_ms = 30000;
 
   c->policy = (nb_policy)read_enum(c, get, "NCCLBOT_POLICY", k_policies, 4, NB_POLICY_UCB1);
-  c->estimator = (nb_estimator)read_enum(c, get, "NCCLBOT_ESTIMATOR", k_estimators, 3, NB_EST_SGD);
+  nb_estimator est_default = NB_EST_SGD;
+  if (c->policy == NB_POLICY_GREEDY) { /* its own champion (Table 16): nu 0.892, sample mean */
+    c->pseudo_count = 0.892;
+    est_default = NB_EST_MEAN;
+  }
+  c->estimator = (nb_estimator)read_enum(c, get, "NCCLBOT_ESTIMATOR", k_estimators, 3, est_default);
   c->on_failure = (nb_on_failure)read_enum(c, get, "NCCLBOT_SYNC_ON_FAILURE", k_failure, 2,
                                            NB_FAIL_FREEZE);
   read_double(c, get, "NCCLBOT_UCB_ALPHA", &c->alpha, 0.0, 1e6);
