@@ -52,7 +52,7 @@ def _failed_steps(root: Path) -> str:
 CAMPAIGN = """\
 name: gb-small
 kind: forced
-collectives: [AllGather, AllReduce]
+collectives: [AllGather]
 nodes: [4]
 sizes: {min: 1K, max: 64K}
 iterations: 10
