@@ -12,7 +12,7 @@ import time
 import pytest
 
 import nb_host as H
-from trace_read import read_trace, trace_path
+from nb_trace import read_trace, trace_path
 
 AR, MIB = 4, 1 << 20
 TABLE = H.cost_table({H.RING_LL128: 10.0, H.RING_SIMPLE: 12.0})

@@ -8,7 +8,7 @@ import re
 import pytest
 
 import nb_host as H
-from trace_read import trace_path
+from nb_trace import trace_path
 
 
 def test_readme_lists_exactly_the_settings_read():

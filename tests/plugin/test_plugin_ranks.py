@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import nb_host as H
-from coord import Coordinator
-from trace_read import read_trace, trace_path
+from nb_coord import Coordinator
+from nb_trace import read_trace, trace_path
 
-WORKER = Path(__file__).with_name("rank_worker.py")
+WORKER = Path(__file__).with_name("nb_rank_worker.py")
 SCALE = float(os.environ.get("NBTEST_SCALE", "1"))
 
 

@@ -31,7 +31,7 @@ def test_plugin_suite_is_clean_under_asan_and_ubsan():
                UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
     here = Path(__file__).parent
     r = subprocess.run([sys.executable, "-m", "pytest", str(here), "-q", "-x", "-p", "no:cacheprovider",
-                        "--ignore", str(here / "test_sanitizer.py"), "--ignore", str(here / "test_build.py")],
+                        "--ignore", str(here / "test_plugin_sanitizer.py"), "--ignore", str(here / "test_plugin_build.py")],
                        env=env, capture_output=True, text=True, timeout=600, cwd=str(H.ROOT))
     report = r.stdout[-4000:] + r.stderr[-4000:]
     assert r.returncode == 0, report

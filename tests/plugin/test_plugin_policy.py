@@ -1,5 +1,5 @@
 """The C bandit against Python references fed the same rewards: our own plain
-reference (ref_policy.py, every policy and estimator) and the analysis
+reference (nb_ref_policy.py, every policy and estimator) and the analysis
 package's StepPolicy (the policy the offline replay evaluates)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import struct
 import pytest
 
 import nb_host as H
-from ref_policy import CHAMPION, RefBandit
+from nb_ref_policy import CHAMPION, RefBandit
 
 
 def f32(x: float) -> float:
@@ -70,7 +70,7 @@ def test_c_policy_matches_python_reference(plugin, nb_env, comm_id, policy, esti
 
 def test_pairwise_sum_is_numpys_order():
     np = pytest.importorskip("numpy")
-    from ref_policy import pairwise_sum
+    from nb_ref_policy import pairwise_sum
     rng = random.Random(2)
     for _ in range(3000):
         x = [rng.randint(0, 400) * rng.choice([1.0, 1.0000001, 0.37]) + 2.89 for _ in range(rng.randint(1, 21))]
