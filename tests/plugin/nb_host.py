@@ -3,7 +3,7 @@ and calls it the way NCCL 2.28-2.30 does (profiler init, then tuner init; a
 cost table per collective; Coll and KernelCh profiler events; tuner finalize,
 then profiler finalize). Used by every test in this folder and by the rank
 processes of the consistency tests (``python nb_host.py ...`` is not a CLI;
-see rank_worker.py)."""
+see nb_rank_worker.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ plugin, drives getCollInfo and the profiler like NCCL for a shared schedule of
 calls, with its own noisy latencies and its own random delivery lag, and writes
 the arms NCCL would have run (one per call) as JSON.
 
-    python rank_worker.py RANK NRANKS COMM_ID CALLS CONTEXTS OUT.json
+    python nb_rank_worker.py RANK NRANKS COMM_ID CALLS CONTEXTS OUT.json
 (NCCLBOT_* settings come from the environment.)"""
 
 from __future__ import annotations
