@@ -272,32 +272,23 @@ class SourceWriter:
         self.rows: dict[str, int] = {}
 
     def write(self, name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> int:
-        """Add rows (dicts, a frame or an Arrow table) of this source to table ``name``."""
-        import pyarrow.compute as pc
+        """Add rows (dicts, a frame or an Arrow table) of this source to table ``name``.
+
+        String columns are stored dictionary-encoded as they come (constant columns such as
+        ``source_path`` cost nothing); files carry no Arrow schema, so every reader sees
+        plain strings.
+        """
         import pyarrow.parquet as pq
 
-        table = to_table(name, rows)
+        table = _storage_table(name, rows)
         if table.num_rows == 0:
             return 0
         keys = partition_columns(name)
-        groups = [((), table)]
-        if keys:
-            uniq = table.select(list(keys)).group_by(list(keys)).aggregate([]).to_pylist()
-            if len(uniq) > 1:
-                groups = []
-                for combo in uniq:
-                    mask = None
-                    for key in keys:
-                        col = table.column(key)
-                        cond = pc.is_null(col) if combo[key] is None else pc.equal(col, combo[key])
-                        mask = cond if mask is None else pc.and_(mask, cond)
-                    groups.append((tuple(combo[k] for k in keys), table.filter(mask)))
-            else:
-                groups = [(tuple(uniq[0][k] for k in keys), table)]
-        for values, part in groups:
+        for values, part in _split_partitions(table, keys):
             folder = table_dir(self.root, name).joinpath(
                 *(f"{k}={_partition_value(v)}" for k, v in zip(keys, values)))
             key = (name, folder)
+            body = part.drop_columns(list(keys))
             if key not in self._writers:
                 if (folder / f"src-{self.sha256}.parquet").exists():
                     self._writers[key] = None
@@ -305,11 +296,11 @@ class SourceWriter:
                     folder.mkdir(parents=True, exist_ok=True)
                     tmp = folder / f".src-{self.sha256}.{uuid.uuid4().hex}.tmp"
                     self._tmp[key] = tmp
-                    self._writers[key] = pq.ParquetWriter(tmp, part.drop_columns(list(keys)).schema,
-                                                          compression="snappy")
+                    self._writers[key] = pq.ParquetWriter(tmp, body.schema, compression="snappy",
+                                                          store_schema=False)
             writer = self._writers[key]
             if writer is not None:
-                writer.write_table(part.drop_columns(list(keys)))
+                writer.write_table(body)
                 self.rows[name] = self.rows.get(name, 0) + part.num_rows
         return table.num_rows
 
@@ -332,6 +323,67 @@ class SourceWriter:
                 self._tmp[key].unlink(missing_ok=True)
         self._writers.clear()
         self.rows.clear()
+
+
+_DICT_STRING = pa.dictionary(pa.int32(), pa.string())
+
+
+def _storage_table(name: str, rows: Any) -> pa.Table:
+    """Rows in the table's schema, strings dictionary-encoded (the streaming writer's form)."""
+    schema = _schema_of(name)
+    if not isinstance(rows, pa.Table):
+        table = to_table(name, rows)
+    else:
+        extra = set(rows.column_names) - set(schema.names)
+        if extra:
+            raise DatasetError(f"table {name!r} has no column(s) {sorted(extra)}",
+                               hint=f"columns are {', '.join(schema.names)}")
+        table = rows
+    cols = []
+    for field in schema:
+        if field.name not in table.column_names:
+            col = pa.nulls(table.num_rows, field.type)
+        else:
+            col = table.column(field.name)
+            if pa.types.is_dictionary(col.type) and not pa.types.is_string(field.type):
+                col = col.cast(field.type)
+            elif not pa.types.is_dictionary(col.type) and col.type != field.type:
+                col = col.cast(field.type)
+        if pa.types.is_string(field.type) and col.type != _DICT_STRING:
+            col = col.cast(_DICT_STRING)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=schema.names)
+
+
+def _split_partitions(table: pa.Table, keys: tuple[str, ...]) -> list[tuple[tuple, pa.Table]]:
+    """``[(partition values, rows)]``; one group without work when the keys are constant."""
+    import pyarrow.compute as pc
+
+    if not keys:
+        return [((), table)]
+    values = []
+    for key in keys:
+        col = table.column(key).combine_chunks() if table.num_rows else table.column(key)
+        uniq = pc.unique(col.dictionary_decode() if pa.types.is_dictionary(col.type) else col)
+        if len(uniq) != 1:
+            break
+        values.append(uniq[0].as_py())
+    else:
+        return [(tuple(values), table)]
+    plain = {k: (table.column(k).cast(_schema_partition_type(k))) for k in keys}
+    combos = pa.table(plain).group_by(list(keys)).aggregate([]).to_pylist()
+    groups = []
+    for combo in combos:
+        mask = None
+        for key in keys:
+            cond = pc.is_null(plain[key]) if combo[key] is None else pc.equal(plain[key], combo[key])
+            mask = cond if mask is None else pc.and_(mask, cond)
+        groups.append((tuple(combo[k] for k in keys), table.filter(mask)))
+    return groups
+
+
+def _schema_partition_type(key: str) -> pa.DataType:
+    return _PARTITION_TYPES[key]
 
 
 def source_done(root: str | Path, sha256: str) -> bool:
