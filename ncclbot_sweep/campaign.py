@@ -631,8 +631,9 @@ def _pack(steps: Sequence[Step], campaign: Campaign, inventory: Inventory) -> tu
             if wanted > sched.time_limit_min:
                 warnings.append(f"a {nodes}-node job of {len(chunk)} steps is estimated at {estimate / 60:.0f} min, "
                                 f"above the {sched.time_limit_min} min limit: lower packing.steps_per_job")
+            # The key is what the job runs, not how long it may take: a new time limit is the same job.
             key = content_key({"fabric": inventory.name, "nodes": nodes, "node_set": node_set,
-                               "steps": [s.key for s in chunk], "time_limit_min": limit})
+                               "steps": [s.key for s in chunk]})
             jobs.append(Job(key=key, nodes=nodes, node_set=node_set, steps=chunk, time_limit_min=limit,
                             estimate_s=estimate))
     return jobs, warnings

@@ -201,6 +201,8 @@ class Manifest:
 
         ``jobs`` are :class:`ncclbot_sweep.campaign.Job` objects. Idempotent.
         """
+        jobs = list(jobs)
+        self._check_packing(jobs)
         now = time.time()
         added = 0
         with _transaction(self._conn):
@@ -219,6 +221,18 @@ class Manifest:
                     "INSERT OR IGNORE INTO steps(step_key, job_key, position, label, updated_at) VALUES (?, ?, ?, ?, ?)",
                     [(s.key, job.key, i, s.label, now) for i, s in enumerate(job.steps)])
         return added
+
+    def _check_packing(self, jobs: list[Any]) -> None:
+        """Refuse a plan that puts a known step into another job (the packing changed)."""
+        owner = dict(self._conn.execute("SELECT step_key, job_key FROM steps").fetchall())
+        for job in jobs:
+            for step in job.steps:
+                known = owner.get(step.key)
+                if known is not None and known != job.key:
+                    raise ManifestError(
+                        f"step {step.key} ({step.label}) belongs to job {known} in this campaign, but the plan "
+                        f"now puts it in job {job.key}: the packing changed", path=self.path,
+                        hint="restore packing.steps_per_job (and separate_repeats), or use a new --workdir")
 
     # ------------------------------------------------------------------ reading
 

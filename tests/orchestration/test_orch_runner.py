@@ -284,3 +284,19 @@ def test_cli_resume_and_cancel(tmp_path, fake_bin, fake_env):
         result = runner.invoke(main, [command, str(tmp_path / "missing")])
         assert result.exit_code == 1
         assert result.output.startswith(f"Error: {tmp_path / 'missing'}: not a campaign folder (no manifest.sqlite)")
+
+
+def test_repacking_a_running_campaign_is_refused(tmp_path, fake_bin, fake_env):
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    submit(camp, inv, work)
+    camp.write_text(SMALL_CAMPAIGN.replace("steps_per_job: 2", "steps_per_job: 4"))
+    with pytest.raises(ManifestError, match="the packing changed") as info:
+        submit(camp, inv, work)
+    assert "steps_per_job" in info.value.hint
+    # A new time limit is not a new job: nothing is refused and nothing runs again.
+    inv.write_text(inv.read_text().replace("kind: local\n", "kind: local\n  time_limit_min: 30\n", 1))
+    camp.write_text(SMALL_CAMPAIGN)
+    starts, _ = starts_and_ends(fake_env)
+    assert submit(camp, inv, work).complete
+    assert starts_and_ends(fake_env)[0] == starts

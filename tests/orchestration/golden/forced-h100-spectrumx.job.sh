@@ -1,6 +1,6 @@
 #!/bin/bash
-#SBATCH --job-name=ncclbot:76ee9938dde11764:24f3f8d1838a7631
-#SBATCH --comment=ncclbot:76ee9938dde11764:24f3f8d1838a7631
+#SBATCH --job-name=ncclbot:76ee9938dde11764:99c63c8e3998cdf6
+#SBATCH --comment=ncclbot:76ee9938dde11764:99c63c8e3998cdf6
 #SBATCH --nodes=8
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
@@ -13,10 +13,10 @@
 # Our own variables are NCCLSWEEP_*: the plugin refuses unknown NCCLBOT_* variables.
 set -u
 umask 022
-JOB_DIR=/shared/campaigns/golden/jobs/24f3f8d1838a7631
+JOB_DIR=/shared/campaigns/golden/jobs/99c63c8e3998cdf6
 export NCCLSWEEP_CAMPAIGN=golden-forced
 export NCCLSWEEP_CAMPAIGN_KEY=76ee9938dde11764
-export NCCLSWEEP_JOB_KEY=24f3f8d1838a7631
+export NCCLSWEEP_JOB_KEY=99c63c8e3998cdf6
 mkdir -p "$JOB_DIR/steps" || exit 1
 exec >>"$JOB_DIR/job.log" 2>&1
 echo "[ncclbot] job $NCCLSWEEP_JOB_KEY starting on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ) (Slurm job ${SLURM_JOB_ID:-none})"
@@ -100,7 +100,7 @@ ncclbot_provenance || echo "[ncclbot] warning: provenance capture failed (python
 ncclbot_failed=0
 
 # ---- step 1/2: c34a847b157036cd
-STEP_DIR=/shared/campaigns/golden/jobs/24f3f8d1838a7631/steps/c34a847b157036cd
+STEP_DIR=/shared/campaigns/golden/jobs/99c63c8e3998cdf6/steps/c34a847b157036cd
 if ncclbot_step_done "$STEP_DIR"; then
     echo "[ncclbot] step "c34a847b157036cd" already finished, skipped"
 else
@@ -125,7 +125,7 @@ else
 fi
 
 # ---- step 2/2: 138ab278b28a220b
-STEP_DIR=/shared/campaigns/golden/jobs/24f3f8d1838a7631/steps/138ab278b28a220b
+STEP_DIR=/shared/campaigns/golden/jobs/99c63c8e3998cdf6/steps/138ab278b28a220b
 if ncclbot_step_done "$STEP_DIR"; then
     echo "[ncclbot] step "138ab278b28a220b" already finished, skipped"
 else

@@ -1,6 +1,6 @@
 #!/bin/bash
-#SBATCH --job-name=ncclbot:9ea449c6c056f786:0195b2839c764fa5
-#SBATCH --comment=ncclbot:9ea449c6c056f786:0195b2839c764fa5
+#SBATCH --job-name=ncclbot:9ea449c6c056f786:aad42940fca7d361
+#SBATCH --comment=ncclbot:9ea449c6c056f786:aad42940fca7d361
 #SBATCH --nodes=16
 #SBATCH --ntasks-per-node=4
 #SBATCH --gpus-per-node=4
@@ -14,10 +14,10 @@
 # Our own variables are NCCLSWEEP_*: the plugin refuses unknown NCCLBOT_* variables.
 set -u
 umask 022
-JOB_DIR=/shared/campaigns/golden/jobs/0195b2839c764fa5
+JOB_DIR=/shared/campaigns/golden/jobs/aad42940fca7d361
 export NCCLSWEEP_CAMPAIGN=golden-live
 export NCCLSWEEP_CAMPAIGN_KEY=9ea449c6c056f786
-export NCCLSWEEP_JOB_KEY=0195b2839c764fa5
+export NCCLSWEEP_JOB_KEY=aad42940fca7d361
 mkdir -p "$JOB_DIR/steps" || exit 1
 exec >>"$JOB_DIR/job.log" 2>&1
 echo "[ncclbot] job $NCCLSWEEP_JOB_KEY starting on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ) (Slurm job ${SLURM_JOB_ID:-none})"
@@ -103,7 +103,7 @@ trap 'kill "$ncclbot_coordinator" 2>/dev/null' EXIT
 ncclbot_failed=0
 
 # ---- step 1/2: c879caab054296ed
-STEP_DIR=/shared/campaigns/golden/jobs/0195b2839c764fa5/steps/c879caab054296ed
+STEP_DIR=/shared/campaigns/golden/jobs/aad42940fca7d361/steps/c879caab054296ed
 if ncclbot_step_done "$STEP_DIR"; then
     echo "[ncclbot] step "c879caab054296ed" already finished, skipped"
 else
@@ -126,7 +126,7 @@ else
 fi
 
 # ---- step 2/2: 29fded58b3b58921
-STEP_DIR=/shared/campaigns/golden/jobs/0195b2839c764fa5/steps/29fded58b3b58921
+STEP_DIR=/shared/campaigns/golden/jobs/aad42940fca7d361/steps/29fded58b3b58921
 if ncclbot_step_done "$STEP_DIR"; then
     echo "[ncclbot] step "29fded58b3b58921" already finished, skipped"
 else
