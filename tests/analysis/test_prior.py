@@ -65,3 +65,20 @@ def test_duplicate_cost_rows_are_averaged_and_unknown_contexts_ignored():
     pred = predictions_from_cost_tables(pools, cost)
     assert pools.arms == ("Tree/LL", "Ring/LL")
     assert np.isnan(pred[0, 0]) and pred[0, 1] == 3.0
+
+
+def test_call_facts_from_runs_and_choices_reproduce_gb200():
+    from ncclbot_sweep.analysis.prior import call_params_from_runs
+
+    fab = fabric("sim-gb200-mnnvl-off")
+    nodes = (2, 4, 16)
+    it, cost = sim_frames(fab.name, nodes=nodes, sizes=(1 << 12, 1 << 20, 1 << 26, 1 << 30), iters=3)
+    pools = build_pools(it, min_arms=2)
+    runs = pd.DataFrame([dict(fabric=fab.name, nodes=n, ranks=fab.ranks(n), gpu_name=fab.spec.gpu_name) for n in nodes])
+    choices = pd.DataFrame([dict(fabric=fab.name, nodes=n, ranks=fab.ranks(n),
+                                 channels=fab.call_context("AllReduce", n, 1).comm_channels) for n in nodes])
+    params = call_params_from_runs(runs, choices)
+    assert params(fab.name, 4, fab.ranks(4)).x86_cpu is False and params(fab.name, 4, fab.ranks(4)).comp_cap == 100
+    derived = predictions_from_tuning_tables(pools, _tuning_rows(fab, nodes), params=params)
+    direct = predictions_from_cost_tables(pools, cost)
+    np.testing.assert_array_equal(derived, direct)

@@ -174,3 +174,17 @@ def test_dataset_info_counts(fixture_dataset):
     info = dataset_info(root)
     assert info["tables"]["runs"]["rows"] == datasets.read_arrow(root, "runs").num_rows
     assert info["sources"]["quarantined"] == 2
+
+
+def test_gzipped_text_and_duplicate_content(tmp_path):
+    import gzip as gz
+
+    src = (_real() / "A" / "superbench-nccl_allgather.txt").read_bytes()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "nccl_allgather-a.txt.gz").write_bytes(gz.compress(src))
+    (tmp_path / "in" / "nccl_allgather-b.txt").write_bytes(src)
+    (tmp_path / "in" / "nccl_allgather-c.txt").write_bytes(src)  # same content, another name: one source
+    summary = ingest([tmp_path / "in"], tmp_path / "ds")
+    assert summary.files == 3 and summary.skipped == 1 and summary.ingested == 2
+    it = datasets.read_table(tmp_path / "ds", "iterations")
+    assert len(it) == 2 * 68 and set(it["collective"]) == {"AllGather"}

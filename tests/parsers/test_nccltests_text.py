@@ -225,3 +225,11 @@ def test_mpirun_timestamp_prefix():
     text = "".join(f"Thu Jul 18 15:41:05 2024<stdout>:{line}\n" for line in SYNTH.splitlines())
     rows = parse_nccltests_text(text, source()).rows("iterations")
     assert len(rows) == 10 and rows[0]["time_us"] == 10.0
+
+
+def test_crlf_tabs_and_utf8_noise():
+    text = SYNTH.replace("\n", "\r\n").replace("     float", "\tfloat") + "h\u00e9llo w\u00f6rld\r\n"
+    result = parse_nccltests_text(text.encode("utf-8"), source())
+    rows = result.rows("iterations")
+    assert len(rows) == 10 and rows[0]["dtype"] == "float" and rows[-1]["time_us"] == 19.0
+    assert not result.issues
