@@ -112,39 +112,66 @@ def _delta(start: Any, end: Any) -> float | None:
     return None if a is None or b is None else b - a
 
 
+def _profiler_row(base: dict, start: dict, latency: float | None, kind: str) -> dict[str, Any]:
+    args = start.get("args") or {}
+    count = args.get("Count")
+    width = _NCCL_DTYPE_BYTES.get(str(args.get("Datatype", "")).lower())
+    arm = None
+    if args.get("Algorithm") and args.get("Protocol"):
+        try:
+            arm = str(Arm(canonical_algorithm(str(args["Algorithm"])), canonical_protocol(str(args["Protocol"]))))
+        except ValueError:
+            arm = None
+    start_ts = to_float(start.get("ts"))
+    return {
+        **base, "source": "nccl-profiler", "kind": kind, "collective": _coll(start.get("name")),
+        "rank": _int_or_none(args.get("Rank")), "comm_id": str(args["CommHash"]) if "CommHash" in args else None,
+        "size_bytes": count * width if isinstance(count, int) and width else None,
+        "arm": arm, "latency_us": latency,
+        "round": args.get("SeqNum") if isinstance(args.get("SeqNum"), int) else None,
+        "t_ns": int(start_ts * 1000) if start_ts is not None else None,
+    }
+
+
 def parse_profiler_trace(text: str, source: SourceInfo) -> ParseResult:
-    """NCCL example profiler trace: pair ``COLL`` begin/end events into latencies."""
+    """NCCL example profiler trace: ``COLL`` begin/end pairs give per-collective latencies.
+
+    A ``COLL`` whose end was cut from the trace still gets a latency when its ``KernelCh``
+    events carry GPU clocks (``StartGpuClk``/``StopGpuClk``, ns): the span from the first
+    start to the last stop, with ``kind`` ``coll-gpu`` instead of ``coll``.
+    """
     result = ParseResult()
     events, skipped = load_lenient(text)
     for lineno, reason in skipped:
         result.issues.append(Issue(lineno, reason))
     begins: dict[tuple, dict] = {}
+    gpu: dict[tuple, list[float]] = {}
+    current: tuple | None = None
     base = _base(source)
     for ev in events:
-        if not isinstance(ev, dict) or ev.get("cat") != "COLL":
+        if not isinstance(ev, dict):
+            continue
+        if ev.get("name") == "KernelCh" and ev.get("ph") == "b" and current is not None:
+            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            lo, hi = to_float(args.get("StartGpuClk")), to_float(args.get("StopGpuClk"))
+            if lo is not None and hi is not None and hi >= lo:
+                span = gpu.setdefault(current, [lo, hi])
+                span[0], span[1] = min(span[0], lo), max(span[1], hi)
+            continue
+        if ev.get("cat") != "COLL":
             continue
         key = (ev.get("pid"), ev.get("tid"), ev.get("id"), ev.get("name"))
         if ev.get("ph") == "b":
             begins[key] = ev
+            current = key
         elif ev.get("ph") == "e" and key in begins:
             start = begins.pop(key)
-            args = start.get("args") or {}
-            count = args.get("Count")
-            width = _NCCL_DTYPE_BYTES.get(str(args.get("Datatype", "")).lower())
-            arm = None
-            if args.get("Algorithm") and args.get("Protocol"):
-                try:
-                    arm = str(Arm(canonical_algorithm(str(args["Algorithm"])), canonical_protocol(str(args["Protocol"]))))
-                except ValueError:
-                    arm = None
-            result.add("live_events", {
-                **base, "source": "nccl-profiler", "kind": "coll", "collective": _coll(start.get("name")),
-                "rank": _int_or_none(args.get("Rank")), "comm_id": str(args["CommHash"]) if "CommHash" in args else None,
-                "size_bytes": count * width if isinstance(count, int) and width else None,
-                "arm": arm, "latency_us": _delta(start.get("ts"), ev.get("ts")),
-                "round": args.get("SeqNum") if isinstance(args.get("SeqNum"), int) else None,
-                "t_ns": int(to_float(start.get("ts")) * 1000) if to_float(start.get("ts")) is not None else None,
-            })
+            gpu.pop(key, None)
+            result.add("live_events", _profiler_row(base, start, _delta(start.get("ts"), ev.get("ts")), "coll"))
+    for key, start in begins.items():
+        if key in gpu:
+            lo, hi = gpu[key]
+            result.add("live_events", _profiler_row(base, start, (hi - lo) / 1000.0, "coll-gpu"))
     if begins:
         result.issues.append(Issue(None, f"{len(begins)} COLL events have no end (trace truncated)"))
     if not result.count("live_events"):

@@ -66,7 +66,7 @@ def test_every_fixture_file_is_accounted(fixture_dataset):
     assert summary.files == len(files) == len(sources)
     assert set(sources["status"]) <= {"ingested", "partial", "quarantined"}
     quarantined = set(sources.loc[sources["status"] == "quarantined", "source_path"])
-    assert {Path(p).name for p in quarantined} == {"INDEX.md", "nccl-ext-profiler-example-trace-readme.json.txt"}
+    assert {Path(p).name for p in quarantined} == {"INDEX.md"}
     q = datasets.read_table(root, "quarantine")
     assert set(quarantined) <= set(q["source_path"])
     assert q["reason"].notna().all()
@@ -173,7 +173,7 @@ def test_dataset_info_counts(fixture_dataset):
     root, _ = fixture_dataset
     info = dataset_info(root)
     assert info["tables"]["runs"]["rows"] == datasets.read_arrow(root, "runs").num_rows
-    assert info["sources"]["quarantined"] == 2
+    assert info["sources"]["quarantined"] == 1
 
 
 def test_gzipped_text_and_duplicate_content(tmp_path):

@@ -167,10 +167,14 @@ def test_profiler_trace_v1_latency():
     assert ev[0]["size_bytes"] == 32768 * 4
 
 
-def test_profiler_trace_new_generation_truncated_is_quarantined_with_reason():
+def test_profiler_trace_new_generation_latency_from_gpu_clocks():
     fmt, r = _parse("C/nccl-ext-profiler-example-trace-readme.json.txt")
     assert fmt == "nccl-profiler-trace"
-    assert r.unusable
+    ev = r.rows("live_events")
+    # COLL id 0 lost its end to the truncation; its KernelCh clocks: 1756135989724672000..732831232 ns
+    assert len(ev) == 1 and ev[0]["kind"] == "coll-gpu"
+    assert ev[0]["latency_us"] == pytest.approx((1756135989732831232 - 1756135989724672000) / 1000)
+    assert (ev[0]["collective"], ev[0]["arm"], ev[0]["size_bytes"]) == ("AllReduce", "Ring/Simple", 262144 * 4)
     assert any(i.line == 43 and "marker" in i.reason for i in r.issues)
     assert any("no end" in i.reason for i in r.issues)
 
