@@ -50,6 +50,8 @@ class IngestSummary:
     skipped: int = 0
     quarantined: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)
+    #: Step folders without an exit marker (still running, or killed): not ingested yet.
+    unfinished: list[str] = dataclasses.field(default_factory=list)
     rows: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def add_rows(self, rows: dict[str, int]) -> None:
@@ -112,10 +114,14 @@ def _head(path: Path, n: int = 65536) -> bytes:
 
 
 def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | None = None,
+           include_unfinished: bool = False,
            on_progress: Callable[[str, int, int], None] | None = None) -> IngestSummary:
     """Ingest every input under ``paths`` into the dataset at ``dataset``; return a summary.
 
     ``fabric`` labels loose files (default ``unknown``); step folders use their ``step.json``.
+    A step folder without its ``exit`` marker has not finished: it is skipped (and listed in
+    ``summary.unfinished``) so that ingesting again once it finishes gives one run, not two;
+    ``include_unfinished`` ingests it now, with outcome ``failed``.
     ``on_progress(path, done, total)`` is called after each unit (the CLI draws a bar).
     Raises :class:`DatasetError` only for inputs that do not exist.
     """
@@ -127,7 +133,10 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
         if unit.kind == "file" and unit.path.name in _CAMPAIGN_FILES:
             summary.ignored.append(str(unit.path))
         elif unit.kind == "step":
-            _ingest_step(unit.path, root, summary)
+            if include_unfinished or Path(StepFiles(unit.path).exit_marker).is_file():
+                _ingest_step(unit.path, root, summary)
+            else:
+                summary.unfinished.append(str(unit.path))
         else:
             _ingest_file(unit.path, root, fabric or "unknown", summary)
         if on_progress is not None:

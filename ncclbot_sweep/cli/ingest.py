@@ -12,7 +12,9 @@ __all__ = ["ingest_command", "datasets_group"]
 @click.option("--dataset", "-d", required=True, type=click.Path(file_okay=False),
               help="Dataset folder to write (created if missing).")
 @click.option("--fabric", default=None, help="Fabric name for loose files without step.json (default: unknown).")
-def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None) -> None:
+@click.option("--include-unfinished", is_flag=True,
+              help="Also ingest step folders without an exit marker (as failed runs).")
+def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, include_unfinished: bool) -> None:
     """Parse nccl-tests output, NCCL logs and traces into Parquet tables.
 
     PATH may be a file, a folder or a campaign folder. Ingesting the same file twice adds
@@ -30,16 +32,19 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None) -> 
 
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("ingest", total=None)
-            summary = ingest(paths, dataset, fabric=fabric,
+            summary = ingest(paths, dataset, fabric=fabric, include_unfinished=include_unfinished,
                              on_progress=lambda p, done, total: progress.update(task, completed=done, total=total))
     else:
-        summary = ingest(paths, dataset, fabric=fabric)
+        summary = ingest(paths, dataset, fabric=fabric, include_unfinished=include_unfinished)
     click.echo(f"files: {summary.files}  ingested: {summary.ingested} (partly: {summary.partial})  "
                f"already in dataset: {summary.skipped}  quarantined: {len(summary.quarantined)}")
     for name, count in sorted(summary.rows.items()):
         click.echo(f"  {name:14s} {count:>10d} rows")
     for path, reason in summary.quarantined:
         click.echo(f"quarantined: {path}: {reason}")
+    if summary.unfinished:
+        click.echo(f"{len(summary.unfinished)} step folder(s) have no exit marker yet and were left for a later "
+                   "ingest (--include-unfinished takes them now)")
 
 
 @click.group("datasets")

@@ -129,6 +129,9 @@ def test_campaign_step_folders(tmp_path):
     _step(jobs / "s-unfinished", arm="Ring/Simple", exit_code=None)
     summary = ingest([tmp_path / "camp"], tmp_path / "ds")
     assert summary.ignored == [str(tmp_path / "camp" / "campaign.yaml")]
+    assert summary.unfinished == [str(jobs / "s-unfinished")]
+    summary = ingest([tmp_path / "camp"], tmp_path / "ds", include_unfinished=True)
+    assert summary.skipped == 4 and summary.ingested == 1
     runs = datasets.read_table(tmp_path / "ds", "runs").set_index("step_key")
     assert runs.loc["s-ok", "outcome"] == "ok" and not runs.loc["s-ok", "arm_mismatch"]
     assert runs.loc["s-mismatch", "arm_mismatch"] and "did not run" in runs.loc["s-mismatch", "failure"]

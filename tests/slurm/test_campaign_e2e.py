@@ -263,3 +263,25 @@ def test_queue_cap_holds_jobs_back(tmp_path, sshd, slurm_cluster):
     result = runner.submit(s.campaign, s.inventory, s.workdir, progress=sample)
     assert result.steps == {"ok": 3}
     assert max(seen) == 1 and len(seen) >= 3
+
+
+def test_cancel_stops_the_campaign_jobs_only(tmp_path, sshd, slurm_cluster):
+    other = slurm_cluster.run("sbatch", "--parsable", "-N1", "-J", "someone-else", "--wrap", "sleep 60").stdout.strip()
+    s = make_setup(tmp_path, sshd, name="e2e-cancel", arms=["Ring/Simple", "Tree/Simple"], steps_per_job=2,
+                   nodes=[2], env={"NCCLBOT_E2E_SLEEP": "60"})
+    try:
+        code, out = s.cli("submit", str(s.campaign), "-i", str(s.inventory), "-w", str(s.workdir), "--no-wait")
+        assert code == 0, out
+        deadline = time.monotonic() + 30
+        while not s.starts() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        code, out = s.cli("cancel", str(s.workdir), "--json")
+        assert code == 0, out
+        result = json.loads(out)
+        assert result["jobs"] == {"cancelled": 1} and result["steps"] == {"cancelled": 1, "pending": 1}
+        (job,) = manifest_jobs(s)
+        state = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", f"{job.executor_job_id},{other}",
+                                  "-o", "%i %T").stdout.split()
+        assert dict(zip(state[::2], state[1::2])) == {job.executor_job_id: "CANCELLED", other: "RUNNING"}
+    finally:
+        slurm_cluster.run("scancel", other, check=False)
