@@ -233,3 +233,12 @@ def test_crlf_tabs_and_utf8_noise():
     rows = result.rows("iterations")
     assert len(rows) == 10 and rows[0]["dtype"] == "float" and rows[-1]["time_us"] == 19.0
     assert not result.issues
+
+
+def test_failure_during_the_table_keeps_rows():
+    cut = SYNTH.split("          32")[0]
+    text = cut + "node-a: Test NCCL failure common.cu:1279 'unhandled system error'\n .. node-a pid 1: Test failure\n"
+    result = parse_nccltests_text(text, source())
+    run = result.rows("runs")[0]
+    assert run["outcome"] == "failed" and "unhandled system error" in run["failure"]
+    assert [r["size_bytes"] for r in result.rows("iterations") if not r["in_place"]] == [8, 16]
