@@ -349,7 +349,8 @@ static uint32_t available_mask(const nb_comm *c, const nb_ctx *x, const float *t
 static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *table,
                                     int numAlgo, int numProto) {
   if (c->failed) { /* fail_comm said why once; NCCL reports each failed call itself */
-    if (c->failed++ == 1) NB_WARN("refusing this and later collectives: %s", c->fail_why);
+    if (c->failed == 1) NB_WARN("refusing this and later collectives: %s", c->fail_why);
+    c->failed = 2;
     return ncclSystemError;
   }
   drain(c);
