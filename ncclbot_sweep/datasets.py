@@ -16,8 +16,11 @@ Readers: :func:`read_table` (pandas), or any Parquet reader with hive partitioni
 Column notes:
 
 * ``iterations.iteration`` is the 0-based index of a measured iteration in the order it was
-  measured (warm-up excluded). It is null for an averaged row, whose ``n_iters`` says how
-  many iterations nccl-tests averaged. ``cycle`` numbers repeated tables (``-N``), 0-based.
+  measured (warm-up excluded; from ``result.json``'s ``times_us``, offset by its
+  ``skipped_iterations``). It is null for an averaged row, whose ``n_iters`` says how many
+  iterations nccl-tests averaged. ``cycle`` numbers repeated tables (``-N``), 0-based.
+  ``in_place`` tells nccl-tests' out-of-place and in-place halves apart; ``line`` is the
+  source line of a text row.
 * Times are microseconds, sizes bytes, bandwidths GB/s (1e9 B/s).
 * ``runs.synthetic`` is true for fabrics whose name starts with ``sim-``.
 * ``choices``: one row per run of identical consecutive per-call lines of an NCCL log;

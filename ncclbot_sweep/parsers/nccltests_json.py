@@ -5,7 +5,7 @@ Three shapes are read:
 * nccl-tests ``-J`` (``"version": 3``, 2.19+): booleans written as strings, ``root`` as a
   padded string, ``nwrong`` as a float; with ``-I`` each result carries ``times_us`` for
   every measured iteration, which become one row each (``iteration`` 0-based, in the order
-  measured). Files cut short by a failed run are read up to their last complete result.
+  measured after warm-up; ``skipped_iterations`` offsets it). Files cut short by a failed run are read up to their last complete result.
 * the PR-318 fork's ``"nccl-tests structured output"`` (``oop_*``/``ip_*`` keys per size).
 * rccl-tests JSON lines (one object per size and placement).
 """
@@ -174,10 +174,12 @@ def _v3_side(item: dict, side: str, in_place: bool, base: dict, iters: int | Non
         algbw, busbw = _num(avg.get("alg_bw")), _num(avg.get("bus_bw"))
         factor = busbw / algbw if algbw and busbw is not None else None
         rows = []
+        # -I with a skip drops the first iterations from times_us: keep the measured position.
+        skip = _int(per.get("skipped_iterations")) or 0
         for k, t in enumerate(times):
             t = _num(t)
             alg = size / t / 1e3 if size is not None and t else None
-            rows.append({**row, "iteration": k, "n_iters": 1, "time_us": t, "algbw_gbs": alg,
+            rows.append({**row, "iteration": skip + k, "n_iters": 1, "time_us": t, "algbw_gbs": alg,
                          "busbw_gbs": alg * factor if alg is not None and factor is not None else None})
         result.add("iterations", rows)
         return len(rows)
