@@ -286,11 +286,11 @@ def _finish(camp: _Campaign, job_key: str, st: JobStatus) -> bool:
 # --------------------------------------------------------------------------- actions
 
 
-def _submit_ready(camp: _Campaign, *, retry: bool) -> int:
+def _submit_ready(camp: _Campaign, *, retry: bool) -> list[str]:
     """Submit planned jobs (only never-submitted ones unless ``retry``) within the queue limit."""
     limit = camp.plan.inventory.scheduler.max_jobs_in_queue
     open_count = len(camp.manifest.jobs([JobPhase.SUBMITTED]))
-    submitted = 0
+    submitted = []
     for job in camp.manifest.jobs([JobPhase.PLANNED]):
         if open_count >= limit:
             break
@@ -299,15 +299,20 @@ def _submit_ready(camp: _Campaign, *, retry: bool) -> int:
         job_id = camp.executor.submit(_spec(camp, job.job_key))
         camp.manifest.mark_submitted(job.job_key, job_id)
         open_count += 1
-        submitted += 1
+        submitted.append(job.job_key)
     return submitted
 
 
-def _requeue_unfinished(camp: _Campaign) -> int:
-    """Put finished or cancelled jobs with steps that are missing or failed back to PLANNED."""
+def _requeue_unfinished(camp: _Campaign, already: set[str]) -> int:
+    """Put ended jobs with steps missing or failed back to PLANNED, unless this command ran them.
+
+    Called by ``resume`` on every round, so a job that was still running (or looked alive)
+    when ``resume`` started and then failed is retried too; a job this command submitted
+    itself is not retried again (a deterministic failure must not loop).
+    """
     count = 0
     for job in camp.manifest.jobs([JobPhase.FINISHED, JobPhase.CANCELLED]):
-        if not _in_plan(camp, job.job_key):
+        if job.job_key in already or not _in_plan(camp, job.job_key):
             continue
         if all(s.outcome is StepOutcome.OK for s in camp.manifest.steps(job.job_key)):
             continue
@@ -334,10 +339,15 @@ def _watch(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: boo
     sched = camp.plan.inventory.scheduler
     interval = sched.poll_interval_s
     unknown: dict[str, int] = {}
+    submitted_here: set[str] = set()
+    if retry:
+        _requeue_unfinished(camp, submitted_here)
     while True:
-        _submit_ready(camp, retry=retry)
+        submitted_here.update(_submit_ready(camp, retry=retry))
         changed = reconcile(camp, unknown)
         _cancel_stale_pending(camp)
+        if retry and _requeue_unfinished(camp, submitted_here):
+            changed = True
         summary = _summarise(camp)
         if progress:
             done = summary.total_steps - summary.steps.get("pending", 0)
@@ -381,8 +391,6 @@ def _summarise(camp: _Campaign) -> CampaignSummary:
 def _run(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: bool) -> CampaignSummary:
     try:
         reconcile(camp)
-        if retry:
-            _requeue_unfinished(camp)
         _watch(camp, progress, retry=retry, wait=wait)
         return _summarise(camp)
     finally:

@@ -222,29 +222,31 @@ class TextParser:
         if whole is not None:
             self._consume(self._prepare(whole, self._prefix_state(whole), self._layout))
 
-    def feed_all(self, chunks: Iterable[bytes]) -> None:
-        """Feed many chunks, preparing the next one in a worker thread while this one is parsed.
+    def feed_all(self, chunks: Iterable[bytes], *, workers: int = 1) -> None:
+        """Feed many chunks, preparing the next ones in worker threads while this one is parsed.
 
-        The preparation (prefix removal, blank collapse, line classification) is numpy work
-        that releases the GIL, so on two cores the two halves overlap. Same result as
-        calling :meth:`feed` on each chunk.
+        The preparation (prefix removal, blank collapse, line classification and, once the
+        layout is known, row conversion) is numpy and Arrow work that releases the GIL, so
+        the cores work on the next chunks while this thread walks the other lines. Same
+        result as calling :meth:`feed` on each chunk; at most ``workers + 1`` chunks are in
+        memory at once.
         """
+        import collections
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncclbot-ingest") as pool:
-            pending = None
+        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="ncclbot-ingest") as pool:
+            pending: collections.deque = collections.deque()
             for data in chunks:
                 whole = self._whole_lines(data)
                 if whole is None:
                     continue
-                # The worker also converts the chunk's rows with the layout known now; the
-                # main thread uses that only if the layout is still the same when it gets there.
-                nxt = pool.submit(self._prepare, whole, self._prefix_state(whole), self._layout)
-                if pending is not None:
-                    self._consume(pending.result())
-                pending = nxt
-            if pending is not None:
-                self._consume(pending.result())
+                # Workers convert a chunk's rows with the layout known now; the main thread
+                # uses that only if the layout is still the same when it gets there.
+                pending.append(pool.submit(self._prepare, whole, self._prefix_state(whole), self._layout))
+                if len(pending) > max(1, workers):
+                    self._consume(pending.popleft().result())
+            while pending:
+                self._consume(pending.popleft().result())
 
     def close(self) -> ParseResult:
         """Finish the last line and the last run; return runs, issues (and rows if collected)."""
