@@ -23,6 +23,8 @@ from e2e_files import campaign, fake_bin, inventory, ssh_access
 from ncclbot_sweep import runner
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.collect import collect
+from ncclbot_sweep.executors.slurm import SlurmExecutor
+from ncclbot_sweep.inventory import load_inventory
 from ncclbot_sweep.transport import SshTransport, sha256_file
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
@@ -254,19 +256,27 @@ def test_queue_cap_holds_jobs_back(tmp_path, sshd, slurm_cluster):
     s = make_setup(tmp_path, sshd, name="e2e-cap", arms=["Ring/Simple", "Tree/Simple", "Ring/LL"],
                    steps_per_job=1, nodes=[1], env={"NCCLBOT_E2E_SLEEP": "1"},
                    scheduler_extra="  max_jobs_in_queue: 1")
-    seen = []
+    executor = SlurmExecutor.from_inventory(load_inventory(s.inventory))
+    seen, queries = [], []
 
     def sample(done: int, total: int, message: str) -> None:
         out = slurm_cluster.run("squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING", "-o", "%j").stdout.split()
         seen.append(len([n for n in out if n.startswith("ncclbot:")]))
+        queries.append(sum(1 for c in executor.calls if c in ("squeue", "sacct")))
 
-    result = runner.submit(s.campaign, s.inventory, s.workdir, progress=sample)
+    runner.submit(s.campaign, s.inventory, s.workdir, wait=False)  # queues the first job only
+    result = runner.resume(s.workdir, progress=sample, executor=executor)
     assert result.steps == {"ok": 3}
     assert max(seen) == 1 and len(seen) >= 3
+    # one scheduler query per poll cycle (the first cycle also asks sacct once: accounting is off)
+    per_cycle = [b - a for a, b in zip(queries, queries[1:])]
+    assert per_cycle and max(per_cycle) == 1, per_cycle
+    assert executor.transport.connects == 1  # one SSH connection for the whole campaign
 
 
 def test_cancel_stops_the_campaign_jobs_only(tmp_path, sshd, slurm_cluster):
-    other = slurm_cluster.run("sbatch", "--parsable", "-N1", "-J", "someone-else", "--wrap", "sleep 60").stdout.strip()
+    other = slurm_cluster.run("sbatch", "--parsable", "-N1", "-J", "someone-else", "-o", "/dev/null",
+                              "--wrap", "sleep 60").stdout.strip()
     s = make_setup(tmp_path, sshd, name="e2e-cancel", arms=["Ring/Simple", "Tree/Simple"], steps_per_job=2,
                    nodes=[2], env={"NCCLBOT_E2E_SLEEP": "60"})
     try:
