@@ -43,7 +43,7 @@ def fake_bin(folder: Path) -> Path:
     return folder
 
 
-def inventory(path: Path, *, bin_dir: Path, access: str, environment: dict[str, str],
+def inventory(path: Path, *, bin_dir: Path | str, access: str, environment: dict[str, str],
               partition: str = "debug", scheduler_extra: str = "") -> Path:
     env = "\n".join(f'  {k}: "{v}"' for k, v in environment.items()) or "  {}"
     path.write_text(f"""\

@@ -51,11 +51,12 @@ class Setup:
 
 def make_setup(tmp_path: Path, sshd, *, name: str, arms: list[str], nodes: list[int] = [4],
                steps_per_job: int = 2, env: dict[str, str] | None = None, access: str | None = None,
-               partition: str = "debug", timeout_s: int = 60, scheduler_extra: str = "") -> Setup:
+               partition: str = "debug", timeout_s: int = 60, scheduler_extra: str = "",
+               bin_dir: str | None = None) -> Setup:
     log = tmp_path / "starts.log"
     remote = tmp_path / "remote"
     environment = {"NCCLBOT_E2E_LOG": str(log), **(env or {})}
-    inv = inventory(tmp_path / "inventory.yaml", bin_dir=fake_bin(tmp_path / "bin"),
+    inv = inventory(tmp_path / "inventory.yaml", bin_dir=bin_dir or fake_bin(tmp_path / "bin"),
                     access=access or ssh_access(sshd, remote), environment=environment, partition=partition,
                     scheduler_extra=scheduler_extra)
     camp = campaign(tmp_path / "campaign.yaml", name=name, arms=arms, nodes=nodes,
@@ -107,6 +108,21 @@ def test_multi_node_campaign_over_ssh_then_collect(tmp_path, sshd, slurm_cluster
         if path.is_file() and "steps" in path.parts:
             local = s.workdir / path.relative_to(next(s.remote.iterdir()))
             assert sha256_file(local) == sha256_file(path)
+
+
+def test_simulated_fabric_binaries_on_four_nodes(tmp_path, sshd, slurm_cluster):
+    s = make_setup(tmp_path, sshd, name="e2e-sim", arms=["Ring/Simple", "Tree/LL"], steps_per_job=2,
+                   bin_dir="sim", env={"NCCLBOT_SIM_FABRIC": "sim-h100"})
+    code, out = s.cli("submit", str(s.campaign), "-i", str(s.inventory), "-w", str(s.workdir), "--json")
+    assert code == 0, out
+    assert json.loads(out)["steps"] == {"ok": 2}
+    (job,) = manifest_jobs(s)
+    for step_dir in (s.workdir / "jobs" / job.job_key / "steps").iterdir():
+        assert "Avg bus bandwidth" in (step_dir / "stdout.txt").read_text()
+        result = json.loads((step_dir / "result.json").read_text())
+        assert result  # nccl-tests -J output from the simulator, fetched over SFTP
+    provenance = json.loads((s.workdir / "jobs" / job.job_key / "provenance.json").read_text())
+    assert provenance["hosts"] == ["n1", "n2", "n3", "n4"]
 
 
 def test_node_down_mid_job_then_resume_finishes(tmp_path, sshd, slurm_cluster):
