@@ -22,6 +22,7 @@ keeps the runner's guarantees on a real scheduler:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +38,7 @@ from ncclbot_sweep.transport import CommandResult, Transport, make_transport
 if TYPE_CHECKING:
     from ncclbot_sweep.inventory import Inventory
 
-__all__ = ["SlurmExecutor"]
+__all__ = ["SlurmExecutor", "SlurmPolicy"]
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +48,31 @@ _CONTROLLER_DOWN = ("Unable to contact slurm controller", "Socket timed out", "C
                     "Zero Bytes were transmitted", "Communication connection failure")
 
 
+@dataclasses.dataclass(frozen=True)
+class SlurmPolicy:
+    """How patient the executor is with Slurm (defaults suit a production cluster)."""
+
+    #: Cancel a job pending on unavailable nodes this long (seconds); None waits forever.
+    cancel_pending_after_s: float | None = None
+    #: sbatch attempts when Slurm refuses for a limit or is restarting, and the first backoff.
+    submit_attempts: int = 5
+    submit_backoff_s: float = 2.0
+    #: A find_tagged listing this fresh (seconds) answers the poll of the same cycle.
+    listing_ttl_s: float = 1.0
+    #: How long read-only commands wait for a controller that does not answer.
+    controller_wait_s: float = 60.0
+
+
 class SlurmExecutor(Executor):
     """Runs campaign jobs on Slurm through ``transport``; see the module docstring."""
 
     name = "slurm"
 
-    def __init__(self, transport: Transport, *, cancel_pending_after_s: float | None = None,
-                 submit_attempts: int = 5, submit_backoff_s: float = 2.0,
-                 listing_ttl_s: float = 1.0, controller_wait_s: float = 60.0,
+    def __init__(self, transport: Transport, policy: SlurmPolicy | None = None, *,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.transport = transport
-        self.cancel_pending_after_s = cancel_pending_after_s
-        self.submit_attempts = max(1, submit_attempts)
-        self.submit_backoff_s = submit_backoff_s
-        self.listing_ttl_s = listing_ttl_s
-        self.controller_wait_s = controller_wait_s
+        self.policy = policy or SlurmPolicy()
         self._clock = clock
         self._sleep = sleep
         self._accounting: bool | None = None  # None: not known yet
@@ -75,9 +85,12 @@ class SlurmExecutor(Executor):
 
     @classmethod
     def from_inventory(cls, inventory: Inventory, *, state_dir: Path | None = None) -> SlurmExecutor:
-        """The executor for an inventory with ``scheduler.kind: slurm`` (called by make_executor)."""
-        sched = inventory.scheduler
-        return cls(make_transport(inventory.access), cancel_pending_after_s=sched.cancel_pending_after_s)
+        """The executor for an inventory with ``scheduler.kind: slurm`` (called by make_executor).
+
+        ``state_dir`` is accepted for the factory's sake; Slurm itself holds the state.
+        """
+        policy = SlurmPolicy(cancel_pending_after_s=inventory.scheduler.cancel_pending_after_s)
+        return cls(make_transport(inventory.access), policy)
 
     # ------------------------------------------------------------------ commands
 
@@ -88,7 +101,7 @@ class SlurmExecutor(Executor):
 
     def _run_waiting(self, argv: list[str], what: str) -> CommandResult:
         """Run a read-only command, waiting (bounded, with backoff) while the controller is down."""
-        deadline = self._clock() + self.controller_wait_s
+        deadline = self._clock() + self.policy.controller_wait_s
         delay = 0.5
         while True:
             result = self._run(argv)
@@ -116,8 +129,8 @@ class SlurmExecutor(Executor):
             raise SchedulerError(f"job {job.job_key}: no job script at {script}", path=script,
                                  hint="render the campaign first ('ncclbot-sweep submit' does)")
         self._upload_inputs(job)
-        delay = self.submit_backoff_s
-        for attempt in range(1, self.submit_attempts + 1):
+        delay = self.policy.submit_backoff_s
+        for attempt in range(1, self.policy.submit_attempts + 1):
             try:
                 result = self._run(self._sbatch_argv(job), idempotent=False)
             except TransportError as exc:
@@ -134,12 +147,12 @@ class SlurmExecutor(Executor):
                     log.warning("job %s: sbatch failed (%s) but Slurm has it as %s; adopting it",
                                 job.job_key, failure.reason, existing)
                     return existing
-            if not failure.retryable or attempt == self.submit_attempts:
+            if not failure.retryable or attempt == self.policy.submit_attempts:
                 raise SchedulerError(
                     f"job {job.job_key}: Slurm refused it: {failure.reason}", path=script,
                     hint=_submit_hint(failure, attempt))
             log.warning("job %s: sbatch refused (%s); resubmitting in %.1f s (attempt %d of %d)",
-                        job.job_key, failure.reason, delay, attempt + 1, self.submit_attempts)
+                        job.job_key, failure.reason, delay, attempt + 1, self.policy.submit_attempts)
             self._sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
@@ -192,7 +205,7 @@ class SlurmExecutor(Executor):
             if self._stuck(row):
                 stuck.append(job_id)
                 status = JobStatus(JobState.CANCELLED, reason=f"cancelled after pending more than "
-                                   f"{self.cancel_pending_after_s:.0f} s on unavailable nodes ({row.reason})")
+                                   f"{self.policy.cancel_pending_after_s:.0f} s on unavailable nodes ({row.reason})")
             if status.state.finished:
                 self._final[job_id] = status
                 self._pending_since.pop(job_id, None)
@@ -204,7 +217,7 @@ class SlurmExecutor(Executor):
     def _fresh_listing(self, ids: list[str]) -> dict[str, sp.QueueRow] | None:
         if self._listing is not None:
             taken, rows = self._listing
-            if self._clock() - taken <= self.listing_ttl_s and all(i in rows for i in ids):
+            if self._clock() - taken <= self.policy.listing_ttl_s and all(i in rows for i in ids):
                 return dict(rows)
         out = self._run(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", sp.SQUEUE_FORMAT])
         if not out.ok:
@@ -227,11 +240,11 @@ class SlurmExecutor(Executor):
         return sp.parse_sacct(out.stdout)
 
     def _stuck(self, row: sp.QueueRow) -> bool:
-        if self.cancel_pending_after_s is None or sp.unavailable_reason(row) is None:
+        if self.policy.cancel_pending_after_s is None or sp.unavailable_reason(row) is None:
             self._pending_since.pop(row.job_id, None)
             return False
         since = self._pending_since.setdefault(row.job_id, self._clock())
-        return self._clock() - since >= self.cancel_pending_after_s
+        return self._clock() - since >= self.policy.cancel_pending_after_s
 
     # ------------------------------------------------------------------ cancel, fetch, find
 

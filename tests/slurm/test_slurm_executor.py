@@ -10,7 +10,7 @@ import pytest
 
 from ncclbot_sweep.errors import SchedulerError
 from ncclbot_sweep.executors.base import JobSpec, JobState
-from ncclbot_sweep.executors.slurm import SlurmExecutor
+from ncclbot_sweep.executors.slurm import SlurmExecutor, SlurmPolicy
 from ncclbot_sweep.transport import LocalTransport, SshTransport
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
@@ -67,7 +67,7 @@ def executor(request, slurm_cluster, tmp_path):
         transport = LocalTransport()
     else:
         transport = SshTransport(request.getfixturevalue("ssh_settings"))
-    ex = SlurmExecutor(transport, submit_backoff_s=0.3, controller_wait_s=30)
+    ex = SlurmExecutor(transport, SlurmPolicy(submit_backoff_s=0.3, controller_wait_s=30))
     ex.kind = request.param
     yield ex
     ex.close()
@@ -140,7 +140,7 @@ def test_node_down_mid_job_is_node_fail(executor, slurm_cluster, tmp_path):
 
 
 def test_pending_on_unavailable_nodes_is_cancelled_after_the_limit(slurm_cluster, tmp_path):
-    ex = SlurmExecutor(LocalTransport(), cancel_pending_after_s=1.0)
+    ex = SlurmExecutor(LocalTransport(), SlurmPolicy(cancel_pending_after_s=1.0))
     slurm_cluster.run("scontrol", "update", "nodename=n3", "state=drain", "reason=test")
     job = make_job(tmp_path, "true", nodes=1, sbatch=("--nodelist=n3",), remote=False)
     job_id = ex.submit(job)
@@ -157,7 +157,7 @@ def test_pending_on_unavailable_nodes_is_cancelled_after_the_limit(slurm_cluster
 
 
 def test_submit_waits_for_a_restarting_controller(ssh_settings, slurm_cluster, tmp_path):
-    ex = SlurmExecutor(SshTransport(ssh_settings), submit_backoff_s=0.5, submit_attempts=6)
+    ex = SlurmExecutor(SshTransport(ssh_settings), SlurmPolicy(submit_backoff_s=0.5, submit_attempts=6))
     job = make_job(tmp_path, HOSTS_STEP)
     slurm_cluster.stop_ctld()
     restart = threading.Timer(2.0, slurm_cluster.start_ctld)
@@ -172,7 +172,7 @@ def test_submit_waits_for_a_restarting_controller(ssh_settings, slurm_cluster, t
 
 
 def test_refused_while_the_partition_drains_then_resubmitted(slurm_cluster, tmp_path, caplog):
-    ex = SlurmExecutor(LocalTransport(), submit_backoff_s=0.5, submit_attempts=6)
+    ex = SlurmExecutor(LocalTransport(), SlurmPolicy(submit_backoff_s=0.5, submit_attempts=6))
     job = make_job(tmp_path, HOSTS_STEP, remote=False)
     slurm_cluster.run("scontrol", "update", "partitionname=debug", "state=drain")
     reopen = threading.Timer(1.5, slurm_cluster.run, ("scontrol", "update", "partitionname=debug", "state=up"))
@@ -196,3 +196,15 @@ def test_accounting_off_is_detected_once(slurm_cluster):
     ex.calls.clear()
     assert ex.poll(["999999"])["999999"].state is JobState.UNKNOWN
     assert ex.calls == ["squeue"]  # squeue only from now on
+
+
+def test_find_tagged_refuses_to_guess_when_the_controller_stays_down(slurm_cluster):
+    ex = SlurmExecutor(LocalTransport(), SlurmPolicy(controller_wait_s=1.0))
+    slurm_cluster.stop_ctld()
+    try:
+        with pytest.raises(SchedulerError, match="cannot list Slurm jobs"):
+            ex.find_tagged("camp")  # an empty answer could make the runner submit a duplicate
+        status = ex.poll(["1"])["1"]
+        assert status.state is JobState.UNKNOWN and "not reachable" in status.reason  # poll never raises
+    finally:
+        slurm_cluster.start_ctld()
