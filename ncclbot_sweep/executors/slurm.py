@@ -142,7 +142,7 @@ class SlurmExecutor(Executor):
                     return job_id
                 failure = sp.classify_submit_error(result.stderr)
             if failure.ambiguous:
-                existing = self._lookup_tag(job)
+                existing = self._lookup_tag(job, failure)
                 if existing:
                     log.warning("job %s: sbatch failed (%s) but Slurm has it as %s; adopting it",
                                 job.job_key, failure.reason, existing)
@@ -172,12 +172,20 @@ class SlurmExecutor(Executor):
             self.transport.put_file(path, target)
         log.info("job %s: uploaded %d input files to %s", job.job_key, len(inputs), remote)
 
-    def _lookup_tag(self, job: JobSpec) -> str | None:
+    def _lookup_tag(self, job: JobSpec, failure: sp.SubmitFailure) -> str | None:
+        """The id Slurm has under ``job``'s tag, after an sbatch that may have queued it.
+
+        When Slurm cannot be asked, submitting again might duplicate the job: raise instead,
+        and let the next ``status``/``resume`` adopt it by its tag.
+        """
         try:
             return self.find_tagged(job.campaign_key).get(job.tag)
         except SchedulerError as exc:
-            log.warning("job %s: could not look its tag up: %s", job.job_key, exc)
-            return None
+            raise SchedulerError(
+                f"job {job.job_key}: sbatch failed ({failure.reason}) and Slurm cannot be asked whether "
+                f"it queued the job anyway ({exc.reason})", path=Path(job.local_dir) / job.script_name,
+                hint="run 'ncclbot-sweep status DIR' once Slurm answers: it adopts the job if it exists, "
+                     "and 'resume' submits it otherwise") from exc
 
     # ------------------------------------------------------------------ poll
 
