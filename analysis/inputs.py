@@ -13,7 +13,7 @@ from pathlib import Path
 from ncclbot_sweep.errors import AnalysisError
 
 from .pools import build_pools
-from .prior import load_prior
+from .prior import call_params_from_runs, load_prior
 from .replay import ReplayProblem, make_problem
 
 __all__ = ["load_problem"]
@@ -42,8 +42,12 @@ def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tupl
     pools = build_pools(iterations, window=window, min_arms=min_arms)
     cost = read_table(root, "cost_tables", filters=filters)
     tuning = read_table(root, "tuning_tables", filters=filters)
+    params = None
+    if not tuning.empty:
+        # ``choices`` (one row per logged call) can be large; the runs table is enough.
+        params = call_params_from_runs(read_table(root, "runs", filters=filters), None)
     try:
-        predicted = load_prior(pools, cost_tables=cost, tuning_tables=tuning)
+        predicted = load_prior(pools, cost_tables=cost, tuning_tables=tuning, params=params)
         return make_problem(pools, predicted, rho_max=rho_max)
     except AnalysisError as exc:
         raise AnalysisError(exc.reason, path=root, hint=exc.hint) from exc

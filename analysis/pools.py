@@ -136,41 +136,52 @@ def build_pools(iterations: pd.DataFrame, *, window: tuple[int, int] = (11, 99),
     with fewer than ``min_arms`` measured arms are left out (the audit uses 2). Raises
     :class:`AnalysisError` when no context is left.
     """
-    df = _clean(iterations).copy()
-    df["arm"] = [str(Arm.parse(str(a))) for a in df["arm"]]
-    sort_cols = [*CONTEXT_COLUMNS, "arm"] + (["run_id"] if "run_id" in df.columns else []) + ["iteration"]
-    df = df.sort_values(sort_cols, kind="stable")
-    arms = tuple(arm_order(df["arm"].unique()))
-    if not arms:
+    df = _clean(iterations)
+    if df.empty:
         raise AnalysisError("no forced-arm iterations to build pools from",
                             hint="ingest a forced-arm sweep (runs with NCCL_ALGO/NCCL_PROTO set)")
+    canon = {a: str(Arm.parse(str(a))) for a in df["arm"].unique()}
+    arms = tuple(arm_order(canon.values()))
     arm_idx = {a: k for k, a in enumerate(arms)}
-    groups = df.groupby(list(CONTEXT_COLUMNS), sort=True)
-    keys, per_ctx = [], []
-    for key, g in groups:
-        by_arm = {a: (ga["time_us"].to_numpy(float), ga["iteration"].to_numpy(int)) for a, ga in g.groupby("arm")}
-        if len(by_arm) >= min_arms:
-            keys.append(key)
-            per_ctx.append(by_arm)
-    if not keys:
+    keys = list(CONTEXT_COLUMNS)
+    frame = pd.DataFrame({
+        "ctx": df.groupby(keys, sort=True).ngroup().to_numpy(),
+        "arm": df["arm"].map(canon).map(arm_idx).to_numpy(np.int64),
+        "run": df["run_id"].astype(str).to_numpy() if "run_id" in df.columns else "",
+        "iteration": df["iteration"].to_numpy(np.int64),
+        "time": df["time_us"].to_numpy(float),
+    }).sort_values(["ctx", "arm", "run", "iteration"], kind="stable")
+    ctx, arm = frame["ctx"].to_numpy(), frame["arm"].to_numpy()
+    pos = frame.groupby(["ctx", "arm"], sort=False).cumcount().to_numpy()
+    n_ctx, n_arm = int(ctx.max()) + 1, len(arms)
+    samples = np.full((n_ctx, n_arm, int(pos.max()) + 1), np.nan)
+    samples[ctx, arm, pos] = frame["time"].to_numpy()
+    depth = np.zeros((n_ctx, n_arm), dtype=np.int64)
+    np.add.at(depth, (ctx, arm), 1)
+    steady = _steady_means(frame, (n_ctx, n_arm), window)
+    contexts = df[keys].drop_duplicates().sort_values(keys).reset_index(drop=True)
+    keep = (depth > 0).sum(axis=1) >= min_arms
+    if not keep.any():
         raise AnalysisError(f"no context has at least {min_arms} measured arms",
                             hint="sweep more arms per context, or lower min_arms")
-    n_ctx, n_arm = len(keys), len(arms)
-    d_max = max(len(t) for ctx in per_ctx for t, _ in ctx.values())
-    samples = np.full((n_ctx, n_arm, d_max), np.nan)
-    depth = np.zeros((n_ctx, n_arm), dtype=np.int64)
-    steady = np.full((n_ctx, n_arm), np.nan)
-    lo, hi = window
-    for c, ctx in enumerate(per_ctx):
-        for arm, (times, iters) in ctx.items():
-            k = arm_idx[arm]
-            samples[c, k, : len(times)] = times
-            depth[c, k] = len(times)
-            inside = (iters >= lo) & (iters <= hi)
-            steady[c, k] = times[inside].mean() if inside.any() else times.mean()
-    best = np.nanargmin(np.where(depth > 0, steady, np.inf), axis=1)
-    contexts = pd.DataFrame(keys, columns=list(CONTEXT_COLUMNS))
+    samples, depth, steady, contexts = samples[keep], depth[keep], steady[keep], contexts[keep].reset_index(drop=True)
+    best = np.argmin(np.where(depth > 0, steady, np.inf), axis=1)
     contexts["n_arms"] = (depth > 0).sum(axis=1)
     contexts["best_arm"] = [arms[b] for b in best]
-    log.info("built pools: %d contexts, %d arms, depth up to %d", n_ctx, n_arm, d_max)
-    return Pools(contexts, arms, samples, depth, steady, best, (lo, hi))
+    log.info("built pools: %d contexts, %d arms, depth up to %d", len(contexts), n_arm, samples.shape[2])
+    return Pools(contexts, arms, samples, depth, steady, best, (window[0], window[1]))
+
+
+def _steady_means(frame: pd.DataFrame, shape: tuple[int, int], window: tuple[int, int]) -> np.ndarray:
+    """Mean over the window per (context, arm); all samples when the window holds none."""
+    lo, hi = window
+    ctx, arm, it, t = (frame[c].to_numpy() for c in ("ctx", "arm", "iteration", "time"))
+    inside = (it >= lo) & (it <= hi)
+    total_in, count_in = np.zeros(shape), np.zeros(shape)
+    total_all, count_all = np.zeros(shape), np.zeros(shape)
+    np.add.at(total_in, (ctx[inside], arm[inside]), t[inside])
+    np.add.at(count_in, (ctx[inside], arm[inside]), 1)
+    np.add.at(total_all, (ctx, arm), t)
+    np.add.at(count_all, (ctx, arm), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count_in > 0, total_in / count_in, total_all / count_all)

@@ -24,7 +24,7 @@ from ncclbot_sweep.names import Arm
 
 from .pools import CONTEXT_COLUMNS, Pools
 
-__all__ = ["CallParams", "align_predictions", "predictions_from_cost_tables", "predictions_from_tuning_tables", "load_prior"]
+__all__ = ["CallParams", "call_params_from_runs", "align_predictions", "predictions_from_cost_tables", "predictions_from_tuning_tables", "load_prior"]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def align_predictions(pools: Pools, frame: pd.DataFrame, column: str = "predicte
 
 
 def _norm(value):
-    return int(value) if isinstance(value, (np.integer,)) else value
+    return int(value) if isinstance(value, (int, np.integer)) else value
 
 
 def predictions_from_cost_tables(pools: Pools, cost_tables: pd.DataFrame) -> np.ndarray:
@@ -72,6 +72,40 @@ class CallParams:
     comp_cap: int = 90
     model_nodes: int | None = None
     x86_cpu: bool = True
+
+
+# GPU name fragments -> (compute capability, x86 host). Grace-based superchips (GH200, GB200,
+# GB300) have ARM hosts, which skip NCCL's x86-only NVLSTree correction.
+_GPU_FACTS = (("GB300", 100, False), ("GB200", 100, False), ("GH200", 90, False), ("B300", 100, True),
+              ("B200", 100, True), ("H200", 90, True), ("H100", 90, True), ("H800", 90, True),
+              ("A100", 80, True), ("A800", 80, True))
+
+
+def call_params_from_runs(runs: pd.DataFrame | None, choices: pd.DataFrame | None
+                          ) -> Callable[[str, int, int], CallParams]:
+    """Call facts per communicator from the ``runs`` and ``choices`` tables.
+
+    ``comp_cap`` and ``x86_cpu`` come from ``runs.gpu_name`` (default Hopper, x86);
+    ``comm_channels`` is the largest per-call channel count NCCL logged (``choices.channels``)
+    for that (fabric, nodes, ranks), else the tuning table's ``nchannels``, else 16.
+    ``model_nodes`` stays the physical node count: an MNNVL clique counted as one node by
+    NCCL is not recorded in the dataset.
+    """
+    gpu, channels = {}, {}
+    if runs is not None and not runs.empty and "gpu_name" in runs:
+        for key, g in runs.dropna(subset=["gpu_name"]).groupby(["fabric", "nodes", "ranks"]):
+            gpu[tuple(_norm(v) for v in key)] = str(g["gpu_name"].iloc[0])
+    if choices is not None and not choices.empty and "channels" in choices:
+        for key, g in choices.dropna(subset=["channels"]).groupby(["fabric", "nodes", "ranks"]):
+            channels[tuple(_norm(v) for v in key)] = int(g["channels"].max())
+
+    def params(fabric: str, nodes: int, ranks: int) -> CallParams:
+        key = (fabric, int(nodes), int(ranks))
+        name = gpu.get(key, "").upper()
+        cap, x86 = next(((c, x) for frag, c, x in _GPU_FACTS if frag in name), (90, True))
+        return CallParams(comm_channels=channels.get(key), comp_cap=cap, x86_cpu=x86)
+
+    return params
 
 
 def predictions_from_tuning_tables(pools: Pools, tuning_tables: pd.DataFrame, *,
