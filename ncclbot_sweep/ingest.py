@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 4 << 20
 #: Campaign bookkeeping files: not measurements, so neither ingested nor quarantined.
-_CAMPAIGN_FILES = {"campaign.yaml", "inventory.yaml", "manifest.sqlite", "job.sh", "provenance.json",
+_CAMPAIGN_FILES = {"campaign.yaml", "inventory.yaml", "manifest.sqlite", "job.sh", "provenance.json", "job.log",
                    "manifest.sqlite-journal", "manifest.sqlite-wal", "manifest.sqlite-shm"}
 
 
@@ -83,8 +83,9 @@ def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
         for step in step_dirs:
             yield _Unit("step", step)
         for file in sorted(p for p in path.rglob("*") if p.is_file()):
-            if any(parent in inside for parent in file.parents) or file.name.startswith("."):
-                continue
+            hidden = any(part.startswith(".") for part in file.relative_to(path).parts)
+            if hidden or any(parent in inside for parent in file.parents):
+                continue  # executor bookkeeping (.executor/), editor files, and step members
             yield _Unit("file", file)
 
 
@@ -232,7 +233,7 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
         json_runs = parsed.rows("runs")
         result.issues.extend(parsed.issues)
         json_iters = parsed.tables.get("iterations", [])
-        per_iter = any(row.get("iteration") is not None for row in parsed.rows("iterations"))
+        per_iter = any(_has_iteration(item) for item in json_iters)
         if per_iter or not result.count("iterations"):
             result.tables["iterations"] = json_iters  # per-iteration rows win (architecture section 4)
     run = _merge_runs(text_runs, json_runs)
@@ -249,6 +250,14 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
     _apply_log_facts([run], facts, meta.get("arm"), result)
     result.tables["runs"] = [run]
     return result
+
+
+def _has_iteration(item: Any) -> bool:
+    if isinstance(item, dict):
+        return item.get("iteration") is not None
+    if isinstance(item, list):
+        return any(row.get("iteration") is not None for row in item)
+    return "iteration" in item.column_names and item.column("iteration").null_count < item.num_rows
 
 
 def _merge_runs(text_runs: list[dict], json_runs: list[dict]) -> dict[str, Any]:
@@ -373,18 +382,34 @@ def _write_tables(writer: datasets.SourceWriter, source: SourceInfo, result: Par
 
     try:
         for name, items in result.tables.items():
-            for item in items:
-                if isinstance(item, dict):
-                    item = [item]
+            for batch in _batches(items):
                 if name == "runs":
-                    item = [_clean_run(r, source) for r in item]
-                writer.write(name, item)
+                    batch = [_clean_run(r, source) for r in batch]
+                writer.write(name, batch)
     except (pa.ArrowInvalid, pa.ArrowTypeError, DatasetError, TypeError, ValueError, OverflowError) as exc:
         log.warning("%s: rows do not fit the dataset schema: %s", source.path, exc)
         result.issues.append(Issue(None, f"rows do not fit the dataset schema: {exc}"[:500]))
         result.unusable = True
         return -1
     return sum(writer.rows.values())
+
+
+def _batches(items: list[Any]) -> Iterator[Any]:
+    """Arrow tables as they are; runs of single-row dicts and row lists joined into one list
+    (one Parquet row group per write, not one per row)."""
+    rows: list[dict] = []
+    for item in items:
+        if isinstance(item, dict):
+            rows.append(item)
+        elif isinstance(item, list):
+            rows.extend(item)
+        else:
+            if rows:
+                yield rows
+                rows = []
+            yield item
+    if rows:
+        yield rows
 
 
 def _clean_run(run: dict[str, Any], source: SourceInfo) -> dict[str, Any]:

@@ -133,7 +133,7 @@ class LogParser:
         self.seq = 0
         self.any_nccl = False
         self.group = -1
-        self._last_choice: tuple[tuple, dict] | None = None
+        self._last_choice: tuple[tuple, dict, str] | None = None
         self.blocks: dict[int, int] = {}
 
     def finish(self) -> tuple[ParseResult, LogFacts]:
@@ -185,23 +185,33 @@ class LogParser:
         if "NCCL " not in text:
             self._continuation(strip_prefix(text), lineno)
             return
-        m = _MSG_RE.search(text)
-        if m is None:
-            self._continuation(text, lineno)
-            return
+        at = text.find("NCCL INFO")
+        if at >= 0:
+            level, msg = "INFO", text[at + 9:]
+        else:
+            m = _MSG_RE.search(text)
+            if m is None:
+                self._continuation(text, lineno)
+                return
+            level, msg = m.group(1), m.group(2)
         self.any_nccl = True
-        level, msg = m.group(1), m.group(2)
-        if _NO_ALGO_RE.search(msg):
+        if "lgorithm/protocol" in msg and _NO_ALGO_RE.search(msg):
             self.facts.invalid_arm = msg.strip()[:300]
         if level == "WARN":
             return
         self.matrix_header = None
         stripped = msg.strip()
-        if self._table_line(stripped, lineno):
+        if "|" in stripped and self._table_line(stripped, lineno):
             return
         # Substring guards first: a debug log is long and most of its lines match nothing here.
-        if " Bytes -> " in stripped and (c := _CHOICE_RE.match(stripped)) is not None:
-            self._choice(c, lineno)
+        if " Bytes -> " in stripped:
+            last = self._last_choice
+            if last is not None and last[2] == stripped:
+                last[1]["calls"] += 1  # the same call again (the common case in a sweep)
+                self.facts.observed_arms[last[1]["arm"]] += 1
+                self.seq += 1
+            elif (c := _CHOICE_RE.match(stripped)) is not None:
+                self._choice(c, lineno, stripped)
         elif "opCount" in stripped and (c := _COLL_RE.match(stripped)) is not None:
             self._coll(c, lineno)
         elif "NCCL version" in stripped and (v := _VERSION_RE.search(stripped)) is not None:
@@ -300,7 +310,7 @@ class LogParser:
         for row in rows:
             self.result.add("tuning_tables", row)
 
-    def _choice(self, m: re.Match, lineno: int) -> None:
+    def _choice(self, m: re.Match, lineno: int, text: str) -> None:
         algo, proto = m.group("algo"), m.group("proto")
         try:
             if algo.isdigit() and proto.isdigit():
@@ -328,11 +338,12 @@ class LogParser:
             # NCCL prints one line per call: identical consecutive calls become one row
             # with a count, which keeps the sequence and not millions of copies.
             last[1]["calls"] += 1
+            self._last_choice = (key, last[1], text)
             return
         row = {**self.base(), "seq": self.seq - 1, "collective": coll, "size_bytes": size, "arm": arm,
                "channels": channels, "channel_lo": int(lo) if lo else None, "channel_hi": int(hi) if hi else None,
                "predicted_us": predicted, "kind": "algo", "line": lineno, "calls": 1}
-        self._last_choice = (key, row)
+        self._last_choice = (key, row, text)
         self.result.add("choices", row)
 
     def _coll(self, m: re.Match, lineno: int) -> None:

@@ -16,6 +16,9 @@ import json
 import logging
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from ncclbot_sweep.names import canonical_collective
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, nccl_version_from_code
 from ncclbot_sweep.parsers.jsonfix import load_truncated
@@ -34,6 +37,11 @@ def _num(value: Any) -> float | None:
     except ValueError:
         return None
     return out
+
+
+def _nan(value: Any) -> float:
+    out = _num(value)
+    return np.nan if out is None else out
 
 
 def _int(value: Any) -> int | None:
@@ -117,11 +125,17 @@ def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> 
     base["ranks"] = ranks
     iters = _int(config.get("iterations"))
     nrows = 0
+    sides = []
     for item in doc.get("results") or []:
         if not isinstance(item, dict):
             continue
         for side, in_place in (("out_of_place", False), ("in_place", True)):
-            nrows += _v3_side(item, side, in_place, base, iters, result)
+            got = _v3_side(item, side, in_place, iters)
+            if got is not None:
+                sides.append(got)
+                nrows += len(got["time_us"])
+    if sides:
+        result.add("iterations", _v3_table(sides, base))
     oob = doc.get("out_of_bounds") or {}
     errors = [e for e in (doc.get("errors") or []) if isinstance(e, str) and e.strip()]
     failure = "; ".join(errors) or None
@@ -157,35 +171,57 @@ def _timestamp(value: Any):
         return None
 
 
-def _v3_side(item: dict, side: str, in_place: bool, base: dict, iters: int | None,
-             result: ParseResult) -> int:
+def _v3_side(item: dict, side: str, in_place: bool, iters: int | None) -> dict[str, Any] | None:
+    """One placement of one size: its scalar columns and its times (per iteration or averaged)."""
     avg = item.get(side)
     if not isinstance(avg, dict):
-        return 0
+        return None
     size = _int(item.get("size"))
-    row = {
-        **base, "size_bytes": size, "count": _int(item.get("count")), "dtype": item.get("type"),
-        "redop": item.get("redop"), "root": _int(item.get("root")), "in_place": in_place, "cycle": 0,
-        "wrong": _int(avg.get("nwrong")),
-    }
+    out = {"size_bytes": size, "count": _int(item.get("count")), "dtype": item.get("type"),
+           "redop": item.get("redop"), "root": _int(item.get("root")), "in_place": in_place,
+           "wrong": _int(avg.get("nwrong"))}
     per = item.get(f"{side}_per_iter")
     times = per.get("times_us") if isinstance(per, dict) else None
     if isinstance(times, list) and times:
         algbw, busbw = _num(avg.get("alg_bw")), _num(avg.get("bus_bw"))
-        factor = busbw / algbw if algbw and busbw is not None else None
-        rows = []
+        factor = busbw / algbw if algbw and busbw is not None else np.nan
+        try:
+            t = np.asarray(times, dtype=np.float64)
+        except (TypeError, ValueError):
+            t = np.array([_num(x) if _num(x) is not None else np.nan for x in times], dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            alg = (size / t / 1e3) if size is not None else np.full(len(t), np.nan)
+        alg[~np.isfinite(alg)] = np.nan
         # -I with a skip drops the first iterations from times_us: keep the measured position.
         skip = _int(per.get("skipped_iterations")) or 0
-        for k, t in enumerate(times):
-            t = _num(t)
-            alg = size / t / 1e3 if size is not None and t else None
-            rows.append({**row, "iteration": skip + k, "n_iters": 1, "time_us": t, "algbw_gbs": alg,
-                         "busbw_gbs": alg * factor if alg is not None and factor is not None else None})
-        result.add("iterations", rows)
-        return len(rows)
-    result.add("iterations", [{**row, "n_iters": iters, "time_us": _num(avg.get("time")),
-                               "algbw_gbs": _num(avg.get("alg_bw")), "busbw_gbs": _num(avg.get("bus_bw"))}])
-    return 1
+        out.update(time_us=t, algbw_gbs=alg, busbw_gbs=alg * factor,
+                   iteration=np.arange(skip, skip + len(t), dtype=np.float64), n_iters=1)
+    else:
+        out.update(time_us=np.array([_nan(avg.get("time"))]), algbw_gbs=np.array([_nan(avg.get("alg_bw"))]),
+                   busbw_gbs=np.array([_nan(avg.get("bus_bw"))]),
+                   iteration=np.array([np.nan]), n_iters=iters)
+    return out
+
+
+def _v3_table(sides: list[dict[str, Any]], base: dict[str, Any]) -> pa.Table:
+    """All placements and sizes of a file as one table (one write, one row group)."""
+    from ncclbot_sweep.parsers.textblock import constant
+
+    counts = np.array([len(s["time_us"]) for s in sides])
+    n = int(counts.sum())
+    cols: dict[str, Any] = {}
+    for key in ("time_us", "algbw_gbs", "busbw_gbs", "iteration"):
+        values = np.concatenate([s[key] for s in sides])
+        arr = pa.array(values, from_pandas=True)
+        cols[key] = arr.cast(pa.int32()) if key == "iteration" else arr
+    for key in ("size_bytes", "count", "dtype", "redop", "root", "in_place", "wrong", "n_iters"):
+        per_side = [s[key] for s in sides]
+        cols[key] = pa.array(np.repeat(np.array(per_side, dtype=object), counts).tolist())
+    for key, value in base.items():
+        typ = pa.int32() if key in ("nodes", "ranks") else pa.string()
+        cols[key] = constant(value, n, typ)
+    cols["cycle"] = pa.array(np.zeros(n, dtype=np.int32))
+    return pa.table(cols)
 
 
 def _fork(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool, coll: str | None) -> None:
