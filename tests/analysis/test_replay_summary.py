@@ -63,3 +63,23 @@ def test_summary_table_one():
     scen = per_scenario(results)
     assert list(scen[scen["policy"] == "AUTO"]["nodes"]) == [4, 8]
     assert np.isfinite(table.loc["Random", "selection_mean_pct"])
+
+
+def test_summary_behaviour_columns_and_p99_interval():
+    problem = _problem(nodes=(1, 2, 4, 8))
+    results = run_replay(problem, [make_policy("AUTO"), make_policy("UCB1")], horizon=10, seeds=range(2))
+    table = summarize(results).set_index("policy")
+    assert table.loc["AUTO", "auto_share_pct"] == 100.0 and table.loc["AUTO", "leaves_auto_pct"] == 0.0
+    assert table.loc["AUTO", "best_last20_pct"] == 0.0  # AUTO never plays the measured-best Ring/Simple
+    assert table.loc["UCB1", "distinct_arms"] >= 1
+    assert table.loc["AUTO", "realized_p99_lo"] <= table.loc["AUTO", "realized_p99_pct"] <= table.loc["AUTO", "realized_p99_hi"]
+
+
+def test_survival_curves_count_contexts_above():
+    from ncclbot_sweep.analysis.figures import survival_curves
+
+    ctx = pd.DataFrame({"policy": "P", "trlt_realized": [0.0, 0.05, 0.2, 1.0]})
+    curves = survival_curves(ctx, n_boot=50)
+    at = lambda x: curves.loc[(curves["x_pct"] - x).abs().idxmin(), "survival"]  # noqa: E731
+    assert at(1.0) == 0.75 and at(10.0) == 0.5 and at(50.0) == 0.25
+    assert (curves["lo"] <= curves["survival"] + 1e-12).all() and (curves["hi"] >= curves["survival"] - 1e-12).all()

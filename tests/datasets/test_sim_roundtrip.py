@@ -144,3 +144,12 @@ def test_tuning_table_cells_exact(campaign):
     coll_channels = re.search(r"NCCL INFO (\d+) coll channels", (steps / "ring" / "nccl.log").read_text())
     assert set(tt["nchannels"]) == {int(coll_channels.group(1))}
     assert set(tt["nodes"]) == {2} and set(tt["ranks"]) == {16}
+
+
+def test_one_file_and_row_group_per_table_partition_and_source(campaign):
+    import pyarrow.parquet as pq
+
+    root, _, _, _ = campaign
+    files = list((root / "dataset" / "iterations").rglob("*.parquet"))
+    assert len(files) == 2  # the ring and cycles steps (the invalid arm has no rows), one partition each
+    assert all(pq.ParquetFile(f).num_row_groups <= 2 for f in files)  # text steps: one per placement batch
