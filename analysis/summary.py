@@ -26,19 +26,30 @@ def per_context(results: pd.DataFrame, *, part: str | None = "test") -> pd.DataF
     return pd.concat([out, first], axis=1)
 
 
-def _describe(v: np.ndarray, threshold: float) -> dict:
+def _describe(v: np.ndarray, threshold: float, *, n_boot: int = 1000, seed: int = 0) -> dict:
     n = v.size
+    lo = hi = np.nan
+    if n > 1 and n_boot:
+        idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+        lo, hi = np.quantile(np.percentile(v[idx], 99, axis=1), [0.025, 0.975])
     return {
         "mean": 100 * v.mean() if n else np.nan,
         "sem": 100 * v.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan,
         "p99": 100 * np.percentile(v, 99) if n else np.nan,
+        "p99_lo": 100 * lo, "p99_hi": 100 * hi,
         "above": int((v > threshold).sum()),
     }
 
 
 def summarize(results: pd.DataFrame, *, part: str | None = "test", threshold: float = 0.10,
               order=None) -> pd.DataFrame:
-    """Table 1: realized and selection TRLT mean, SEM, p99 and contexts above ``threshold``."""
+    """Table 1: realized and selection TRLT mean, SEM, p99 and contexts above ``threshold``.
+
+    Also: a 95% bootstrap interval of the realized p99 (contexts resampled), and the
+    behaviour columns of section 6.1: share of steps on AUTO's arm, share of contexts where
+    the policy ever leaves it, distinct arms played, and share of the last 20 steps on the
+    measured-best arm.
+    """
     ctx = per_context(results, part=part)
     rows = []
     for name, g in ctx.groupby("policy", sort=False):
@@ -46,10 +57,14 @@ def summarize(results: pd.DataFrame, *, part: str | None = "test", threshold: fl
         sel = _describe(g["trlt_selection"].to_numpy(float), threshold)
         rows.append({"policy": name, "contexts": len(g),
                      "realized_mean_pct": real["mean"], "realized_sem_pct": real["sem"],
-                     "realized_p99_pct": real["p99"], "realized_above": real["above"],
+                     "realized_p99_pct": real["p99"], "realized_p99_lo": real["p99_lo"],
+                     "realized_p99_hi": real["p99_hi"], "realized_above": real["above"],
                      "selection_mean_pct": sel["mean"], "selection_sem_pct": sel["sem"],
                      "selection_p99_pct": sel["p99"], "selection_above": sel["above"],
-                     "auto_share_pct": 100 * g["auto_share"].mean(), "distinct_arms": g["distinct_arms"].mean()})
+                     "auto_share_pct": 100 * g["auto_share"].mean(),
+                     "leaves_auto_pct": 100 * (g["auto_share"] < 1).mean(),
+                     "distinct_arms": g["distinct_arms"].mean(),
+                     "best_last20_pct": 100 * g["best_last20"].mean()})
     out = pd.DataFrame(rows)
     if order is not None and len(out):
         out["_o"] = out["policy"].map({p: i for i, p in enumerate(order)}).fillna(len(order))
