@@ -218,6 +218,11 @@ class LocalExecutor(Executor):
         alive = self._live_pid(job_id) is not None
         rc_file = record / "rc"
         if rc_file.exists():
+            leader = self._leader(job_id)
+            if alive and leader is not None:
+                # The script ended (or hit its time limit) but steps in their own process groups
+                # live on: end them, as Slurm ends every process of a finished job.
+                self._kill_session(*leader)
             text = rc_file.read_text().strip()
             if text == _CANCELLED:
                 return JobStatus(JobState.CANCELLED, reason="cancelled")
