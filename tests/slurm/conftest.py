@@ -79,5 +79,9 @@ def _nodes_back(request: pytest.FixtureRequest):
     yield
     if "slurm_cluster" in request.fixturenames:
         cluster = request.getfixturevalue("slurm_cluster")
-        for node in ("n1", "n2", "n3", "n4"):
-            cluster.resume_node(node)
+        states = cluster.node_states()
+        for node, state in states.items():
+            if state.rstrip("*~#") not in ("idle", "mixed", "allocated", "completing"):
+                cluster.resume_node(node)
+        if any(not s.startswith("idle") for s in states.values()):
+            cluster.wait_nodes_idle(30)
