@@ -53,7 +53,8 @@ from .policy_base import unpulled_first as _unpulled_first
 __all__ = [
     "Policy", "Auto", "RandomPolicy", "UCB1", "KLUCB", "Softmax", "GaussianThompson",
     "EpsilonGreedy", "ETC", "RoundRobinETC", "UCBV", "UCBTuned", "EXP3", "EXP3PP",
-    "TsallisINF", "FPL", "Hierarchical", "POLICIES", "make_policy", "draw_counts", "StepPolicy",
+    "TsallisINF", "FPL", "Hierarchical", "POLICIES", "make_policy", "parse_policy", "split_policy_list",
+    "draw_counts", "StepPolicy",
     "pick_uniform", "sample_categorical", "iqr_trimmed_mean",
 ]
 
@@ -366,8 +367,63 @@ def make_policy(name: str, **params) -> Policy:
         raise AnalysisError(f"{key} has no parameter {sorted(unknown)}; it takes {sorted(fields)}")
     est = params.get("estimator")
     if isinstance(est, dict):
+        names = {f.name for f in dataclasses.fields(Estimator)}
+        if set(est) - names:
+            raise AnalysisError(f"estimator has no parameter {sorted(set(est) - names)}; it takes {sorted(names)}")
         params["estimator"] = dataclasses.replace(cls().estimator, **est)
     return cls(**params)
+
+
+def split_policy_list(text: str) -> list[str]:
+    """Split ``"AUTO,UCB1[alpha=0.2;pseudo_count=0],Softmax"`` on commas outside brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    parts.append(current.strip())
+    return [p for p in parts if p]
+
+
+def _value(text: str):
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def parse_policy(spec: str) -> Policy:
+    """Build a policy from ``NAME`` or ``NAME[key=value;...]`` (the CLI's ``--policies`` items).
+
+    Keys are policy fields; ``estimator.<field>`` sets the estimator; ``label`` names the
+    row in result tables, e.g. ``UCB1[estimator.kind=gain;estimator.gain=0.1;label=UCB1-gain]``.
+    """
+    name, _, rest = spec.strip().partition("[")
+    params: dict = {}
+    if rest:
+        if not rest.endswith("]"):
+            raise AnalysisError(f"policy spec must look like NAME[key=value;...], but got {spec!r}")
+        for item in filter(None, (p.strip() for p in rest[:-1].split(";"))):
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise AnalysisError(f"policy parameter must be key=value, but got {item!r} in {spec!r}")
+            key = key.strip()
+            if key.startswith("estimator."):
+                params.setdefault("estimator", {})[key.split(".", 1)[1]] = _value(value)
+            else:
+                params[key] = _value(value) if key != "label" else value.strip()
+    try:
+        return make_policy(name.strip(), **params)
+    except TypeError as exc:
+        raise AnalysisError(f"bad parameters in policy spec {spec!r}: {exc}") from exc
 
 
 def draw_counts(policy: Policy, n_arms: int) -> tuple[int, int]:

@@ -104,6 +104,12 @@ class Policy:
     deterministic: ClassVar[bool] = True
     estimator: Estimator = Estimator()
     pseudo_count: float = 0.0
+    label: str | None = None
+
+    @property
+    def display_name(self) -> str:
+        """The name in result tables: ``label`` if given, else the family name."""
+        return self.label or self.name
 
     def draws(self, n_arms: int) -> tuple[int, int]:
         """Uniforms and normals this policy consumes per step (``n_arms`` = padded K)."""

@@ -202,7 +202,7 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
 
     oracle, oracle_sel = oracle_sums(problem, horizon)
     return ReplayRun(
-        policy=policy.name, deterministic=policy.is_deterministic, seeds=seeds, served_us=per_seed(served),
+        policy=policy.display_name, deterministic=policy.is_deterministic, seeds=seeds, served_us=per_seed(served),
         selection_us=per_seed(selection), oracle_us=oracle, oracle_selection_us=oracle_sel,
         auto_share=per_seed(auto_hits / horizon), distinct_arms=per_seed(played.sum(axis=1)),
         best_last=per_seed(best_hits / min(last, horizon)),
@@ -271,7 +271,7 @@ def run_replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: i
     for policy in policies:
         run = run_policy(problem, policy, horizon=horizon, seeds=seeds)
         frames.append(_frame(problem, run, labels))
-        log.info("replayed %s on %d contexts x %d seeds", policy.name, len(problem), len(list(seeds)))
+        log.info("replayed %s on %d contexts x %d seeds", policy.display_name, len(problem), len(list(seeds)))
     frame = pd.concat(frames, ignore_index=True)
     frame["horizon"] = horizon
     frame["split"] = split

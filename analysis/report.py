@@ -20,7 +20,7 @@ import pandas as pd
 from .audit import run_audit
 from .figures import plot_gate, plot_survival, survival_curves
 from .inputs import load_problem
-from .policies import make_policy
+from .policies import parse_policy
 from .replay import run_replay
 from .summary import confirmatory, per_context, per_scenario, summarize
 from .transient import detect_transients
@@ -94,7 +94,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     out.mkdir(parents=True, exist_ok=True)
     problem = load_problem(dataset, fabric=options.fabric, window=options.window, rho_max=options.rho_max)
     if replay is None:
-        replay = run_replay(problem, [make_policy(p) for p in options.policies], horizon=options.horizon,
+        replay = run_replay(problem, [parse_policy(p) for p in options.policies], horizon=options.horizon,
                             seeds=range(options.seeds), split=options.split)
     order = list(dict.fromkeys(replay["policy"]))
     audit = run_audit(problem, horizon=options.horizon, threshold=options.threshold, replay=replay)

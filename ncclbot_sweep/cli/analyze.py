@@ -86,8 +86,9 @@ def audit(dataset, fabric, window, rho_max, horizon, threshold, out):
 @analyze.command()
 @_dataset_option
 @click.option("--policies", default=_DEFAULT_POLICIES, show_default=True,
-              help="Comma-separated policy names (AUTO, Random, UCB1, KL-UCB, Softmax, GaussianTS, eps-greedy, "
-                   "ETC, RR-ETC, UCB-V, UCB-tuned, EXP3, EXP3++, Tsallis-INF, FPL, Hierarchical).")
+              help="Comma-separated policies (AUTO, Random, UCB1, KL-UCB, Softmax, GaussianTS, eps-greedy, "
+                   "ETC, RR-ETC, UCB-V, UCB-tuned, EXP3, EXP3++, Tsallis-INF, FPL, Hierarchical), each optionally "
+                   "with parameters: 'UCB1[estimator.kind=gain;estimator.gain=0.1;label=UCB1-gain]'.")
 @click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
 @click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")
 @click.option("--split", type=click.Choice(["scale", "random", "loco"]), default="scale", show_default=True,
@@ -96,16 +97,16 @@ def audit(dataset, fabric, window, rho_max, horizon, threshold, out):
               show_default=True, help="Parquet file of results, one row per policy x context x seed.")
 def replay(dataset, fabric, window, rho_max, policies, horizon, seeds, split, out):
     """Replay bandit policies on the forced-arm pools and print the Table-1 summary."""
-    from ncclbot_sweep.analysis.policies import make_policy
+    from ncclbot_sweep.analysis.policies import parse_policy, split_policy_list
     from ncclbot_sweep.analysis.replay import run_replay
     from ncclbot_sweep.analysis.summary import summarize
 
-    names = [p.strip() for p in policies.split(",") if p.strip()]
+    chosen = [parse_policy(spec) for spec in split_policy_list(policies)]
     problem = _problem(dataset, fabric, window, rho_max)
-    results = run_replay(problem, [make_policy(n) for n in names], horizon=horizon, seeds=range(seeds), split=split)
+    results = run_replay(problem, chosen, horizon=horizon, seeds=range(seeds), split=split)
     out.parent.mkdir(parents=True, exist_ok=True)
     results.to_parquet(out, index=False)
-    _echo_table(summarize(results, order=[make_policy(n).name for n in names]), "TRLT on the test contexts (%)")
+    _echo_table(summarize(results, order=[p.display_name for p in chosen]), "TRLT on the test contexts (%)")
     click.echo(f"Results written to {out}")
 
 
@@ -128,7 +129,9 @@ def report(dataset, fabric, window, rho_max, out, policies, horizon, seeds, spli
         import pandas as pd
 
         results = pd.read_parquet(replay_file)
-    options = ReportOptions(policies=tuple(p.strip() for p in policies.split(",") if p.strip()), horizon=horizon,
+    from ncclbot_sweep.analysis.policies import split_policy_list
+
+    options = ReportOptions(policies=tuple(split_policy_list(policies)), horizon=horizon,
                             seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max)
     path = build_report(dataset, out, options=options, replay=results)
     click.echo(f"Report: {path}")

@@ -74,3 +74,18 @@ def test_step_policy_follows_the_engine(name):
             assert arm == run.arms[0, c, t]
             step.update(arm, problem.pools.samples[c, arm, pulls[arm] % problem.pools.depth[c, arm]])
             pulls[arm] += 1
+
+
+def test_policy_specs_with_parameters_and_labels():
+    from ncclbot_sweep.analysis.policies import parse_policy, split_policy_list
+
+    specs = split_policy_list("AUTO, UCB1[estimator.kind=gain;estimator.gain=0.1;label=UCB1-gain],Softmax[tau=0.5;decay=false]")
+    assert specs == ["AUTO", "UCB1[estimator.kind=gain;estimator.gain=0.1;label=UCB1-gain]", "Softmax[tau=0.5;decay=false]"]
+    gain = parse_policy(specs[1])
+    assert gain.display_name == "UCB1-gain" and gain.estimator.kind == "gain" and gain.estimator.gain == 0.1
+    assert gain.alpha == 0.0928  # other fields keep the champion defaults
+    soft = parse_policy(specs[2])
+    assert soft.tau == 0.5 and soft.decay is False and soft.display_name == "Softmax"
+    for bad in ("UCB1[alpha]", "UCB1[alpha=1", "UCB1[estimator.nope=1]", "UCB1[estimator.kind=median]"):
+        with pytest.raises(AnalysisError):
+            parse_policy(bad)
