@@ -107,7 +107,9 @@ class Bandit:
         self.learned[k] += 1
 
     def log_n(self):
-        total = float(np.sum(np.array(self.n)))
+        total = 0.0
+        for value in self.n:
+            total += value
         return float(np.log(max(total, 1.0)))
 
     def unpulled_first(self):

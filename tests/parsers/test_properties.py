@@ -82,3 +82,37 @@ def test_ingest_accounts_for_every_mangled_file(blobs):
         quarantined = sources[sources["status"] == "quarantined"]
         q = datasets.read_table(root, "quarantine")
         assert set(quarantined["source_sha256"]) <= set(q["source_sha256"])
+
+
+_TEXT = [p for p in _FILES if p.parent.name == "A" and p.suffix == ".txt"]
+
+
+def _rows_of(parser_result) -> list[tuple]:
+    return sorted((r["run_id"], r["line"], r["in_place"], r["size_bytes"], r["time_us"], r["cycle"])
+                  for r in parser_result.rows("iterations"))
+
+
+@settings(max_examples=60, deadline=3000)
+@given(st.integers(0, 10_000), st.lists(st.integers(1, 4000), min_size=1, max_size=12), st.booleans())
+def test_text_parser_result_does_not_depend_on_chunking(pick, cuts, threaded):
+    from ncclbot_sweep.parsers.nccltests_text import TextParser
+
+    data = _TEXT[pick % len(_TEXT)].read_bytes()
+    whole = TextParser(source())
+    whole.feed(data)
+    expected = whole.close()
+    chunks, pos = [], 0
+    for size in cuts:
+        chunks.append(data[pos:pos + size])
+        pos += size
+    chunks.append(data[pos:])
+    parser = TextParser(source())
+    if threaded:
+        parser.feed_all(chunks)
+    else:
+        for chunk in chunks:
+            parser.feed(chunk)
+    got = parser.close()
+    assert _rows_of(got) == _rows_of(expected)
+    assert [(r["outcome"], r["ranks"], r["nodes"]) for r in got.rows("runs")] == \
+        [(r["outcome"], r["ranks"], r["nodes"]) for r in expected.rows("runs")]
