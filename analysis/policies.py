@@ -20,15 +20,21 @@ Shared conventions (the plugin must match them bit for bit in float64):
 * Warm start: ``mu_a = mu_hat_min / mu_hat(a)`` with ``n_a = nu`` virtual pulls for
   mean-based policies; cumulative losses ``L_a = nu * (1 - r_a)`` for loss-based ones.
 
-**UCB1** (featured policy; defaults are the paper's champion, Table 16)::
+**UCB1** (featured policy; defaults are the paper's champion, Table 16), all float64:
 
-    N = sum_a n_a                               (pseudo-counts included)
-    if some offered arm has n_a == 0: play the lowest-index such arm
-    else: play argmax_a  mu_a + alpha * sqrt(2 * ln(max(N, 1)) / n_a)
+* start: for every offered arm with a prediction ``mu_a = mu_hat_min / mu_hat(a)``,
+  ``n_a = 2.89``; offered arms without a prediction ``mu_a = 0``, ``n_a = 0``;
+* select: ``N = n_0 + n_1 + ...`` summed left to right in arm order (pseudo-counts
+  included); if some offered arm has ``n_a == 0`` play the lowest-index one; else play the
+  lowest index maximising ``mu_a + alpha * sqrt((2.0 * ln(max(N, 1.0))) / n_a)``, evaluated
+  in that order (``alpha = 0.0928``);
+* update with latency ``X`` (us): ``r = mu_hat_min / X``; ``n_a <- n_a + 1``;
+  if the old ``n_a`` was 0 then ``mu_a = r``, else ``s = 0.468 * pow(n_a, -0.467)`` (new
+  ``n_a``), ``d = min(max(r - mu_a, -0.389), 0.389)``, ``mu_a <- mu_a + s * d``.
 
-with ``alpha = 0.0928``, ``nu = 2.89`` and the clipped-SGD estimator (``clip = 0.389``,
-``lr = 0.468``, ``decay = 0.467``; see :mod:`.estimators`). ``ln`` and ``pow`` are numpy's
-float64 ``log`` and ``power``. **Greedy** is ``EpsilonGreedy(eps=0)``: ``argmax mu_a``.
+``ln``/``pow`` are numpy's float64 ``log``/``power`` (libm-compatible for these inputs).
+**Greedy** is ``EpsilonGreedy(eps=0)``: start as above with ``n_a = 0.892`` and the sample
+mean ``mu_a <- mu_a + (r - mu_a) / n_a``; play the lowest index maximising ``mu_a``.
 
 For a single bandit driven call by call (the C plugin's reference), use :class:`StepPolicy`.
 """

@@ -48,7 +48,15 @@ def masked_argmax(score: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def log_n(state: BanditState) -> np.ndarray:
-    return np.log(np.maximum(state.n.sum(axis=1), 1.0))
+    """``ln(max(N, 1))`` with ``N`` summed left to right in arm order.
+
+    A sequential sum (not numpy's pairwise one) so a per-arm loop in C, skipping arms it
+    does not offer (their counts are 0), gets the same float64 value.
+    """
+    total = state.n[:, 0].copy()
+    for k in range(1, state.n.shape[1]):
+        total += state.n[:, k]
+    return np.log(np.maximum(total, 1.0))
 
 
 def unpulled_first(state: BanditState, chosen: np.ndarray) -> np.ndarray:
