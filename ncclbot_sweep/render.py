@@ -13,7 +13,9 @@ The script contract (architecture section 4; read by the executors and the parse
   (``srun`` inside the allocation) under ``timeout``, with its own environment
   (``NCCL_ALGO``/``NCCL_PROTO`` for forced arms, the plugin variables for live ones),
   ``NCCL_DEBUG=INFO``, ``NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING`` and ``NCCL_DEBUG_FILE`` into the
-  step's ``nccl.log``, stdout into ``stdout.txt``;
+  step's ``nccl.log`` (rank 0 only: a small ``bash -c`` wrapper gives the other ranks
+  ``NCCL_DEBUG=WARN`` without a file, so ranks never truncate one shared file), stdout into
+  ``stdout.txt``;
 * per-iteration measurement: nccl-tests >= 2.19 runs ``-n <iters> -I 1 -J result.json``,
   older versions ``-n 1 -N <iters>`` (one printed cycle per iteration);
 * the step's exit code is written into ``exit`` last; a step whose ``exit`` says 0 is
@@ -178,6 +180,7 @@ def step_metadata(plan: Plan, job: Job, *, step: Step) -> dict[str, Any]:
         "variant": step.variant, "repeat": step.repeat, "sizes": step.sizes, "iterations": step.iterations,
         "warmup": step.warmup, "dtype": step.dtype, "op": step.op, "timeout_s": step.timeout_s, "env": env,
         "per_iteration": "json" if inv.nccl_tests.per_iteration_json else "cycles",
+        "nccl_log_rank": 0,  # other ranks log NCCL warnings only, to their stderr
         "nccl_tests_version": inv.nccl_tests.version, "nccl_version": inv.nccl.version,
         "plugin_path": inv.plugin.path if step.plugin else None,
         "plugin_version": inv.plugin.version if step.plugin else None,

@@ -36,7 +36,7 @@ from ncclbot_sweep.names import (
 )
 from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, strip_prefix
 
-__all__ = ["LogFacts", "LogParser", "parse_nccl_log", "DATATYPE_BYTES"]
+__all__ = ["LogFacts", "LogParser", "parse_nccl_log", "DATATYPE_BYTES", "INFO_OF_INTEREST"]
 
 _MSG_RE = re.compile(r"NCCL (INFO|WARN|TRACE|ERROR) ?(.*)$")
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)(\S*)")
@@ -58,6 +58,11 @@ _ENV_RE = re.compile(r"NCCL_(ALGO|PROTO) set by environment to (\S+)")
 _PLUGIN_RE = re.compile(r"^(?:(TUNER|PROFILER|NET|ENV|Net)/Plugin|NET/\w+ ?: ?Using|Using network|.*plugin).*", re.I)
 _NO_ALGO_RE = re.compile(r"no algorithm/protocol available", re.I)
 _CELL_RE = re.compile(r"^\s*(" + FLOAT_RE + r")\s*/\s*(" + FLOAT_RE + r")\s*$")
+
+#: What makes an ``NCCL INFO`` line worth a look, for every test in :meth:`LogParser.line`
+#: (the text parser drops the others in bulk, before Python sees them). Keep in step.
+INFO_OF_INTEREST = (r"\||Bytes -> |opCount|NCCL version|set by environment|Enabled NCCL|nRanks|coll channels"
+                    r"|Channel \d|/Plugin|lgorithm/protocol")
 
 #: NCCL datatype index -> bytes per element (ncclInt8 .. ncclFloat8e5m2).
 DATATYPE_BYTES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}

@@ -44,6 +44,7 @@ from ncclbot_sweep.parsers.common import (
     nccl_version_from_code,
     strip_prefix,
 )
+from ncclbot_sweep.parsers.nccl_log import INFO_OF_INTEREST
 
 __all__ = ["TextParser", "parse_nccltests_text", "Layout", "collective_from_name"]
 
@@ -290,7 +291,8 @@ class TextParser:
         buf = np.frombuffer(chunk, dtype=np.uint8)
         first = buf[starts]
         is_row = (first >= 48) & (first <= 57)
-        prepared = _Prepared(chunk, starts, ends, is_row)
+        skip = textblock.boring_info_lines(chunk, starts, ends, ~is_row, INFO_OF_INTEREST)
+        prepared = _Prepared(chunk, starts, ends, is_row, skip)
         nrows = int(is_row.sum())
         if layout is not None and nrows:
             rows = buf[np.repeat(is_row, ends - starts + 1)].tobytes()
@@ -303,6 +305,7 @@ class TextParser:
     def _consume(self, prepared: _Prepared) -> None:
         """Queue runs of table rows; hand every other line, one by one, to :meth:`_other`."""
         chunk, starts, ends, is_row = prepared.chunk, prepared.starts, prepared.ends, prepared.is_row
+        skip = prepared.skip
         n = len(ends)
         if n == 0:
             return
@@ -313,7 +316,8 @@ class TextParser:
         for a, b in zip(bounds[:-1], bounds[1:]):
             if not is_row[a]:
                 for i in range(a, b):
-                    self._other(chunk[starts_l[i]:ends_l[i]].decode("utf-8", "replace"), base + i + 1)
+                    if not skip[i]:
+                        self._other(chunk[starts_l[i]:ends_l[i]].decode("utf-8", "replace"), base + i + 1)
                 continue
             i = a
             while i < b and self._layout is None:
@@ -663,6 +667,8 @@ class _Prepared:
     starts: np.ndarray
     ends: np.ndarray
     is_row: np.ndarray
+    #: NCCL INFO lines that neither this parser nor the NCCL log parser would use.
+    skip: np.ndarray
     layout: Layout | None = None
     cols: dict[str, Any] | None = None
     row_index: np.ndarray | None = None

@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["collapse_blanks", "line_bounds", "csv_rows", "lines_array", "row_mask", "convert_rows", "constant"]
+__all__ = ["collapse_blanks", "line_bounds", "csv_rows", "boring_info_lines", "lines_array", "row_mask",
+           "convert_rows", "constant"]
 
 _NULL_TOKENS = pa.array(["N/A", "nan", "-nan", "NaN", "-"], pa.large_string())
 _INT = {"size", "count", "root"}
@@ -83,6 +84,28 @@ def csv_rows(data: bytes, n: int, prefix: list[str], sides: list[list[str]],
     if table.num_rows != n or table.column("size").null_count:
         return None
     return {name: table.column(name).combine_chunks() for name in table.column_names}
+
+
+def boring_info_lines(chunk: bytes, starts: np.ndarray, ends: np.ndarray, candidates: np.ndarray,
+                      interesting: str) -> np.ndarray:
+    """Mask of ``NCCL INFO`` lines (among ``candidates``) that match nothing in ``interesting``.
+
+    A debug log is mostly init chatter; dropping it here, in C++, keeps Python for the lines
+    that say something.
+    """
+    out = np.zeros(len(starts), dtype=bool)
+    idx = np.flatnonzero(candidates)
+    if len(idx) == 0:
+        return out
+    offsets = np.empty(len(starts) + 1, dtype=np.int64)
+    offsets[:-1] = starts
+    offsets[-1] = ends[-1] + 1 if len(ends) else 0
+    lines = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(chunk))
+    sub = lines.take(pa.array(idx))
+    info = pc.match_substring(sub, "NCCL INFO")
+    keep = pc.match_substring_regex(sub, interesting)
+    out[idx] = pc.and_(info, pc.invert(keep)).to_numpy(zero_copy_only=False)
+    return out
 
 
 def lines_array(chunk: bytes) -> tuple[pa.Array, np.ndarray, np.ndarray]:
