@@ -35,6 +35,7 @@ def test_forced_script_contract():
     assert f"export NCCL_ALGO={step.arm.algorithm}\n" in text and f"export NCCL_PROTO={step.arm.protocol}\n" in text
     assert "export NCCL_DEBUG=INFO" in text and "export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING" in text
     assert 'export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"' in text
+    assert 'bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/' in text
     assert '-n 100 -I 1 -c 0 -J "$STEP_DIR/result.json"' in text  # nccl-tests 2.19: per-iteration JSON
     assert 'ncclbot_step_done "$STEP_DIR"' in text and '"$STEP_DIR/exit"' in text
     assert "export NCCL_IB_GID_INDEX=3" in text and "export LD_LIBRARY_PATH=/opt/nccl/lib" in text
@@ -201,3 +202,16 @@ def test_baseline_step_unsets_forcing():
     first = text.split("# ---- step ")[1]
     assert "unset NCCL_ALGO NCCL_PROTO" in first and "export NCCL_ALGO" not in first
     assert "export NCCL_ALGO=" in text.split("# ---- step ")[2]
+
+
+def test_only_rank_zero_writes_the_nccl_log(tmp_path: Path):
+    """The rank wrapper of the job script: rank 0 keeps INFO and the file, the others WARN only."""
+    plan = plan_campaign(load_campaign("forced-arm-h100"), load_inventory("h100-spectrumx"))
+    text = render_job_script(plan, plan.jobs[0], run_root=Path("/c"))
+    wrapper = next(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("NCCLSWEEP_RANK_WRAPPER="))
+    probe = 'echo "$NCCL_DEBUG ${NCCL_DEBUG_FILE:-none}"'
+    for rank, expected in (("0", "INFO /s/nccl.log"), ("5", "WARN none")):
+        out = subprocess.run(["bash", "-c", f"W={wrapper}; bash -c \"$W\" r bash -c '{probe}'"],
+                             env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": rank, "NCCL_DEBUG": "INFO",
+                                  "NCCL_DEBUG_FILE": "/s/nccl.log"}, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == expected

@@ -34,6 +34,10 @@ export NCCL_SOCKET_IFNAME=bond0
 export NCCL_NET_GDR_LEVEL=PHB
 export LD_LIBRARY_PATH=/opt/nccl/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
+# Rank 0 writes NCCL's INFO log into the step's nccl.log; the other ranks log warnings only, to
+# their stderr, so that many ranks never truncate and interleave one shared file.
+NCCLSWEEP_RANK_WRAPPER='if [ "${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}" != 0 ]; then export NCCL_DEBUG=WARN; unset NCCL_DEBUG_FILE; fi; exec "$@"'
+
 ncclbot_step_done() {
     [ -f "$1/exit" ] && [ "$(cat "$1/exit")" = 0 ]
 }
@@ -116,7 +120,7 @@ else
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
         export NCCLSWEEP_STEP_KEY=c34a847b157036cd
         export NCCLBOT_STEP_KEY=c34a847b157036cd  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
-        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
@@ -141,7 +145,7 @@ else
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
         export NCCLSWEEP_STEP_KEY=138ab278b28a220b
         export NCCLBOT_STEP_KEY=138ab278b28a220b  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
-        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"

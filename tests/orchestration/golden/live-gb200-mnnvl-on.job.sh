@@ -31,6 +31,10 @@ export NCCL_NET_GDR_C2C=1
 export NCCL_SOCKET_IFNAME=eth0
 export NCCL_IB_HCA=ibp
 
+# Rank 0 writes NCCL's INFO log into the step's nccl.log; the other ranks log warnings only, to
+# their stderr, so that many ranks never truncate and interleave one shared file.
+NCCLSWEEP_RANK_WRAPPER='if [ "${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}" != 0 ]; then export NCCL_DEBUG=WARN; unset NCCL_DEBUG_FILE; fi; exec "$@"'
+
 ncclbot_step_done() {
     [ -f "$1/exit" ] && [ "$(cat "$1/exit")" = 0 ]
 }
@@ -117,7 +121,7 @@ else
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
         export NCCLSWEEP_STEP_KEY=c879caab054296ed
         export NCCLBOT_STEP_KEY=c879caab054296ed  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
-        exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
@@ -144,7 +148,7 @@ else
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
         export NCCLSWEEP_STEP_KEY=29fded58b3b58921
-        exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
