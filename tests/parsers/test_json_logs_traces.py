@@ -297,3 +297,17 @@ def test_nchannels_from_channel_lines_and_init_scale():
     assert [(r["arm"], r["latency_us"], r["algbw_gbs"]) for r in tt] == [("Tree/LL", 4.4, 1.2),
                                                                         ("Ring/Simple", 18.0, 21.0)]
     assert {(r["nchannels"], r["nodes"], r["ranks"]) for r in tt} == {(2, 1, 2)}
+
+
+def test_stdout_with_debug_lines_feeds_the_log_parser():
+    from test_nccltests_text import SYNTH
+
+    log = real("B/ncclebpf-nccl2.29.7-tuning-3block-table-algo-choice.txt").read_text()
+    head, rows = SYNTH.split("#       size", 1)
+    chatter = "h:1:1 [0] NCCL INFO Init COMPLETE\n" * 50
+    text = head + chatter + log + "#       size" + rows
+    r = parse_source("nccl-tests-text", text.encode(), source("all_reduce_perf.log"))
+    assert len(r.rows("tuning_tables")) == 105 and sum(c["calls"] for c in r.rows("choices")) == 72
+    run = r.rows("runs")[0]
+    assert run["nccl_version"] == "2.29.7" and "libnccl-tuner.so" in run["plugins"]
+    assert len(r.rows("iterations")) == 10
