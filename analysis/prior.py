@@ -29,7 +29,7 @@ __all__ = ["CallParams", "call_params_from_runs", "align_predictions", "predicti
 log = logging.getLogger(__name__)
 
 
-def align_predictions(pools: Pools, frame: pd.DataFrame, column: str = "predicted_us") -> np.ndarray:
+def align_predictions(pools: Pools, frame: pd.DataFrame, *, column: str = "predicted_us") -> np.ndarray:
     """Return ``[C, K]`` predictions for the pools' contexts and arms (NaN where absent)."""
     out = np.full(pools.depth.shape, np.nan)
     if frame.empty:
@@ -55,7 +55,7 @@ def _norm(value):
 
 def predictions_from_cost_tables(pools: Pools, cost_tables: pd.DataFrame) -> np.ndarray:
     """Predictions from a ``cost_tables`` frame (architecture section 5)."""
-    return align_predictions(pools, cost_tables, "predicted_us")
+    return align_predictions(pools, cost_tables)
 
 
 @dataclasses.dataclass(frozen=True)

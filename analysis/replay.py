@@ -36,6 +36,8 @@ __all__ = ["ReplayProblem", "ReplayRun", "make_problem", "oracle_sums", "run_pol
 log = logging.getLogger(__name__)
 
 SPLITS = ("scale", "random", "loco")
+#: Steps at the end of a replay over which ``best_last20`` is measured.
+LAST_WINDOW = 20
 
 
 @dataclasses.dataclass
@@ -135,77 +137,100 @@ def _draws(rngs, n_ctx: int, nu: int, nz: int):
     return u, z
 
 
-def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
-               seeds: Sequence[int] = tuple(range(20)), record_arms: bool = False,
-               last: int = 20, share_deterministic: bool = True) -> ReplayRun:
-    """Replay one policy on every context for ``horizon`` steps and every seed.
+@dataclasses.dataclass
+class _Batch:
+    """All bandits of one replay on flat arrays: row ``i`` is context ``ctx[i]`` of one seed block."""
 
-    Deterministic policies run one batch and are copied across seeds (unless
-    ``share_deterministic`` is False, which benchmarks use). ``last`` is the window (steps)
-    of the "plays the measured-best arm at the end" share.
-    """
+    policy: Policy
+    state: BanditState
+    n_blocks: int
+    ctx: np.ndarray
+    rows: np.ndarray
+    cell_base: np.ndarray  # rows * K: flat index of a row's first arm
+    sample_base: np.ndarray  # ctx * K * D: flat index of a context's first sample
+    depth_max: int
+    samples: np.ndarray  # flat [C * K * D]
+    depth: np.ndarray  # flat [B * K]
+    steady: np.ndarray  # flat [B * K]
+    mu_min: np.ndarray
+    rngs: list
+
+
+def _batch(problem: ReplayProblem, policy: Policy, seeds: list[int], share: bool) -> _Batch:
     pools = problem.pools
     n_ctx, n_arms, depth_max = pools.samples.shape
-    seeds = list(seeds)
-    det = policy.is_deterministic and share_deterministic
-    n_blocks = 1 if det else len(seeds)
-    n_rows = n_ctx * n_blocks
+    n_blocks = 1 if (policy.is_deterministic and share) else len(seeds)
     ctx = np.tile(np.arange(n_ctx), n_blocks)
-    rows = np.arange(n_rows)
+    rows = np.arange(n_ctx * n_blocks)
     state = BanditState.empty(problem.offered[ctx], problem.prior[ctx], problem.auto[ctx])
     state.extra["lex_rank"], state.extra["group"] = problem.lex_rank, problem.group
     policy.init(state)
-    flat = np.ascontiguousarray(pools.samples).reshape(-1)
-    base = ctx * (n_arms * depth_max)
-    depth = pools.depth[ctx]
-    steady = np.nan_to_num(pools.steady[ctx])
-    mu_min = problem.mu_min[ctx]
-    auto, best = problem.auto[ctx], pools.best[ctx]
-    skip = policy.estimator.skip_first
-    served = np.zeros(n_rows)
-    selection = np.zeros(n_rows)
-    auto_hits = np.zeros(n_rows)
-    best_hits = np.zeros(n_rows)
+    return _Batch(
+        policy=policy, state=state, n_blocks=n_blocks, ctx=ctx, rows=rows, cell_base=rows * n_arms,
+        sample_base=ctx * (n_arms * depth_max), depth_max=depth_max,
+        samples=np.ascontiguousarray(pools.samples).reshape(-1), depth=pools.depth[ctx].reshape(-1),
+        steady=np.nan_to_num(pools.steady[ctx]).reshape(-1), mu_min=problem.mu_min[ctx],
+        rngs=[np.random.default_rng(s) for s in seeds[:n_blocks]])
+
+
+def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One step of every bandit: select, serve the pull-count sample, learn. Returns arms, X, mean."""
+    u, z = _draws(b.rngs, len(b.rows) // b.n_blocks, *draws)
+    arms = b.policy.select(b.state, t, u, z)
+    cell = b.cell_base + arms
+    pulls_flat = b.state.pulls.reshape(-1)
+    pulls = pulls_flat[cell]
+    x = b.samples[b.sample_base + arms * b.depth_max + pulls % b.depth[cell]]
+    reward = b.mu_min / x
+    skip = b.policy.estimator.skip_first
+    if skip:
+        learn = pulls >= skip
+        if learn.any():
+            b.policy.update(b.state, b.rows[learn], arms[learn], reward[learn])
+    else:
+        b.policy.update(b.state, b.rows, arms, reward)
+    pulls_flat[cell] = pulls + 1
+    return arms, x, b.steady[cell]
+
+
+def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
+               seeds: Sequence[int] = tuple(range(20)), record_arms: bool = False,
+               share_deterministic: bool = True) -> ReplayRun:
+    """Replay one policy on every context for ``horizon`` steps and every seed.
+
+    Deterministic policies run one batch and are copied across seeds (unless
+    ``share_deterministic`` is False, which benchmarks use). The "plays the measured-best
+    arm at the end" share covers the last :data:`LAST_WINDOW` steps (paper section 6.1).
+    """
+    seeds = list(seeds)
+    b = _batch(problem, policy, seeds, share_deterministic)
+    n_rows, n_arms = b.state.offered.shape
+    served, selection, auto_hits, best_hits = (np.zeros(n_rows) for _ in range(4))
     played = np.zeros((n_rows, n_arms), dtype=bool)
     trace = np.zeros((n_rows, horizon), dtype=np.int16) if record_arms else None
-    rngs = [np.random.default_rng(s) for s in seeds[:n_blocks]]
-    nu, nz = draw_counts(policy, n_arms)
-    row_base = rows * n_arms
-    pulls_flat, played_flat = state.pulls.reshape(-1), played.reshape(-1)
-    depth_flat, steady_flat = depth.reshape(-1), steady.reshape(-1)
+    auto, best = problem.auto[b.ctx], problem.pools.best[b.ctx]
+    draws = draw_counts(policy, n_arms)
     for t in range(1, horizon + 1):
-        u, z = _draws(rngs, n_ctx, nu, nz)
-        arms = policy.select(state, t, u, z)
-        cell = row_base + arms
-        pulls = pulls_flat[cell]
-        x = flat[base + arms * depth_max + pulls % depth_flat[cell]]
+        arms, x, mean = _step(b, t, draws)
         served += x
-        selection += steady_flat[cell]
-        reward = mu_min / x
-        if skip:
-            learn = pulls >= skip
-            if learn.any():
-                policy.update(state, rows[learn], arms[learn], reward[learn])
-        else:
-            policy.update(state, rows, arms, reward)
-        pulls_flat[cell] = pulls + 1
+        selection += mean
         auto_hits += arms == auto
-        if t > horizon - last:
+        if t > horizon - LAST_WINDOW:
             best_hits += arms == best
-        played_flat[cell] = True
+        played.reshape(-1)[b.cell_base + arms] = True
         if trace is not None:
             trace[:, t - 1] = arms
 
     def per_seed(a: np.ndarray) -> np.ndarray:
-        a = a.reshape(n_blocks, n_ctx, *a.shape[1:])
-        return np.repeat(a, len(seeds), axis=0) if det else a
+        a = a.reshape(b.n_blocks, len(problem), *a.shape[1:])
+        return np.repeat(a, len(seeds), axis=0) if b.n_blocks == 1 and len(seeds) > 1 else a
 
     oracle, oracle_sel = oracle_sums(problem, horizon)
     return ReplayRun(
         policy=policy.display_name, deterministic=policy.is_deterministic, seeds=seeds, served_us=per_seed(served),
         selection_us=per_seed(selection), oracle_us=oracle, oracle_selection_us=oracle_sel,
         auto_share=per_seed(auto_hits / horizon), distinct_arms=per_seed(played.sum(axis=1)),
-        best_last=per_seed(best_hits / min(last, horizon)),
+        best_last=per_seed(best_hits / min(LAST_WINDOW, horizon)),
         arms=None if trace is None else per_seed(trace))
 
 

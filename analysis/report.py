@@ -61,7 +61,7 @@ def to_markdown(frame: pd.DataFrame, *, digits: int = 3) -> str:
     return "\n".join([head, sep, *body]) + "\n"
 
 
-def write_table(frame: pd.DataFrame, out: Path, name: str) -> dict:
+def write_table(frame: pd.DataFrame, out: Path, *, name: str) -> dict:
     """Write ``<name>.csv`` and ``<name>.md`` into ``out/tables``; return what the template needs."""
     folder = out / "tables"
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,15 +104,15 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     curves = survival_curves(per_context(replay), n_boot=options.n_boot)
     figures = {"survival": plot_survival(curves, out / "survival.png").name, "gate": plot_gate(audit.gate, out / "gate.png").name}
     tables = {
-        "summary": write_table(summary, out, "summary"),
-        "scenarios": write_table(per_scenario(replay, threshold=options.threshold), out, "scenarios"),
-        "audit": write_table(audit.summary, out, "audit_summary"),
-        "gate": write_table(audit.gate, out, "audit_gate"),
-        "tail": write_table(audit.tail, out, "tail_anatomy"),
-        "transients": write_table(detect_transients(problem.pools), out, "transients"),
+        "summary": write_table(summary, out, name="summary"),
+        "scenarios": write_table(per_scenario(replay, threshold=options.threshold), out, name="scenarios"),
+        "audit": write_table(audit.summary, out, name="audit_summary"),
+        "gate": write_table(audit.gate, out, name="audit_gate"),
+        "tail": write_table(audit.tail, out, name="tail_anatomy"),
+        "transients": write_table(detect_transients(problem.pools), out, name="transients"),
     }
     if tests is not None and len(tests):
-        tables["tests"] = write_table(tests, out, "tests")
+        tables["tests"] = write_table(tests, out, name="tests")
     audit.contexts.to_csv(out / "tables" / "audit_contexts.csv", index=False)
     parts = replay["part"].value_counts().to_dict()
     context = {

@@ -94,15 +94,16 @@ def _paired(results: pd.DataFrame, a: str, b: str, part: str | None, pricing: st
     return joined
 
 
-def compare(results: pd.DataFrame, a: str, b: str, *, part: str | None = "test", pricing: str = "realized",
+def compare(results: pd.DataFrame, pair: tuple[str, str], *, part: str | None = "test", pricing: str = "realized",
             threshold: float = 0.10, seed: int = 0) -> dict:
-    """Paired comparison of policy ``a`` against ``b`` (positive differences favour ``b``).
+    """Paired comparison of policy ``a`` against ``b``, ``pair = (a, b)`` (positive differences favour ``b``).
 
     Scenario-level (primary): exact sign-flip on per-scenario mean differences and on
     per-scenario differences of contexts above ``threshold``; the wild-cluster bootstrap-t
     on the context-pooled mean; a scenario-clustered bootstrap CI of the pooled difference.
     Context-level (descriptive): Wilcoxon signed-rank and exact McNemar on exceedances.
     """
+    a, b = pair
     j = _paired(results, a, b, part, pricing)
     d = (j["a"] - j["b"]).to_numpy(float)
     by_scen = j.assign(d=d, ea=j["a"] > threshold, eb=j["b"] > threshold).groupby("scenario")
@@ -127,7 +128,7 @@ def compare(results: pd.DataFrame, a: str, b: str, *, part: str | None = "test",
 
 def confirmatory(results: pd.DataFrame, pairs, **kwargs) -> pd.DataFrame:
     """Compare several (a, b) pairs and Holm-adjust the sign-flip p-values over the family."""
-    rows = pd.DataFrame([compare(results, a, b, **kwargs) for a, b in pairs])
+    rows = pd.DataFrame([compare(results, pair, **kwargs) for pair in pairs])
     if len(rows):
         rows["p_holm_mean"] = holm(rows["p_signflip_mean"].fillna(1.0))
         rows["p_holm_above"] = holm(rows["p_signflip_above"].fillna(1.0))
