@@ -104,8 +104,8 @@ def gate_curve(audit: pd.DataFrame, thresholds=None, *, pricing: str = "selectio
 
 
 def _short(collective: str) -> str:
-    return {"AllGather": "AG", "AllReduce": "AR", "ReduceScatter": "RS", "Broadcast": "BC", "Reduce": "RD"}.get(
-        collective, collective)
+    """Table 29's abbreviation: the capitals of the NCCL name (AllGather -> AG)."""
+    return "".join(ch for ch in collective if ch.isupper()) or collective
 
 
 def tail_anatomy(audit: pd.DataFrame, *, threshold: float = 0.10, pricing: str = "realized",
