@@ -37,6 +37,8 @@ Shared conventions (the plugin must match them bit for bit in float64):
 mean ``mu_a <- mu_a + (r - mu_a) / n_a``; play the lowest index maximising ``mu_a``.
 
 For a single bandit driven call by call (the C plugin's reference), use :class:`StepPolicy`.
+Loss-based learners live in :mod:`.adversarial` and the shared helpers in
+:mod:`.policy_base`; everything is re-exported here, with the registry :data:`POLICIES`.
 """
 
 from __future__ import annotations
