@@ -16,8 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["collapse_blanks", "line_bounds", "csv_rows", "boring_info_lines", "lines_array", "row_mask",
-           "convert_rows", "constant"]
+__all__ = ["collapse_blanks", "line_bounds", "csv_rows", "boring_info_lines", "convert_rows", "constant"]
 
 _NULL_TOKENS = pa.array(["N/A", "nan", "-nan", "NaN", "-"], pa.large_string())
 _INT = {"size", "count", "root"}
@@ -106,25 +105,6 @@ def boring_info_lines(chunk: bytes, starts: np.ndarray, ends: np.ndarray, candid
     keep = pc.match_substring_regex(sub, interesting)
     out[idx] = pc.and_(info, pc.invert(keep)).to_numpy(zero_copy_only=False)
     return out
-
-
-def lines_array(chunk: bytes) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """Lines of ``chunk`` (which ends with a newline, valid UTF-8) as a zero-copy Arrow array.
-
-    Returns the array and each line's start and end (exclusive of the newline) offsets.
-    """
-    buf = np.frombuffer(chunk, dtype=np.uint8)
-    ends = np.flatnonzero(buf == 10)
-    offsets = np.empty(len(ends) + 1, dtype=np.int64)
-    offsets[0] = 0
-    offsets[1:] = ends + 1
-    lines = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(chunk))
-    return lines, offsets[:-1], ends
-
-
-def row_mask(lines: pa.Array) -> np.ndarray:
-    """True for lines whose first non-blank character is a digit (candidate table rows)."""
-    return pc.match_substring_regex(lines, r"^[ \t]*[0-9]").to_numpy(zero_copy_only=False)
 
 
 def _numeric(col: pa.Array, typ: pa.DataType) -> pa.Array:
