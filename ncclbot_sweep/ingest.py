@@ -26,7 +26,7 @@ from typing import Any
 from ncclbot_sweep import datasets
 from ncclbot_sweep.errors import DatasetError
 from ncclbot_sweep.executors.base import StepOutcome
-from ncclbot_sweep.parsers import detect_format, parse_nccltests_stream, parse_source
+from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
 from ncclbot_sweep.paths import StepFiles
 
@@ -170,6 +170,9 @@ def _parse_file(path: Path, fmt: str | None, source: SourceInfo, writer: dataset
                                                               "an NCCL log or a known trace)")])
     if fmt == "nccl-tests-text":
         return _stream_text(path, source, writer)
+    if fmt == "nccl-log":  # streamed: debug logs can be far bigger than memory
+        with _open_bytes(path) as fh:
+            return parse_nccl_log_run((raw.decode("utf-8", "replace") for raw in fh), source)
     with _open_bytes(path) as fh:
         data = fh.read()
     return parse_source(fmt, data, source)

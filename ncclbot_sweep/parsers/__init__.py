@@ -14,7 +14,7 @@ from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
 from ncclbot_sweep.parsers.detect import FORMATS, detect_format
 
 __all__ = ["FORMATS", "Issue", "ParseResult", "SourceInfo", "detect_format", "parse_source",
-           "parse_nccltests_stream"]
+           "parse_nccltests_stream", "parse_nccl_log_run"]
 
 
 def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
@@ -53,23 +53,31 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     return result
 
 
+def parse_nccl_log_run(lines: Iterable[str] | str, source: SourceInfo) -> ParseResult:
+    """An NCCL debug log on its own (streamed line by line): its tables plus one ``runs`` row
+    with what the log says (version, scale, plugins, ``invalid_arm``)."""
+    from ncclbot_sweep.parsers import nccl_log
+
+    result, facts = nccl_log.parse_nccl_log(lines, source)
+    if not result.unusable:
+        run = {"run_id": source.run_id, "fabric": source.meta.get("fabric") or source.fabric,
+               "nodes": facts.nodes, "ranks": facts.ranks, "source_format": "nccl-log",
+               "outcome": "invalid_arm" if facts.invalid_arm else None, "failure": facts.invalid_arm,
+               "source_path": source.path, "source_sha256": source.sha256,
+               **facts.as_run_columns(source.meta.get("arm"))}
+        result.add("runs", run)
+    return result
+
+
 def parse_source(fmt: str, data: bytes, source: SourceInfo) -> ParseResult:
     """Parse ``data`` (a whole file, decompressed) in format ``fmt`` (one of :data:`FORMATS`)."""
-    from ncclbot_sweep.parsers import kineto, nccl_log, nccltests_json, traces
+    from ncclbot_sweep.parsers import kineto, nccltests_json, traces
 
     if fmt == "nccl-tests-text":
         return parse_nccltests_stream([data], source)
     text = data.decode("utf-8", "replace")
     if fmt == "nccl-log":
-        result, facts = nccl_log.parse_nccl_log(text, source)
-        if not result.unusable:
-            run = {"run_id": source.run_id, "fabric": source.meta.get("fabric") or source.fabric,
-                   "nodes": facts.nodes, "ranks": facts.ranks, "source_format": "nccl-log",
-                   "outcome": "invalid_arm" if facts.invalid_arm else None, "failure": facts.invalid_arm,
-                   "source_path": source.path, "source_sha256": source.sha256,
-                   **facts.as_run_columns(source.meta.get("arm"))}
-            result.add("runs", run)
-        return result
+        return parse_nccl_log_run(text, source)
     parsers = {
         "nccl-tests-json": nccltests_json.parse_nccltests_json,
         "rccl-tests-jsonlines": nccltests_json.parse_rccl_jsonlines,
