@@ -39,8 +39,17 @@ __all__ = ["LocalExecutor", "session_members"]
 log = logging.getLogger(__name__)
 
 _CANCELLED = "cancelled"
-# Runs the job under its time limit and records the exit code before exiting (atomically).
-_WRAPPER = 'timeout --kill-after=10 "$3" bash "$1"; rc=$?; echo "$rc" >"$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
+#: Seconds a claimed job may take to record its pid before it counts as never started.
+_START_GRACE_S = 30.0
+# The job's session leader: records its own pid and start time first (so a crash of the
+# caller right after starting it cannot hide it), runs the job under its time limit, and
+# records the exit code (each file written atomically). Arguments: script, rc, pid, limit.
+_WRAPPER = (
+    'script=$1 rcf=$2 pidf=$3 limit=$4; read -r stat </proc/$$/stat; set -- ${stat##*) }; '
+    'echo "$$ ${20}" >"$pidf.tmp" && mv -f "$pidf.tmp" "$pidf"; '
+    'timeout --kill-after=10 "$limit" bash "$script"; rc=$?; '
+    'echo "$rc" >"$rcf.tmp" && mv -f "$rcf.tmp" "$rcf"; exit "$rc"'
+)
 _SRUN = r"""#!/bin/bash
 # srun stand-in of the ncclbot-sweep local executor: runs task 0 only, with the full job size in
 # the environment (see ncclbot_sweep/executors/local.py). Accepts --flag=value options.
@@ -234,9 +243,21 @@ class LocalExecutor(Executor):
             return JobStatus(JobState.FAILED, code, reason=f"job script exited with {code}")
         if alive:
             return JobStatus(JobState.RUNNING)
-        if not (record / "pid").exists():
+        if not (record / "claim").exists():
             return JobStatus(JobState.PENDING, reason="waiting for a free slot")
+        if not (record / "pid").exists():
+            if self._starting(job_id):
+                return JobStatus(JobState.PENDING, reason="starting")
+            return JobStatus(JobState.FAILED, reason="the job was claimed but never started (crash while starting?)")
         return JobStatus(JobState.FAILED, reason="the job's process vanished without an exit code (killed?)")
+
+    def _starting(self, job_id: str) -> bool:
+        """True while a claimed job may still be about to record its pid."""
+        claim = self._record_dir(job_id) / "claim"
+        try:
+            return time.time() - claim.stat().st_mtime < _START_GRACE_S
+        except FileNotFoundError:
+            return False
 
     def _leader(self, job_id: str) -> tuple[int, str] | None:
         """(pid, start time) of the job's session leader, as recorded when it started."""
@@ -257,21 +278,30 @@ class LocalExecutor(Executor):
         return None
 
     def _running_count(self) -> int:
+        """Jobs that hold a slot: claimed, not ended, and alive or still starting."""
         count = 0
         for job_id in self._ids():
             record = self._record_dir(job_id)
-            if (record / "pid").exists() and not (record / "rc").exists() and self._live_pid(job_id):
-                count += 1
+            if not (record / "claim").exists() or (record / "rc").exists():
+                continue
+            if (record / "pid").exists():
+                count += self._live_pid(job_id) is not None
+            else:
+                count += self._starting(job_id)
         return count
 
     def _schedule(self) -> None:
-        """Start pending jobs, oldest first, while fewer than ``max_concurrent`` run (lock held)."""
+        """Start pending jobs, oldest first, while fewer than ``max_concurrent`` run (lock held).
+
+        A job is claimed (a file) before it starts, so it can start only once even if the
+        caller dies right after starting it.
+        """
         free = self.max_concurrent - self._running_count()
         for job_id in self._ids():
             if free <= 0:
                 break
             record = self._record_dir(job_id)
-            if (record / "pid").exists() or (record / "rc").exists():
+            if (record / "claim").exists() or (record / "rc").exists():
                 continue
             self._start(job_id)
             free -= 1
@@ -281,15 +311,14 @@ class LocalExecutor(Executor):
         record = self._record_dir(job_id)
         job_dir = Path(spec["dir"])
         env = self._environment(job_id, spec)
+        (record / "claim").write_text(str(os.getpid()))
         with open(record / "output.txt", "ab") as out:
             child = subprocess.Popen(
                 ["bash", "-c", _WRAPPER, "ncclbot-local-job", str(job_dir / "job.sh"), str(record / "rc"),
-                 str(max(1, int(spec["time_limit_s"])))],
+                 str(record / "pid"), str(max(1, int(spec["time_limit_s"])))],
                 cwd=job_dir, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         self._children[job_id] = child
-        start = _proc_start_time(child.pid)
-        (record / "pid").write_text(f"{child.pid} {start}")
         log.info("local job %s started (pid %d) for %s", job_id, child.pid, spec["tag"])
 
     def _environment(self, job_id: str, spec: dict) -> dict[str, str]:

@@ -295,7 +295,11 @@ class TextParser:
         prepared = _Prepared(chunk, starts, ends, is_row, skip)
         nrows = int(is_row.sum())
         if layout is not None and nrows:
-            rows = buf[np.repeat(is_row, ends - starts + 1)].tobytes()
+            # Rows come in long runs between the few other lines: join the runs' bytes.
+            change = [0, *(np.flatnonzero(is_row[1:] != is_row[:-1]) + 1).tolist(), len(is_row)]
+            first_row = 0 if is_row[0] else 1
+            rows = b"".join(chunk[starts[a]:ends[b - 1] + 1]
+                            for a, b in zip(change[first_row::2], change[first_row + 1::2]))
             cols = textblock.csv_rows(rows, nrows, layout.prefix, layout.sides, layout.suffix)
             if cols is not None:
                 prepared.layout, prepared.cols = layout, cols
