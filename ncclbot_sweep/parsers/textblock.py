@@ -29,12 +29,6 @@ def collapse_blanks(chunk: bytes) -> bytes:
     buf = np.frombuffer(chunk, dtype=np.uint8)
     if len(buf) == 0:
         return chunk
-    if b"\t" not in chunk and b"\r" not in chunk and b" \n" not in chunk:
-        # Common case, in fewer passes: a space stays only after a visible character.
-        keep = np.empty(len(buf), dtype=bool)
-        keep[0] = buf[0] != 32
-        np.logical_or(buf[1:] != 32, buf[:-1] > 32, out=keep[1:])
-        return buf[keep].tobytes()
     if b"\t" in chunk or b"\r" in chunk:
         buf = np.where((buf == 9) | (buf == 13), np.uint8(32), buf)
     blank = buf == 32
