@@ -99,8 +99,26 @@ def test_local_queue_holds_jobs_beyond_the_limit(tmp_path):
 def test_a_new_executor_adopts_the_state_of_an_old_one(tmp_path):
     """What the runner relies on after a crash: the state lives in files, not in the object."""
     old = _local(tmp_path)
-    job_id = old.submit(_job(tmp_path, "j", "sleep 0.3"))
+    job_id = old.submit(_job(tmp_path, "j", "sleep 1"))
     new = _local(tmp_path)
+    deadline = time.monotonic() + 5
+    while new.poll([job_id])[job_id].state is JobState.PENDING and time.monotonic() < deadline:
+        time.sleep(0.02)  # the job records its own pid as it starts
     assert new.poll([job_id])[job_id].state is JobState.RUNNING
     assert _wait(new, [job_id])[job_id].state is JobState.COMPLETED
     assert new.find_tagged("camp0001") == {"ncclbot:camp0001:j": job_id}
+
+
+def test_a_job_claimed_but_never_started_fails_after_the_grace(tmp_path, monkeypatch):
+    """A crash between claiming a job and starting it must not leave it pending forever."""
+    import ncclbot_sweep.executors.local as local
+
+    executor = _local(tmp_path, concurrent=0)  # nothing starts: the job stays unclaimed
+    job_id = executor.submit(_job(tmp_path, "j", "true"))
+    assert executor.poll([job_id])[job_id].state is JobState.PENDING
+    claim = tmp_path / "state" / "jobs" / job_id / "claim"
+    claim.write_text("12345")  # what a caller that died while starting leaves behind
+    assert executor.poll([job_id])[job_id].reason == "starting"
+    monkeypatch.setattr(local, "_START_GRACE_S", 0.0)  # the grace is a module constant
+    status = executor.poll([job_id])[job_id]
+    assert status.state is JobState.FAILED and "never started" in status.reason

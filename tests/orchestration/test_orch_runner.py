@@ -138,7 +138,8 @@ def test_sigkill_then_resume_finishes_each_step_once(tmp_path, fake_bin, fake_en
     assert summary.complete and summary.total_steps == 8, summary
     assert len(_finished_steps(work)) == 8
     starts, ends = starts_and_ends(fake_env)
-    assert all(starts[k] == 1 and ends[k] == 1 for k in finished_before)  # finished steps never ran again
+    detail = f"starts {starts} ends {ends} finished before {finished_before} log {fake_env.read_text()}"
+    assert all(starts[k] == 1 and ends[k] == 1 for k in finished_before), detail  # finished steps never ran again
     if jobs_survive:
         assert set(starts.values()) == {1} and set(ends.values()) == {1}  # the running job was adopted
     else:
