@@ -19,6 +19,9 @@ _TEXT_TABLE = re.compile(r"nThread\s+\d+\s+nGpus|^\W*#?\s*size\s+count\s+type|ou
                          r"(?:[a-z]+\s+)?-?\d*\s*[\d.]+\s+[\d.]+\s+[\d.]+", re.M)
 
 
+_FORK_JSON = re.compile(r'^\s*\{\s*"identifier"\s*:\s*"nccl-tests structured output"', re.M)
+
+
 def detect_format(head: bytes) -> str | None:
     """Name the format of a file from its first bytes (gzip already undone), or None."""
     head = PREFIX_RE_B.sub(b"", head)
@@ -36,7 +39,7 @@ def detect_format(head: bytes) -> str | None:
         return "nccl-profiler-trace"
     if stripped.startswith("{") and '"busBw"' in text and '"inPlace"' in text:
         return "rccl-tests-jsonlines"
-    if "nccl-tests structured output" in text or (stripped.startswith("{") and '"results"' in text) \
+    if _FORK_JSON.search(text) or (stripped.startswith("{") and '"results"' in text) \
             or (stripped.startswith("{") and '"config"' in text and '"nccl_version"' in text):
         return "nccl-tests-json"
     if _TEXT_TABLE.search(text):

@@ -66,7 +66,7 @@ _HEADER_KEYS = {
 _RANK_RE = re.compile(
     r"Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
-_VERSION_RE = re.compile(r"nccl-tests version (\S+)(?:.*?nccl-headers=(\d+))?(?:.*?nccl-library=(\d+))?")
+_VERSION_RE = re.compile(r"nccl-tests version (\d[\w.+-]*)(?:.*?nccl-headers=(\d+))?(?:.*?nccl-library=(\d+))?")
 _NCCL_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _RCCL_TESTS_RE = re.compile(r"rccl-tests: Version (\S+)")
 _COLL_TEST_RE = re.compile(r"Collective test (starting|concluded):\s*(\S+)")
@@ -256,9 +256,12 @@ class TextParser:
             self._tail = b""
             self._consume(self._prepare(whole, self._prefix_state(whole), self._layout))
         self._flush()
-        for run in self._runs:
+        # A "run" with no header, no rows and no Rank line is only words that
+        # looked like ours (documentation, a failure message quoted in a mail): not a run.
+        runs = [r for r in self._runs if r.header_text or r.rows or r.ranks]
+        for run in runs:
             self.result.add("runs", self._run_row(run))
-        if not self._runs:
+        if not runs:
             self.result.unusable = True
             self.result.issues.append(Issue(None, "no nccl-tests header or table found"))
         return self.result
