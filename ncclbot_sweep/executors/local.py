@@ -5,7 +5,11 @@ scheduler whose whole state lives in files under ``state_dir``, so a campaign co
 die at any point and the next one (``status``/``resume``) adopts what is still running:
 
 * ``submit`` records the job (PENDING) and starts it when fewer than ``max_concurrent``
-  jobs run; ``poll`` also starts pending jobs as slots free up (the scheduler's tick);
+  jobs run; ``poll`` also starts pending jobs as slots free up (the scheduler's tick). A
+  job is claimed (a file) before it starts and its wrapper records its own pid, so a
+  caller killed mid-start neither hides the job nor lets it start twice;
+* cancel and liveness follow the job's session (``timeout`` moves the script and every step
+  into process groups of their own); a job that ended leaves no process behind;
 * each job runs ``bash job.sh`` in its own session under ``timeout`` (the job's time
   limit), with the Slurm environment a batch script expects (``SLURM_JOB_ID``,
   ``SLURM_NNODES``, ``SLURM_NTASKS``, ``SLURM_JOB_NODELIST``, ...); a wrapper writes the
