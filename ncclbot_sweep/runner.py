@@ -226,7 +226,12 @@ def _classify_steps(camp: _Campaign, job_key: str, job_state: JobState | None) -
 
 def _adopt(camp: _Campaign) -> None:
     """Adopt jobs the executor has under our tags that the manifest does not know of (crash window)."""
-    tagged = camp.executor.find_tagged(camp.plan.campaign_key)
+    try:
+        tagged = camp.executor.find_tagged(camp.plan.campaign_key)
+    except ExecutorError as exc:  # retried on the next reconcile, like a failed poll
+        log.warning("could not list the campaign's jobs on the scheduler, will retry: %s", exc)
+        camp.manifest.note("find_tagged_failed", str(exc))
+        return
     for job in camp.manifest.jobs():
         job_id = tagged.get(_spec(camp, job.job_key).tag) if _in_plan(camp, job.job_key) else None
         if job_id is None or job_id in job.known_ids:

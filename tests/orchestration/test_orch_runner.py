@@ -312,3 +312,43 @@ def test_repacking_a_running_campaign_is_refused(tmp_path, fake_bin, fake_env):
     starts, _ = starts_and_ends(fake_env)
     assert submit(camp, inv, work).complete
     assert starts_and_ends(fake_env)[0] == starts
+
+
+class _FlakyScheduler:
+    """Wraps an executor; its listing and polling fail the first ``failures`` times (a lost SSH link)."""
+
+    def __init__(self, inner, failures: int) -> None:
+        self.inner, self.failures, self.name = inner, failures, "flaky"
+
+    def _maybe_fail(self) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ExecutorError("connection reset by peer")
+
+    def find_tagged(self, campaign_key):
+        self._maybe_fail()
+        return self.inner.find_tagged(campaign_key)
+
+    def poll(self, ids):
+        self._maybe_fail()
+        return self.inner.poll(ids)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_scheduler_errors_are_retried_not_fatal(tmp_path, fake_bin, fake_env):
+    from ncclbot_sweep.executors.local import LocalExecutor
+
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    submit(camp, inv, work, wait=False)
+    flaky = _FlakyScheduler(LocalExecutor(state_dir=work / ".executor", gpus_per_node=8), failures=4)
+    summary = resume(work, executor=flaky)
+    assert summary.complete and flaky.failures == 0
+    manifest = Manifest.open(work / "manifest.sqlite")
+    try:
+        kinds = [e["kind"] for e in manifest.events()]
+        assert "find_tagged_failed" in kinds or "poll_failed" in kinds
+    finally:
+        manifest.close()
