@@ -63,6 +63,7 @@ __all__ = [
     "Step",
     "content_key",
     "describe_plan",
+    "human_size",
     "load_campaign",
     "parse_campaign_text",
     "parse_size",
@@ -680,12 +681,20 @@ def iter_scenarios(plan: Plan) -> Iterable[tuple[str, int, list[Step]]]:
         yield collective, nodes, members
 
 
+def human_size(size: int) -> str:
+    """``16 GiB`` for 17179869184, ``512 B`` for 512 (binary units, exact multiples only)."""
+    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
+
+
 def describe_plan(plan: Plan) -> str:
     """The plan as text: scenarios with their arms or policies, pruned arms, jobs and the estimate."""
     c, inv = plan.campaign, plan.inventory
     sizes = c.sizes.values()
     lines = [f"campaign {c.name} ({c.kind}) on {inv.name}: campaign key {plan.campaign_key}",
-             f"  sizes: {len(sizes)} from {sizes[0]} B to {sizes[-1]} B; warm-up {c.warmup}, "
+             f"  sizes: {len(sizes)} from {human_size(sizes[0])} to {human_size(sizes[-1])}; warm-up {c.warmup}, "
              f"iterations {c.iterations}, repeats {c.repeats}, step timeout {c.timeout_s} s", "", "scenarios:"]
     for collective, nodes, steps in iter_scenarios(plan):
         what = sorted({str(s.arm) if s.arm else f"{s.policy}" + ("" if s.variant == "default" else f"[{s.variant}]")

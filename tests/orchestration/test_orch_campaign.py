@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncclbot_sweep.campaign import load_campaign, parse_campaign_text, parse_size, plan_campaign
+from ncclbot_sweep.campaign import human_size, load_campaign, parse_campaign_text, parse_size, plan_campaign
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import CampaignError, PlanError
 from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
@@ -34,6 +34,11 @@ sizes: {min: 1K, max: 1M}
 
 def _plan(text: str, inv: str = INV):
     return plan_campaign(parse_campaign_text(text), parse_inventory_text(inv))
+
+
+def test_human_size_round_trips():
+    for text in ("512 B", "1 KiB", "16 GiB", "3 MiB", "1000 B"):
+        assert human_size(parse_size(text.replace(" ", "").replace("iB", ""))) == text
 
 
 def test_parse_size_units():
