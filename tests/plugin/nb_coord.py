@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import platform
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import nb_host as H
@@ -24,6 +27,24 @@ class Coordinator:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+    def kill_between_rounds(self, tries: int = 2000) -> None:
+        """SIGKILL while the coordinator sits in poll(), not half way through sending one
+        round's result to the ranks (the one case freeze mode cannot make consistent,
+        plugin/README.md "Limit"). Stops it, checks /proc/<pid>/syscall, resumes, retries."""
+        pid = self.proc.pid
+        for _ in range(tries):
+            if platform.machine() != "x86_64":
+                break
+            os.kill(pid, signal.SIGSTOP)
+            while not open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("T"):
+                time.sleep(0.0005)
+            in_poll = open(f"/proc/{pid}/syscall").read().split()[0] == "7"  # poll on x86_64
+            if in_poll:
+                break
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.0005)
+        self.kill()
 
     def stop(self) -> str:
         if self.proc.poll() is None:
