@@ -30,7 +30,7 @@ from ncclbot_sweep.errors import ExecutorError, ManifestError
 from ncclbot_sweep.executors import Executor, JobSpec, JobState, JobStatus, StepOutcome, make_executor
 from ncclbot_sweep.inventory import load_inventory, resolve_inventory_path
 from ncclbot_sweep.manifest import JobPhase, Manifest
-from ncclbot_sweep.paths import CampaignPaths
+from ncclbot_sweep.paths import CampaignPaths, StepFiles
 from ncclbot_sweep.render import render_campaign
 
 __all__ = ["CampaignSummary", "Progress", "cancel", "open_campaign", "prepare", "reconcile", "resume",
@@ -202,8 +202,9 @@ def _step_outcome(camp: _Campaign, job_key: str, step_key: str, job_state: JobSt
         job_state, StepOutcome.FAILED), None
 
 
-def _mentions_invalid_arm(files: Any) -> bool:
-    for path in (files.stdout, files.nccl_log, files.root / "stderr.txt"):
+def _mentions_invalid_arm(files: StepFiles) -> bool:
+    """True when NCCL refused the forced arm (its WARN in the step's log, stdout or stderr)."""
+    for path in (files.stdout, files.nccl_log, files.stderr):
         try:
             with open(path, encoding="utf-8", errors="replace") as fh:
                 text = fh.read(4_000_000)
