@@ -28,16 +28,24 @@ from ncclbot_sweep.errors import DatasetError
 from ncclbot_sweep.executors.base import StepOutcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
-from ncclbot_sweep.paths import StepFiles
+from ncclbot_sweep.paths import CampaignPaths, StepFiles
 
 __all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 4 << 20
-#: Campaign bookkeeping files: not measurements, so neither ingested nor quarantined.
-_CAMPAIGN_FILES = {"campaign.yaml", "inventory.yaml", "manifest.sqlite", "job.sh", "provenance.json", "job.log",
-                   "manifest.sqlite-journal", "manifest.sqlite-wal", "manifest.sqlite-shm"}
+def _campaign_file_names() -> frozenset[str]:
+    """Campaign bookkeeping files (named by :mod:`ncclbot_sweep.paths`): not measurements, so
+    neither ingested nor quarantined, only listed as ignored."""
+    camp = CampaignPaths.local("c")
+    names = {camp.campaign_yaml.name, camp.inventory_yaml.name, camp.manifest.name, camp.job_script("j").name,
+             camp.job_log("j").name, camp.provenance("j").name}
+    names |= {f"{camp.manifest.name}-{suffix}" for suffix in ("journal", "wal", "shm")}
+    return frozenset(names)
+
+
+_CAMPAIGN_FILES = _campaign_file_names()
 
 
 @dataclasses.dataclass
@@ -194,6 +202,7 @@ def _ingest_step(folder: Path, root: Path, summary: IngestSummary) -> None:
     files = StepFiles(folder)
     members = [Path(p) for p in (files.meta, files.stdout, files.nccl_log, files.result_json, files.exit_marker)
                if Path(p).is_file()]
+    members += _trace_files(files)
     summary.files += 1
     sha = _sha256_files(members, named=True)
     if datasets.source_done(root, sha):
@@ -215,6 +224,21 @@ def _ingest_step(folder: Path, root: Path, summary: IngestSummary) -> None:
     result = _parse_step(files, meta, source)
     size = sum(p.stat().st_size for p in members)
     _finish(root, writer, source, "step", result, summary, size=size)
+
+
+def _trace_files(files: StepFiles) -> list[Path]:
+    """The plugin's per-rank trace CSVs of a live step (``trace/``), in name order."""
+    folder = Path(files.trace_dir)
+    return sorted(p for p in folder.glob("*.csv") if p.is_file()) if folder.is_dir() else []
+
+
+def _parse_traces(files: StepFiles, source: SourceInfo, result: ParseResult) -> None:
+    """Plugin traces of a live step become ``live_events`` of the step's run."""
+    for path in _trace_files(files):
+        parsed = parse_source("ncclbot-trace", path.read_bytes(), source)
+        for name, items in parsed.tables.items():
+            result.tables.setdefault(name, []).extend(items)
+        result.issues.extend(Issue(i.line, f"{path.name}: {i.reason}", i.excerpt) for i in parsed.issues)
 
 
 def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> ParseResult:
@@ -249,6 +273,7 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
             if log_result.tables.get(name):
                 result.tables[name] = log_result.tables[name]
         result.issues.extend(i for i in log_result.issues if i.line is not None)
+    _parse_traces(files, source, result)
     _step_run_columns(run, meta, files, source)
     _apply_log_facts([run], facts, meta.get("arm"), result)
     result.tables["runs"] = [run]

@@ -191,3 +191,20 @@ def test_gzipped_text_and_duplicate_content(tmp_path):
     assert summary.files == 3 and summary.skipped == 1 and summary.ingested == 2
     it = datasets.read_table(tmp_path / "ds", "iterations")
     assert len(it) == 2 * 68 and set(it["collective"]) == {"AllGather"}
+
+
+def test_live_step_traces_become_live_events_of_the_run(tmp_path):
+    step = _step(tmp_path / "c" / "jobs" / "j" / "steps" / "live", arm=None)
+    (step / "trace").mkdir()
+    header = ("# ncclbot-trace v1\nkind,t_ns,comm_id,rank,nranks,nnodes,collective,size_bytes,pull,arm,auto_arm,"
+              "policy,latency_us,reward,round,sync_us\n")
+    for rank in (0, 1):
+        (step / "trace" / f"ncclbot-00000000000000ab-r{rank}.csv").write_text(
+            header + f"pull,{1000 + rank},00000000000000ab,{rank},16,2,AllReduce,1048576,1,Ring/LL128,Ring/Simple,"
+                     f"ucb1,{35.5 + rank},0.9,1,\n")
+    ingest([tmp_path / "c"], tmp_path / "ds")
+    run = datasets.read_table(tmp_path / "ds", "runs").iloc[0]
+    ev = datasets.read_table(tmp_path / "ds", "live_events").sort_values("rank")
+    assert list(ev["rank"]) == [0, 1] and list(ev["latency_us"]) == [35.5, 36.5]
+    assert set(ev["run_id"]) == {run["run_id"]} and set(ev["fabric"]) == {"sim-h100"}
+    assert set(ev["arm"]) == {"Ring/LL128"} and set(ev["policy"]) == {"ucb1"}

@@ -122,7 +122,7 @@ def test_a_stalled_rank_makes_everyone_freeze_on_the_same_round(tmp_path, stalle
     calls = int(4000 * SCALE)
     try:
         results = run_job(tmp_path, coord, nranks=6, calls=calls, comm_id=0x57A11 + stalled,
-                          env={"NCCLBOT_SYNC_TIMEOUT_MS": "400",
+                          env={"NCCLBOT_SYNC_TIMEOUT_MS": "400", "NCCLBOT_SYNC_ON_FAILURE": "freeze",
                                "NBTEST_STALL": f"{stalled}:{calls // 3}:2.0"})
     finally:
         err = coord.stop()
