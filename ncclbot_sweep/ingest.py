@@ -310,6 +310,10 @@ def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFile
                 "nodes", "ranks", "gpus_per_node", "arm", "policy"):
         if meta.get(key) is not None:
             run[key] = meta[key]
+    # What the inventory says is installed, when the outputs do not say it themselves.
+    for key in ("nccl_version", "nccl_tests_version", "dtype"):
+        if run.get(key) is None and isinstance(meta.get(key), str):
+            run[key] = meta[key]
     run["fabric"] = source.fabric
     run["run_id"] = source.run_id
     run["source_path"] = source.path
