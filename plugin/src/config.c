@@ -164,8 +164,9 @@ void nb_config_parse(nb_config *c, const char *(*get)(const char *)) {
     est_default = NB_EST_MEAN;
   }
   c->estimator = (nb_estimator)read_enum(c, get, "NCCLBOT_ESTIMATOR", k_estimators, 3, est_default);
+  /* fail by default: it is the only mode in which ranks can never run different arms */
   c->on_failure = (nb_on_failure)read_enum(c, get, "NCCLBOT_SYNC_ON_FAILURE", k_failure, 2,
-                                           NB_FAIL_FREEZE);
+                                           NB_FAIL_ABORT);
   read_double(c, get, "NCCLBOT_UCB_ALPHA", &c->alpha, 0.0, 1e6);
   read_double(c, get, "NCCLBOT_PSEUDO_COUNT", &c->pseudo_count, 0.0, 1e9);
   read_double(c, get, "NCCLBOT_RHO_MAX", &c->rho_max, 1.0, 1e9);
