@@ -58,6 +58,8 @@ class CampaignSummary:
     steps: dict[str, int]
     total_steps: int
     failed: list[dict[str, Any]]
+    #: One row per job: key, nodes, phase, scheduler state and id, attempts, steps ok of total.
+    job_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def steps_ok(self) -> int:
@@ -372,26 +374,34 @@ def _progress_message(summary: CampaignSummary) -> str:
 
 
 def _summarise(camp: _Campaign) -> CampaignSummary:
+    """Counts of job phases and step outcomes over the current plan, failed steps, one row per job."""
     jobs: dict[str, int] = {}
-    for job in camp.manifest.jobs():
-        if _in_plan(camp, job.job_key):
-            jobs[job.phase.value] = jobs.get(job.phase.value, 0) + 1
     steps: dict[str, int] = {}
     failed = []
+    ok_per_job: dict[str, int] = {}
     plan_steps = {s.key for s in camp.plan.steps}
     for step in camp.manifest.steps():
         if step.step_key not in plan_steps:
             continue
         key = "pending" if step.outcome is None else step.outcome.value
         steps[key] = steps.get(key, 0) + 1
+        ok_per_job[step.job_key] = ok_per_job.get(step.job_key, 0) + (step.outcome is StepOutcome.OK)
         if step.outcome not in (None, StepOutcome.OK):
             failed.append({"job_key": step.job_key, "step_key": step.step_key, "label": step.label,
                            "outcome": step.outcome.value, "exit_code": step.exit_code})
+    rows = []
+    for job in camp.manifest.jobs():
+        if not _in_plan(camp, job.job_key):
+            continue
+        jobs[job.phase.value] = jobs.get(job.phase.value, 0) + 1
+        rows.append({"job_key": job.job_key, "nodes": job.nodes, "phase": job.phase.value,
+                     "scheduler_state": job.scheduler_state, "executor_job_id": job.executor_job_id,
+                     "attempts": job.attempts, "steps_ok": ok_per_job.get(job.job_key, 0), "steps": job.n_steps,
+                     "reason": job.reason})
     meta = camp.manifest.meta()
     return CampaignSummary(root=camp.root, campaign=meta.get("campaign", ""), campaign_key=camp.plan.campaign_key,
-                           fabric=meta.get("fabric", ""), jobs=jobs,
-                           steps=steps,
-                           total_steps=len(plan_steps), failed=failed)
+                           fabric=meta.get("fabric", ""), jobs=jobs, steps=steps, total_steps=len(plan_steps),
+                           failed=failed, job_rows=rows)
 
 
 def _run(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: bool) -> CampaignSummary:

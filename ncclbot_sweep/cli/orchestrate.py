@@ -78,7 +78,7 @@ def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget:
     click.echo(f"rendered {len(scripts)} job scripts ({len(plan.steps)} steps) into {out}")
 
 
-def _echo_summary(summary, as_json: bool) -> None:
+def _echo_summary(summary, as_json: bool, *, job_table: bool = False) -> None:
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2))
         return
@@ -91,6 +91,11 @@ def _echo_summary(summary, as_json: bool) -> None:
         click.echo(f"  {bad['outcome']:<11} {bad['label']}  (jobs/{bad['job_key']}/steps/{bad['step_key']})")
     if len(summary.failed) > 20:
         click.echo(f"  ... and {len(summary.failed) - 20} more")
+    if job_table:
+        click.echo(f"  {'job':<16} {'nodes':>5}  {'phase':<9} {'scheduler':<10} {'id':<10} {'tries':>5}  steps ok")
+        for row in summary.job_rows:
+            click.echo(f"  {row['job_key']:<16} {row['nodes']:>5}  {row['phase']:<9} {row['scheduler_state'] or '-':<10} "
+                       f"{row['executor_job_id'] or '-':<10} {row['attempts']:>5}  {row['steps_ok']}/{row['steps']}")
 
 
 def _finish(summary, as_json: bool, waited: bool) -> None:
@@ -130,15 +135,16 @@ def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool
 
 @click.command("status")
 @click.argument("workdir", type=click.Path(file_okay=False))
+@click.option("--jobs", "job_table", is_flag=True, help="Also print one line per job.")
 @_JSON
-def status_cmd(workdir: str, as_json: bool) -> None:
+def status_cmd(workdir: str, job_table: bool, as_json: bool) -> None:
     """Reconcile a campaign folder with the scheduler and print job and step states.
 
-    Example: ncclbot-sweep status runs/demo --json
+    Example: ncclbot-sweep status runs/demo --jobs
     """
     from ncclbot_sweep.runner import status
 
-    _echo_summary(status(workdir), as_json)
+    _echo_summary(status(workdir), as_json, job_table=job_table)
 
 
 @click.command("resume")

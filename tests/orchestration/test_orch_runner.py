@@ -209,8 +209,13 @@ def test_status_json_and_text(tmp_path, fake_bin, fake_env):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["complete"] is True and data["steps"] == {"ok": 8} and data["campaign"] == "small"
+    assert len(data["job_rows"]) == 4 and {r["phase"] for r in data["job_rows"]} == {"finished"}
+    assert sum(r["steps_ok"] for r in data["job_rows"]) == 8
     result = runner.invoke(main, ["status", str(work)])
     assert "steps: 8/8 ok (8 ok)" in result.output
+    result = runner.invoke(main, ["status", str(work), "--jobs"])
+    rows = [line for line in result.output.splitlines() if "finished" in line and "COMPLETED" in line]
+    assert len(rows) == 4 and all(line.rstrip().endswith("2/2") for line in rows)
     result = runner.invoke(main, ["status", str(tmp_path / "nowhere")])
     assert result.exit_code == 1 and "not a campaign folder (no manifest.sqlite)" in result.output
 
