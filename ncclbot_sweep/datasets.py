@@ -26,6 +26,21 @@ Column notes:
 * ``choices``: one row per run of identical consecutive per-call lines of an NCCL log;
   ``calls`` counts them and ``seq`` is the index of the first (``kind`` ``algo``); ``COLL``
   lines (``kind`` ``coll``) are one row each, with ``op_count``.
+* ``runs``: ``outcome`` is a :class:`~ncclbot_sweep.executors.base.StepOutcome` value;
+  ``failure`` says why a run is not ``ok``; ``arm_observed`` is the arm NCCL's choice lines
+  show most and ``arm_mismatch`` is true when a forced ``arm`` did not run; ``hosts`` is a
+  comma-separated list in rank order; ``nodes`` is null when the Rank list was elided.
+* ``tuning_tables``: one row per cell of NCCL's init table (``layout`` ``single-line``,
+  ``two-row`` or ``three-block``), ``nchannels`` the communicator's collective channels.
+* ``cost_tables`` rows written by ingest come from choice lines that print NCCL's predicted
+  time (``source`` ``nccl-log-choice``: the chosen arm only).
+* ``live_events.source``: ``ncclbot`` (plugin trace), ``nccl-profiler``, ``nccl-inspector``,
+  ``nccl-inspector-prometheus``; ``workload`` comes from Kineto traces.
+* ``quarantine`` lists what could not be used (file, line, reason); ``sources`` is the ledger
+  of ingested files (status ``ingested``, ``partial`` or ``quarantined``).
+
+Files written by :class:`SourceWriter` keep strings dictionary-encoded and carry no Arrow
+schema, so every reader sees plain strings; :func:`read_table` applies :data:`SCHEMAS`.
 """
 
 from __future__ import annotations
