@@ -469,4 +469,10 @@ def dataset_info(dataset: str | Path) -> dict[str, Any]:
     quarantine = datasets.read_table(root, "quarantine")
     by_status = sources["status"].value_counts().to_dict() if len(sources) else {}
     reasons = quarantine["reason"].value_counts().head(20).to_dict() if len(quarantine) else {}
-    return {"root": str(root), "tables": tables, "sources": by_status, "quarantine_reasons": reasons}
+    runs = datasets.read_table(root, "runs")
+    outcomes: dict[str, dict[str, int]] = {}
+    if len(runs):
+        for (fabric, outcome), n in runs.groupby([runs["fabric"].fillna("?"), runs["outcome"].fillna("?")]).size().items():
+            outcomes.setdefault(str(fabric), {})[str(outcome)] = int(n)
+    return {"root": str(root), "tables": tables, "sources": by_status, "quarantine_reasons": reasons,
+            "runs_by_fabric": outcomes}

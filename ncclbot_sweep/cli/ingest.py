@@ -66,5 +66,7 @@ def info_command(dataset: str) -> None:
     for name, stats in info["tables"].items():
         click.echo(f"  {name:14s} {stats['rows']:>10d} rows in {stats['files']} files")
     click.echo("sources: " + (", ".join(f"{k} {v}" for k, v in sorted(info["sources"].items())) or "none"))
+    for fabric, outcomes in sorted(info["runs_by_fabric"].items()):
+        click.echo(f"runs on {fabric}: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
     for reason, count in info["quarantine_reasons"].items():
         click.echo(f"  {count:>5d} x {reason}")

@@ -177,6 +177,7 @@ def test_dataset_info_counts(fixture_dataset):
     info = dataset_info(root)
     assert info["tables"]["runs"]["rows"] == datasets.read_arrow(root, "runs").num_rows
     assert info["sources"]["quarantined"] == 1
+    assert info["runs_by_fabric"]["unknown"]["ok"] >= 30
 
 
 def test_gzipped_text_and_duplicate_content(tmp_path):
