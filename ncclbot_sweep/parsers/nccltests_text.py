@@ -591,7 +591,9 @@ class TextParser:
             "redop": cols.get("redop", pa.nulls(n, pa.string())),
             "root": cols["root"].cast(pa.int32()) if "root" in cols else pa.nulls(n, pa.int32()),
             "cycle": pa.array(cycle),
-            "iteration": pa.nulls(n, pa.int32()),
+            # With -n 1 every printed row is one measured iteration: -N cycles are then the
+            # per-iteration series (architecture section 4), indexed by cycle.
+            "iteration": pa.array(cycle) if run.header.get("iters") == 1 else pa.nulls(n, pa.int32()),
             "n_iters": const(run.header.get("iters"), n, pa.int32()),
             "timestamp": (pc.binary_join_element_wise(cols["ts_date"], cols["ts_time"], " ")
                           if "ts_date" in cols and "ts_time" in cols else pa.nulls(n, pa.string())),

@@ -242,3 +242,12 @@ def test_failure_during_the_table_keeps_rows():
     run = result.rows("runs")[0]
     assert run["outcome"] == "failed" and "unhandled system error" in run["failure"]
     assert [r["size_bytes"] for r in result.rows("iterations") if not r["in_place"]] == [8, 16]
+
+
+def test_cycles_with_one_iteration_are_per_iteration_rows():
+    text = SYNTH.replace("iters: 20", "iters: 1")
+    rows = parse_nccltests_text(text, source()).rows("iterations")
+    assert [(r["size_bytes"], r["iteration"], r["n_iters"]) for r in rows if not r["in_place"]] == [
+        (8, 0, 1), (16, 0, 1), (32, 0, 1), (8, 1, 1), (16, 1, 1)]
+    averaged = parse_nccltests_text(SYNTH, source()).rows("iterations")
+    assert all(r["iteration"] is None and r["n_iters"] == 20 for r in averaged)
