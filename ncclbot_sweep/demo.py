@@ -1,18 +1,23 @@
-"""The demo: the paper's forced-arm sweep on the simulated H100 fabric, end to end on this machine.
+"""The demo: the paper's method end to end on the simulated H100 fabric, on this machine.
 
-``make demo`` runs ``ncclbot-sweep demo --out DIR``, which calls :func:`run_demo`. Later
-stages (ingest, audit, replay, report) extend it from the campaign folder it returns.
+``make demo`` runs ``ncclbot-sweep demo --out DIR``, which calls :func:`run_demo`: the
+forced-arm sweep of ``campaigns/demo.yaml`` on ``inventories/sim-h100.yaml`` through the
+local executor, ingest of the campaign folder into a Parquet dataset, then the AUTO audit,
+the bandit replay (AUTO, Random, UCB1, Softmax, KL-UCB, ETC) and the HTML report.
+Every stage is idempotent, so running the demo again re-runs nothing it already did.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from ncclbot_sweep.resources import resource_path
 from ncclbot_sweep.runner import Progress, submit
 
-__all__ = ["DEMO_CAMPAIGN", "DEMO_INVENTORY", "run_demo"]
+__all__ = ["DEMO_CAMPAIGN", "DEMO_INVENTORY", "DemoResult", "run_demo"]
 
 log = logging.getLogger(__name__)
 
@@ -20,14 +25,38 @@ DEMO_CAMPAIGN = "demo.yaml"
 DEMO_INVENTORY = "sim-h100.yaml"
 
 
-def run_demo(out: Path | str, *, progress: Progress | None = None) -> Path:
-    """Plan and run ``campaigns/demo.yaml`` on ``inventories/sim-h100.yaml`` into ``out/campaign``.
+@dataclasses.dataclass(frozen=True)
+class DemoResult:
+    """Where each stage of the demo left its output."""
 
-    Idempotent: running it again continues the same campaign folder and re-runs nothing.
-    Returns the campaign folder (``ncclbot_sweep.runner.status(folder)`` summarises it).
+    campaign: Path
+    dataset: Path
+    report: Path
+
+
+def run_demo(out: Path | str, *, progress: Progress | None = None,
+             on_stage: Callable[[str], None] | None = None) -> DemoResult:
+    """Sweep, ingest and analyse into ``out/{campaign,dataset,report}``; return the paths.
+
+    ``on_stage(name)`` is called as each stage starts (the CLI prints it).
     """
-    root = Path(out) / "campaign"
+    from ncclbot_sweep.analysis.report import build_report
+    from ncclbot_sweep.ingest import ingest
+
+    out = Path(out)
+    result = DemoResult(out / "campaign", out / "dataset", out / "report")
+    _stage(on_stage, "sweep")
     summary = submit(resource_path("campaigns", DEMO_CAMPAIGN), resource_path("inventories", DEMO_INVENTORY),
-                     workdir=root, wait=True, progress=progress)
-    log.info("demo campaign in %s: %d/%d steps ok", root, summary.steps_ok, summary.total_steps)
-    return root
+                     workdir=result.campaign, wait=True, progress=progress)
+    log.info("demo campaign in %s: %d/%d steps ok", result.campaign, summary.steps_ok, summary.total_steps)
+    _stage(on_stage, "ingest")
+    ingest([result.campaign], result.dataset)
+    _stage(on_stage, "audit, replay and report")
+    index = build_report(result.dataset, result.report)
+    return dataclasses.replace(result, report=index)
+
+
+def _stage(on_stage: Callable[[str], None] | None, name: str) -> None:
+    log.info("demo stage: %s", name)
+    if on_stage is not None:
+        on_stage(name)

@@ -338,11 +338,28 @@ def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFile
     elif code == 124:
         outcome, why = StepOutcome.TIMEOUT, f"exit code {code} (timeout)"
     else:
-        outcome, why = StepOutcome.FAILED, run.get("failure") or f"exit code {code}"
+        outcome, why = StepOutcome.FAILED, run.get("failure") or _last_error(files, code)
     if run.get("outcome") == StepOutcome.INVALID_ARM.value:
         outcome = StepOutcome.INVALID_ARM
     run["outcome"] = outcome.value
     run["failure"] = why
+
+
+_ERROR_WORDS = ("fatal", "error", "failure", "failed", "killed", "abort", "denied", "cannot", "not found")
+
+
+def _last_error(files: StepFiles, code: int) -> str:
+    """``exit code N``, plus the last line of stderr/stdout that looks like the reason."""
+    for path in (Path(files.stderr), Path(files.stdout)):
+        if not path.is_file():
+            continue
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - 65536))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+        for line in reversed(lines):
+            if any(word in line.lower() for word in _ERROR_WORDS):
+                return f"exit code {code}: {line.strip()[:300]}"
+    return f"exit code {code}"
 
 
 def _apply_log_facts(runs: list[dict], facts: Any, forced_arm: str | None, result: ParseResult) -> None:

@@ -179,9 +179,9 @@ def cancel_cmd(workdir: str, as_json: bool) -> None:
 
 @click.command("demo")
 @click.option("--out", "out", default="demo-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for the demo's outputs (the campaign goes into OUT/campaign).")
+              help="Folder for the demo's outputs: OUT/campaign, OUT/dataset and OUT/report.")
 def demo_cmd(out: str) -> None:
-    """Run the paper's forced-arm sweep on the simulated H100 fabric, on this machine.
+    """Run the paper's method on the simulated H100 fabric: sweep, ingest, audit, replay, report.
 
     Example: ncclbot-sweep demo --out demo-out
     """
@@ -189,11 +189,13 @@ def demo_cmd(out: str) -> None:
     from ncclbot_sweep.progress import progress_reporter
     from ncclbot_sweep.runner import status
 
-    click.echo(f"demo: running campaigns/demo.yaml on inventories/sim-h100.yaml into {out}/campaign")
+    click.echo(f"demo: campaigns/demo.yaml on inventories/sim-h100.yaml into {out}")
     with progress_reporter() as progress:
-        root = run_demo(Path(out), progress=progress)
-    _finish(status(root), False, True)
-    click.echo(f"demo: campaign folder {root}")
+        result = run_demo(Path(out), progress=progress, on_stage=lambda name: click.echo(f"demo: {name}"))
+    _echo_summary(status(result.campaign), False)
+    click.echo(f"demo: campaign folder {result.campaign}")
+    click.echo(f"demo: dataset {result.dataset}")
+    click.echo(f"demo: report {result.report}")
 
 
 COMMANDS = [inventory_group, plan_cmd, render_cmd, submit_cmd, status_cmd, resume_cmd, cancel_cmd, demo_cmd]

@@ -126,17 +126,22 @@ def test_campaign_step_folders(tmp_path):
     _step(jobs / "s-invalid", arm="NVLS/LL", exit_code="1", stdout="",
           log="h:1:1 [0] enqueue.cc:1 NCCL WARN Error : no algorithm/protocol available for AllReduce\n")
     _step(jobs / "s-timeout", arm="Ring/LL", exit_code="124")
+    _step(jobs / "s-srun", arm="Ring/LL", exit_code="1",
+          stdout="srun: error: fetch_config: DNS SRV lookup failed\nsrun: fatal: Could not establish a "
+                 "configuration source\n")
     _step(jobs / "s-unfinished", arm="Ring/Simple", exit_code=None)
     summary = ingest([tmp_path / "camp"], tmp_path / "ds")
     assert summary.ignored == [str(tmp_path / "camp" / "campaign.yaml")]
     assert summary.unfinished == [str(jobs / "s-unfinished")]
     summary = ingest([tmp_path / "camp"], tmp_path / "ds", include_unfinished=True)
-    assert summary.skipped == 4 and summary.ingested == 1
+    assert summary.skipped == 5 and summary.ingested == 1
     runs = datasets.read_table(tmp_path / "ds", "runs").set_index("step_key")
     assert runs.loc["s-ok", "outcome"] == "ok" and not runs.loc["s-ok", "arm_mismatch"]
     assert runs.loc["s-mismatch", "arm_mismatch"] and "did not run" in runs.loc["s-mismatch", "failure"]
     assert runs.loc["s-invalid", "outcome"] == "invalid_arm"
     assert runs.loc["s-timeout", "outcome"] == "timeout"
+    assert runs.loc["s-srun", "outcome"] == "failed"
+    assert runs.loc["s-srun", "failure"] == "exit code 1: srun: fatal: Could not establish a configuration source"
     assert runs.loc["s-unfinished", "outcome"] == "failed"
     assert runs["synthetic"].all() and set(runs["fabric"]) == {"sim-h100"}
     it = datasets.read_table(tmp_path / "ds", "iterations", filters=[("fabric", "=", "sim-h100")])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ if not hasattr(sim, "bin_dir"):
 
 
 def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
-    """52 steps (3 collectives x 4 node counts x every valid arm, 26 sizes, 100 iterations), well under 3 min."""
+    """52 steps (3 collectives x 4 node counts x every valid arm, 26 sizes, 100 iterations), ingest and report."""
     started = time.monotonic()
     result = CliRunner().invoke(main, ["demo", "--out", str(tmp_path)])
     elapsed = time.monotonic() - started
@@ -32,11 +33,24 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     meta = json.loads((results[0].parent / "step.json").read_text())
     assert meta["fabric"] == "sim-h100" and meta["synthetic"] is True and meta["iterations"] == 100
     assert "NCCL INFO" in (results[0].parent / "nccl.log").read_text()
+    _check_report(tmp_path)
     # Running the demo again continues the same folder and runs nothing.
     before = {p: p.stat().st_mtime_ns for p in results}
     again = CliRunner().invoke(main, ["demo", "--out", str(tmp_path)])
     assert again.exit_code == 0
     assert {p: p.stat().st_mtime_ns for p in results} == before
+
+
+def _check_report(out: Path) -> None:
+    """The demo ends in the report, and on sim-h100 warm UCB1 beats AUTO (issue 5's acceptance)."""
+    assert (out / "dataset" / "iterations").is_dir()
+    assert (out / "report" / "index.html").is_file() and (out / "report" / "survival.png").is_file()
+    rows = {r["policy"]: r for r in csv.DictReader((out / "report" / "tables" / "summary.csv").open())}
+    assert set(rows) == {"AUTO", "Random", "UCB1", "Softmax", "KL-UCB", "ETC"}
+    auto, ucb = rows["AUTO"], rows["UCB1"]
+    assert float(ucb["realized_mean_pct"]) < float(auto["realized_mean_pct"])
+    assert float(ucb["realized_p99_pct"]) < float(auto["realized_p99_pct"])
+    assert int(ucb["realized_above"]) < int(auto["realized_above"])
 
 
 def _failed_steps(root: Path) -> str:
