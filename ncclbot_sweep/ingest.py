@@ -162,9 +162,13 @@ def _ingest_file(path: Path, root: Path, fabric: str, summary: IngestSummary) ->
         return
     source = SourceInfo(path=str(path), sha256=sha, run_id=sha[:16], fabric=fabric)
     writer = datasets.SourceWriter(root, sha)
-    fmt = detect_format(_head(path))
+    head = _head(path)
+    fmt = detect_format(head)
     try:
         result = _parse_file(path, fmt, source, writer)
+        if fmt is None:
+            first = next((ln for ln in head.decode("utf-8", "replace").splitlines() if ln.strip()), "")
+            result.issues = [Issue(1, result.issues[0].reason, first[:200])]
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         # A file we cannot even read goes to quarantine with the reason, not into a crash.
         log.warning("cannot read %s: %s", path, exc)
