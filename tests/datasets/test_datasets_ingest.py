@@ -216,3 +216,9 @@ def test_live_step_traces_become_live_events_of_the_run(tmp_path):
     assert list(ev["rank"]) == [0, 1] and list(ev["latency_us"]) == [35.5, 36.5]
     assert set(ev["run_id"]) == {run["run_id"]} and set(ev["fabric"]) == {"sim-h100"}
     assert set(ev["arm"]) == {"Ring/LL128"} and set(ev["policy"]) == {"ucb1"}
+
+
+def test_cli_ingest_missing_path_is_a_usage_error(tmp_path):
+    res = CliRunner().invoke(main, ["ingest", str(tmp_path / "nope"), "--dataset", str(tmp_path / "ds")])
+    assert res.exit_code == 2
+    assert "does not exist" in res.output and not (tmp_path / "ds").exists()
