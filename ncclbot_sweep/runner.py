@@ -179,6 +179,11 @@ def _spec(camp: _Campaign, job_key: str) -> JobSpec:
                    time_limit_s=job.time_limit_min * 60)
 
 
+# What a job's final state says of a step the scheduler interrupted.
+_INTERRUPTED = {JobState.CANCELLED: StepOutcome.CANCELLED, JobState.NODE_FAIL: StepOutcome.NODE_FAIL,
+                JobState.TIMEOUT: StepOutcome.TIMEOUT, JobState.PREEMPTED: StepOutcome.CANCELLED}
+
+
 def _step_outcome(camp: _Campaign, job_key: str, step_key: str, job_state: JobState | None) -> tuple[
         StepOutcome | None, int | None]:
     """A step's outcome from its folder; ``job_state`` is the job's final state (None: still running)."""
@@ -191,6 +196,10 @@ def _step_outcome(camp: _Campaign, job_key: str, step_key: str, job_state: JobSt
             return StepOutcome.OK, 0
         if code in (124, 137):
             return StepOutcome.TIMEOUT, code
+        if code >= 128 and job_state in _INTERRUPTED:
+            # Killed by a signal while Slurm ended the job (a node went down, a cancel):
+            # the job's state says why, not the step's own failure.
+            return _INTERRUPTED[job_state], code
         if _mentions_invalid_arm(files):
             return StepOutcome.INVALID_ARM, code
         return StepOutcome.FAILED, code
@@ -199,9 +208,7 @@ def _step_outcome(camp: _Campaign, job_key: str, step_key: str, job_state: JobSt
     started = Path(files.stdout).exists()
     if not started:
         return None, None  # never ran: stays pending and runs on resume
-    return {JobState.CANCELLED: StepOutcome.CANCELLED, JobState.NODE_FAIL: StepOutcome.NODE_FAIL,
-            JobState.TIMEOUT: StepOutcome.TIMEOUT, JobState.PREEMPTED: StepOutcome.CANCELLED}.get(
-        job_state, StepOutcome.FAILED), None
+    return _INTERRUPTED.get(job_state, StepOutcome.FAILED), None
 
 
 def _mentions_invalid_arm(files: StepFiles) -> bool:
@@ -329,19 +336,6 @@ def _requeue_unfinished(camp: _Campaign, already: set[str]) -> int:
     return count
 
 
-def _cancel_stale_pending(camp: _Campaign) -> None:
-    after = camp.plan.inventory.scheduler.cancel_pending_after_s
-    if not after:
-        return
-    now = time.time()
-    stale = [j for j in camp.manifest.jobs([JobPhase.SUBMITTED])
-             if j.scheduler_state == JobState.PENDING.value and j.submitted_at and now - j.submitted_at > after]
-    if stale:
-        camp.executor.cancel([j.executor_job_id for j in stale if j.executor_job_id])
-        for job in stale:
-            camp.manifest.note("cancelled_pending", f"pending for more than {after} s", job_key=job.job_key)
-
-
 def _watch(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: bool) -> None:
     """Submit, poll and reconcile until no job is open and none is left to submit."""
     sched = camp.plan.inventory.scheduler
@@ -353,7 +347,6 @@ def _watch(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: boo
     while True:
         submitted_here.update(_submit_ready(camp, retry=retry))
         changed = reconcile(camp, unknown)
-        _cancel_stale_pending(camp)
         if retry and _requeue_unfinished(camp, submitted_here):
             changed = True
         summary = _summarise(camp)
@@ -414,14 +407,16 @@ def _run(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: bool)
 
 
 def submit(campaign_path: Path | str, inventory_path: Path | str, workdir: Path | str, *, wait: bool = True,
-           progress: Progress | None = None, enforce_budget: bool = True) -> CampaignSummary:
+           progress: Progress | None = None, enforce_budget: bool = True,
+           executor: Executor | None = None) -> CampaignSummary:
     """Create or continue the campaign folder and run every job never submitted before.
 
     Submitting the same campaign twice runs nothing twice: jobs already submitted (running,
     finished or failed) are left alone; use :func:`resume` to re-run missing or failed steps.
     With ``wait`` it returns when no job is open; without, right after submitting.
     """
-    camp = prepare(campaign_path, inventory_path, workdir=workdir, enforce_budget=enforce_budget)
+    camp = prepare(campaign_path, inventory_path, workdir=workdir, enforce_budget=enforce_budget,
+                   executor=executor)
     return _run(camp, progress, retry=False, wait=wait)
 
 

@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
 done
 echo "# nccl-tests stand-in $(basename "$0") rank ${SLURM_PROCID:-?} of ${SLURM_NTASKS:-?} on ${SLURMD_NODENAME:-?} ${NCCL_ALGO:-}/${NCCL_PROTO:-}"
 if [ "${SLURM_PROCID:-0}" = 0 ]; then
-    [ -n "${NCCLBOT_E2E_LOG:-}" ] && echo "start $NCCLBOT_STEP_KEY" >>"$NCCLBOT_E2E_LOG"
+    [ -n "${NCCLBOT_E2E_LOG:-}" ] && echo "start $NCCLSWEEP_STEP_KEY" >>"$NCCLBOT_E2E_LOG"
     [ -n "$json" ] && echo '{"version": 3, "results": []}' >"$json"
     if [ -n "${NCCLBOT_E2E_BIG_MB:-}" ] && [ -n "$json" ]; then
         head -c $((NCCLBOT_E2E_BIG_MB * 1048576)) /dev/urandom >"$(dirname "$json")/big.bin"

@@ -119,7 +119,6 @@ else
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
         export NCCLSWEEP_STEP_KEY=c34a847b157036cd
-        export NCCLBOT_STEP_KEY=c34a847b157036cd  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
         exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
@@ -144,7 +143,6 @@ else
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
         export NCCLSWEEP_STEP_KEY=138ab278b28a220b
-        export NCCLBOT_STEP_KEY=138ab278b28a220b  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
         exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?

@@ -120,7 +120,6 @@ else
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
         export NCCLSWEEP_STEP_KEY=c879caab054296ed
-        export NCCLBOT_STEP_KEY=c879caab054296ed  # deprecated alias of NCCLSWEEP_STEP_KEY (never with the plugin)
         exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
