@@ -126,6 +126,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("ranks", _I32), ("size_bytes", _I64), ("count", _I64), ("datatype", _S), ("arm", _S),
         ("channels", _I32), ("channel_lo", _I32), ("channel_hi", _I32), ("predicted_us", _F64),
         ("op_count", _I64), ("comm", _S), ("kind", _S), ("line", _I64), ("calls", _I64),
+        ("log_bytes", _I64),
     ),
     "live_events": _schema(
         ("run_id", _S), ("fabric", _S), ("kind", _S), ("t_ns", _I64), ("rank", _I32),

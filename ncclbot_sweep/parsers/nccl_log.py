@@ -345,7 +345,9 @@ class LogParser:
             last[1]["calls"] += 1
             self._last_choice = (key, last[1], text)
             return
-        row = {**self.base(), "seq": self.seq - 1, "collective": coll, "size_bytes": size, "arm": arm,
+        base = self.base()
+        row = {**base, "seq": self.seq - 1, "collective": coll, "size_bytes": _full_buffer(coll, size, base["ranks"]),
+               "log_bytes": size, "arm": arm,
                "channels": channels, "channel_lo": int(lo) if lo else None, "channel_hi": int(hi) if hi else None,
                "predicted_us": predicted, "kind": "algo", "line": lineno, "calls": 1}
         self._last_choice = (key, row, text)
@@ -386,3 +388,15 @@ def parse_nccl_log(lines: Iterable[str] | str, source: SourceInfo) -> tuple[Pars
     for lineno, raw in enumerate(lines, 1):
         parser.line(raw, lineno)
     return parser.finish()
+
+
+def _full_buffer(collective: str | None, log_bytes: int, ranks: int | None) -> int | None:
+    """``size_bytes`` of a choice line: NCCL logs one rank's bytes, the dataset the full buffer.
+
+    For AllGather and ReduceScatter the nccl-tests size and the tuner's ``nBytes`` are the
+    whole buffer (ranks x per-rank bytes); NCCL's choice line prints the per-rank bytes.
+    None when the rank count is unknown, since the full buffer then cannot be known.
+    """
+    if collective not in ("AllGather", "ReduceScatter"):
+        return log_bytes
+    return log_bytes * ranks if ranks else None

@@ -153,3 +153,14 @@ def test_one_file_and_row_group_per_table_partition_and_source(campaign):
     files = list((root / "dataset" / "iterations").rglob("*.parquet"))
     assert len(files) == 2  # the ring and cycles steps (the invalid arm has no rows), one partition each
     assert all(pq.ParquetFile(f).num_row_groups <= 2 for f in files)  # text steps: one per placement batch
+
+
+def test_choice_sizes_are_full_buffers(campaign):
+    """NCCL logs an AllGather's per-rank bytes; ``choices.size_bytes`` is the nccl-tests size."""
+    root = campaign[0] / "dataset"
+    choices = datasets.read_table(root, "choices")
+    gathers = choices[choices["collective"] == "AllGather"]
+    assert len(gathers)
+    sizes = set(datasets.read_table(root, "iterations").query("collective == 'AllGather'")["size_bytes"])
+    assert set(gathers["size_bytes"]) <= sizes
+    assert (gathers["size_bytes"] == gathers["log_bytes"] * gathers["ranks"]).all()
