@@ -306,10 +306,14 @@ static void force_arm(float *table, int numAlgo, int numProto, int arm) {
 
 static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numAlgo,
                           int numProto) {
+  if (c->tab.nctx >= c->cfg.max_contexts) { /* bounded memory: NCCL decides, nothing stored */
+    c->n_over_cap++;
+    return -1;
+  }
   uint8_t ids[NCCLBOT_MAX_ARMS];
   double mu[NCCLBOT_MAX_ARMS], mu_min;
   int n = nb_filter_arms(table, numAlgo, numProto, c->cfg.rho_max, ids, mu, &mu_min);
-  int pass = n <= 1 || !(mu_min > 0.0) || c->tab.nctx >= c->cfg.max_contexts;
+  int pass = n <= 1 || !(mu_min > 0.0);
   int64_t ci = nb_tab_add(&c->tab, key, pass ? 0 : n);
   if (ci < 0) return -1;
   nb_ctx *x = &c->tab.ctx[ci];
@@ -431,12 +435,14 @@ void nb_learn_finalize(nb_comm *c) {
   }
   if (c->mode == NB_MODE_LEARN_SYNC || c->mode == NB_MODE_LEARN_LOCAL)
     NB_INFO("communicator %016llx: %llu calls, %llu timed pulls, %llu rewards applied, "
-            "%llu missing, %llu unmatched samples, %llu rounds (%.1f us mean), %llu profiler drops",
+            "%llu missing, %llu unmatched samples, %llu rounds (%.1f us mean), %llu profiler drops, "
+            "%llu calls beyond NCCLBOT_MAX_CONTEXTS",
             (unsigned long long)c->comm_id, (unsigned long long)c->n_calls,
             (unsigned long long)c->n_timed, (unsigned long long)c->n_applied,
             (unsigned long long)c->n_missing, (unsigned long long)c->n_unmatched,
             (unsigned long long)c->n_rounds, c->n_rounds ? c->sync_us_total / c->n_rounds : 0.0,
-            (unsigned long long)__atomic_load_n(&c->n_prof_dropped, __ATOMIC_RELAXED));
+            (unsigned long long)__atomic_load_n(&c->n_prof_dropped, __ATOMIC_RELAXED),
+            (unsigned long long)c->n_over_cap);
   if (c->sync) {
     nb_sync_send(c->sync, NB_MSG_BYE, 0);
     nb_sync_close(c->sync);

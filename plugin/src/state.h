@@ -139,7 +139,7 @@ typedef struct nb_comm {
   uint64_t rec_head;
 
   /* counters (tuner thread unless noted) */
-  uint64_t n_calls, n_timed, n_unmatched, n_missing, n_applied, n_rounds;
+  uint64_t n_calls, n_timed, n_unmatched, n_missing, n_applied, n_rounds, n_over_cap;
   uint64_t n_prof_dropped; /* profiler thread, atomic */
   uint64_t n_queue_full;   /* profiler thread, atomic */
   double sync_us_total;     /* wall time in round boundaries */
