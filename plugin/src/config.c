@@ -156,6 +156,7 @@ void nb_config_parse(nb_config *c, const char *(*get)(const char *)) {
   c->max_contexts = 16384;
   c->sync_every = 64;
   c->sync_timeout_ms = 30000;
+  c->sync_init_timeout_ms = 60000;
 
   c->policy = (nb_policy)read_enum(c, get, "NCCLBOT_POLICY", k_policies, 4, NB_POLICY_UCB1);
   nb_estimator est_default = NB_EST_SGD;
@@ -184,6 +185,9 @@ void nb_config_parse(nb_config *c, const char *(*get)(const char *)) {
   v = c->sync_timeout_ms;
   read_u64(c, get, "NCCLBOT_SYNC_TIMEOUT_MS", &v, 1, 86400000);
   c->sync_timeout_ms = (uint32_t)v;
+  v = c->sync_init_timeout_ms;
+  read_u64(c, get, "NCCLBOT_SYNC_INIT_TIMEOUT_MS", &v, 1, 86400000);
+  c->sync_init_timeout_ms = (uint32_t)v;
   read_str(c, get, "NCCLBOT_STATIC_TABLE", c->static_table, sizeof c->static_table);
   read_str(c, get, "NCCLBOT_TRACE_DIR", c->trace_dir, sizeof c->trace_dir);
   read_str(c, get, "NCCLBOT_STATE_DIR", c->state_dir, sizeof c->state_dir);
@@ -209,6 +213,7 @@ static const char *const k_known[] = {
     "NCCLBOT_RHO_MAX", "NCCLBOT_SGD_LR", "NCCLBOT_SGD_DECAY", "NCCLBOT_SGD_CLIP", "NCCLBOT_GAIN",
     "NCCLBOT_MIN_BYTES", "NCCLBOT_MAX_CONTEXTS", "NCCLBOT_STATIC_TABLE", "NCCLBOT_SYNC_ADDR",
     "NCCLBOT_SYNC_TOKEN", "NCCLBOT_SYNC_EVERY", "NCCLBOT_SYNC_TIMEOUT_MS",
+    "NCCLBOT_SYNC_INIT_TIMEOUT_MS",
     "NCCLBOT_SYNC_ON_FAILURE", "NCCLBOT_TRACE_DIR", "NCCLBOT_STATE_DIR"};
 
 /* Edit distance of two short names (init only). */
@@ -266,7 +271,8 @@ void nb_config_announce(const nb_config *c) {
           "NCCLBOT_PSEUDO_COUNT=%g NCCLBOT_RHO_MAX=%g NCCLBOT_SGD_LR=%g NCCLBOT_SGD_DECAY=%g "
           "NCCLBOT_SGD_CLIP=%g NCCLBOT_GAIN=%g NCCLBOT_MIN_BYTES=%llu NCCLBOT_MAX_CONTEXTS=%u "
           "NCCLBOT_STATIC_TABLE=%s NCCLBOT_SYNC_ADDR=%s:%d NCCLBOT_SYNC_TOKEN=%s "
-          "NCCLBOT_SYNC_EVERY=%u NCCLBOT_SYNC_TIMEOUT_MS=%u NCCLBOT_SYNC_ON_FAILURE=%s "
+          "NCCLBOT_SYNC_EVERY=%u NCCLBOT_SYNC_TIMEOUT_MS=%u NCCLBOT_SYNC_INIT_TIMEOUT_MS=%u "
+          "NCCLBOT_SYNC_ON_FAILURE=%s "
           "NCCLBOT_TRACE_DIR=%s NCCLBOT_STATE_DIR=%s",
           k_policies[c->policy], k_estimators[c->estimator], c->alpha, c->pseudo_count,
           c->rho_max, c->sgd_lr, c->sgd_decay, c->sgd_clip, c->gain,
@@ -274,6 +280,6 @@ void nb_config_announce(const nb_config *c) {
           c->static_table[0] ? c->static_table : "(none)",
           c->sync_configured ? c->sync_host : "(none)", c->sync_port,
           c->sync_token[0] ? "(set)" : "(none)", c->sync_every, c->sync_timeout_ms,
-          k_failure[c->on_failure], c->trace_dir[0] ? c->trace_dir : "(none)",
+          c->sync_init_timeout_ms, k_failure[c->on_failure], c->trace_dir[0] ? c->trace_dir : "(none)",
           c->state_dir[0] ? c->state_dir : "(none)");
 }

@@ -27,7 +27,8 @@ typedef struct {
   uint64_t min_bytes;  /* size gate: below it NCCL's choice stands, nothing is timed */
   uint32_t max_contexts;
   uint32_t sync_every; /* m: timed pulls per synchronisation round */
-  uint32_t sync_timeout_ms;
+  uint32_t sync_timeout_ms;      /* a round's result */
+  uint32_t sync_init_timeout_ms; /* connect and START at init */
   nb_on_failure on_failure;
   int sync_configured;
   char sync_host[256];

@@ -119,7 +119,7 @@ nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int ra
       return NULL;
     }
   }
-  s->fd = connect_to(cfg->sync_host, cfg->sync_port, cfg->sync_timeout_ms);
+  s->fd = connect_to(cfg->sync_host, cfg->sync_port, cfg->sync_init_timeout_ms);
   if (s->fd < 0) {
     snprintf(why, whylen, "cannot connect to the coordinator at %s:%d (%s)", cfg->sync_host,
              cfg->sync_port, strerror(errno));
@@ -140,7 +140,7 @@ nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int ra
   }
   nb_wire_hdr h;
   const char *pl;
-  uint64_t deadline = nb_now_ns() + (uint64_t)cfg->sync_timeout_ms * 1000000ULL;
+  uint64_t deadline = nb_now_ns() + (uint64_t)cfg->sync_init_timeout_ms * 1000000ULL;
   int r = read_msg(s, deadline, &h, &pl);
   if (r == 1 && h.type == NB_MSG_START) {
     consume(s, &h);
@@ -150,7 +150,7 @@ nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int ra
     snprintf(why, whylen, "the coordinator refused this communicator: %.*s", (int)h.len, pl);
   else
     snprintf(why, whylen, "no START from the coordinator at %s:%d within %u ms (%s)",
-             cfg->sync_host, cfg->sync_port, cfg->sync_timeout_ms,
+             cfg->sync_host, cfg->sync_port, cfg->sync_init_timeout_ms,
              r == 0 ? "timeout" : "connection closed or bad reply");
   nb_sync_close(s);
   return NULL;

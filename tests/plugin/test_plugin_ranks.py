@@ -153,7 +153,7 @@ def test_wrong_token_is_refused(tmp_path):
     try:
         results = run_job(tmp_path, coord, nranks=2, calls=100, comm_id=0x70C,
                           rank_env={1: {"NCCLBOT_SYNC_TOKEN": "wrong"}},
-                          env={"NCCLBOT_SYNC_TIMEOUT_MS": "3000"})
+                          env={"NCCLBOT_SYNC_INIT_TIMEOUT_MS": "3000"})
     finally:
         coord.stop()
     assert [res["active"] for res in results] == [False, False]
@@ -165,7 +165,7 @@ def test_no_coordinator_listening_is_inert(tmp_path):
     class Nowhere:
         addr, token = "127.0.0.1:9", "t"
     results = run_job(tmp_path, Nowhere, nranks=2, calls=50, comm_id=0xA0,
-                      env={"NCCLBOT_SYNC_TIMEOUT_MS": "300"})
+                      env={"NCCLBOT_SYNC_INIT_TIMEOUT_MS": "300"})
     assert [res["active"] for res in results] == [False, False]
     assert all("cannot connect to the coordinator at 127.0.0.1:9" in res["log"] for res in results)
 

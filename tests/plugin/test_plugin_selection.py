@@ -119,7 +119,7 @@ def test_other_parts_ncclbot_variables_are_left_alone(plugin, nb_env, comm_id):
 def test_slurm_default_coordinator_address(plugin, nb_env, comm_id, monkeypatch):
     monkeypatch.setenv("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1")
     monkeypatch.setenv("SLURM_JOB_ID", "12345")
-    nb_env(sync_token="t", sync_timeout_ms=150)
+    nb_env(sync_token="t", sync_init_timeout_ms=150)
     r = H.Rank(plugin, comm_id, 2, 1, 0)
     assert not r.active
     assert "cannot connect to the coordinator at 127.0.0.1:32345" in H.take_log()
@@ -131,7 +131,7 @@ def test_slurm_default_coordinator_address(plugin, nb_env, comm_id, monkeypatch)
 
 
 def test_sync_without_token_is_refused(plugin, nb_env, comm_id):
-    nb_env(sync_addr="127.0.0.1:1")
+    nb_env(sync_addr="127.0.0.1:1", sync_init_timeout_ms=100)
     r = H.Rank(plugin, comm_id, 2, 1, 0)
     assert not r.active and "NCCLBOT_SYNC_TOKEN" in H.take_log()
     r.finalize()
