@@ -67,7 +67,9 @@ def _without_nvls(name: str) -> SimFabric:
 class SimFabric:
     """One simulated fabric: offer, NCCL tuning model, cost tables and true latencies.
 
-    Node counts are physical nodes; ranks default to ``nodes * gpus_per_node``.
+    Node counts are physical nodes; ranks default to ``nodes * gpus_per_node``. Validity is
+    judged on NCCL's view of the job (:meth:`nccl_view`): with MNNVL every NVLink clique is
+    one NCCL node, as ``Inventory.nccl_view`` has it for planning.
     """
 
     def __init__(self, spec: FabricSpec) -> None:
@@ -84,10 +86,27 @@ class SimFabric:
 
     @property
     def gpus_per_node(self) -> int:
+        """GPUs per physical node."""
         return self.spec.gpus_per_node
 
     def ranks(self, nodes: int) -> int:
         return nodes * self.spec.gpus_per_node
+
+    def nccl_view(self, nodes: int, ranks: int | None = None) -> tuple[int, int]:
+        """(nodes, GPUs per node) as NCCL sees a job of ``nodes`` physical nodes.
+
+        MNNVL fuses each NVLink clique (``spec.clique_nodes`` physical nodes) into one NCCL
+        node, exactly as the tuning model does; without MNNVL this is the physical view. The
+        arm validity rules (``names.arm_invalid_reason``) take these numbers.
+        """
+        nccl_nodes = max(1, -(-nodes // self.spec.clique_nodes))
+        ranks = self.ranks(nodes) if ranks is None else max(1, ranks)
+        return nccl_nodes, max(1, -(-ranks // nccl_nodes))
+
+    def _rule_reason(self, collective: str, arm: Arm, nodes: int, ranks: int | None = None) -> str | None:
+        """``names.arm_invalid_reason`` on NCCL's view of the job."""
+        nccl_nodes, nccl_gpus = self.nccl_view(nodes, ranks)
+        return arm_invalid_reason(collective, arm, nodes=nccl_nodes, gpus_per_node=nccl_gpus, offer=self.offer)
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - fabrics are module-level singletons
     def tuned(self, nodes: int, ranks: int | None = None) -> TunedModel:
@@ -97,16 +116,17 @@ class SimFabric:
         return self._without_unoffered(tuned, nodes)
 
     def _without_unoffered(self, tuned: TunedModel, nodes: int) -> TunedModel:
-        """Zero the bandwidth of arms the fabric does not run at this physical scale.
+        """Zero the bandwidth of arms the fabric does not run at this scale.
 
         NCCL disables these by fabric facts the model spec does not carry (no CollNet/SHARP
         for multi-node NVLS, PAT on multi-GPU nodes); the printed table then shows 0.0 for
-        them, so table, cost table and valid arms agree.
+        them, so table, cost table and valid arms agree. The rules see NCCL's nodes (MNNVL
+        cliques fused), not physical ones.
         """
         bandwidth = tuned.table.bandwidth_gbs.copy()
         for c, coll in enumerate(COLLECTIVES):
             for arm in _ALL_ARMS:
-                if arm_invalid_reason(coll, arm, nodes=nodes, gpus_per_node=self.gpus_per_node, offer=self.offer):
+                if self._rule_reason(coll, arm, nodes, tuned.ranks):
                     bandwidth[c, arm.algorithm_index, arm.protocol_index] = 0.0
         table = costmodel.TuningTable(tuned.table.latency_us, bandwidth)
         return dataclasses.replace(tuned, table=table)
@@ -141,24 +161,29 @@ class SimFabric:
         return costmodel.auto_arm(self.cost_table(collective, nodes, size_bytes, ranks=ranks))
 
     def valid_arms(self, collective: str, nodes: int, ranks: int | None = None) -> list[Arm]:
-        """Arms that are valid by ``names`` rules and available in NCCL's table, in scan order."""
+        """Arms that are valid by ``names`` rules (on NCCL's view of the nodes) and available
+        in NCCL's table, in scan order."""
         coll = canonical_collective(collective)
         if coll not in COLLECTIVES:
             return []
         table = self.printed_table(nodes, ranks)
         arms = []
         for arm in _ALL_ARMS:
-            if arm_invalid_reason(coll, arm, nodes=nodes, gpus_per_node=self.gpus_per_node, offer=self.offer):
+            if self._rule_reason(coll, arm, nodes, ranks):
                 continue
             if table.cell(coll, arm)[1] > 0.0:
                 arms.append(arm)
         return arms
 
-    def invalid_reason(self, collective: str, arm: Arm, nodes: int) -> str | None:
+    def invalid_reason(self, collective: str, arm: Arm, nodes: int, ranks: int | None = None) -> str | None:
         """Why forcing ``arm`` fails on this fabric and scale (None if it runs)."""
-        reason = arm_invalid_reason(collective, arm, nodes=nodes, gpus_per_node=self.gpus_per_node, offer=self.offer)
-        if reason is None and self.printed_table(nodes).cell(canonical_collective(collective), arm)[1] <= 0.0:
-            reason = f"NCCL's tuning model disables {arm} for {canonical_collective(collective)} at {nodes} node(s)"
+        coll = canonical_collective(collective)
+        reason = self._rule_reason(coll, arm, nodes, ranks)
+        if reason is None and self.printed_table(nodes, ranks).cell(coll, arm)[1] <= 0.0:
+            reason = f"NCCL's tuning model disables {arm} for {coll} at {nodes} node(s)"
+        nccl_nodes, nccl_gpus = self.nccl_view(nodes, ranks)
+        if reason is not None and nccl_nodes != nodes:
+            reason += f" (MNNVL: NCCL sees the {nodes} nodes as {nccl_nodes} node(s) of {nccl_gpus} GPUs)"
         return reason
 
     def best_arm(self, collective: str, nodes: int, size_bytes: int) -> Arm | None:

@@ -47,9 +47,14 @@ class FabricSpec:
         major, minor, patch = (int(x) for x in self.nccl_version.split("."))
         return major * 10000 + minor * 100 + patch
 
+    @property
+    def clique_nodes(self) -> int:
+        """Physical nodes NCCL fuses into one topology node (the MNNVL clique; 1 without MNNVL)."""
+        return self.model_multi.nvls_domain_nodes
+
     def model_spec(self, nodes: int) -> ModelSpec:
         """The NCCL-visible spec for a job of ``nodes`` nodes."""
-        return self.model_single if nodes <= self.model_multi.nvls_domain_nodes else self.model_multi
+        return self.model_single if nodes <= self.clique_nodes else self.model_multi
 
 
 def _h100() -> FabricSpec:

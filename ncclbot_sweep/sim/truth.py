@@ -72,7 +72,9 @@ class TruthParams:
     ring: dict[str, ProtoTruth]
     tree: dict[str, TreeTruth]
     nvls_tree: TreeTruth | None = None
-    nvls: TreeTruth | None = None  # NVLink SHARP inside one NVLink domain (AllReduce)
+    # NVLink SHARP inside one NVLink domain (one NCCL node): AllReduce at nvls.alg_gbs,
+    # AllGather/ReduceScatter at nvls_gather_gbs; NCCL offers it on one NCCL node only.
+    nvls: TreeTruth | None = None
     nvls_gather_gbs: float = 0.0  # NVLS AllGather/ReduceScatter bandwidth (no faster than Ring)
     pat_step_us: float = 6.0
     pat_bus_gbs: float = 150.0
