@@ -228,6 +228,10 @@ class LocalExecutor(Executor):
         child = self._children.get(job_id)
         if child is not None:
             child.poll()  # reap, so a finished job is not seen as a zombie forever
+        # Order matters: the wrapper writes pid, then runs, then writes rc. Looking for the pid
+        # file before checking liveness, and for rc after, leaves no moment at which a job that
+        # is starting or ending looks vanished.
+        pid_recorded = (record / "pid").exists()
         alive = self._live_pid(job_id) is not None
         rc_file = record / "rc"
         if rc_file.exists():
@@ -249,7 +253,7 @@ class LocalExecutor(Executor):
             return JobStatus(JobState.RUNNING)
         if not (record / "claim").exists():
             return JobStatus(JobState.PENDING, reason="waiting for a free slot")
-        if not (record / "pid").exists():
+        if not pid_recorded:
             if self._starting(job_id):
                 return JobStatus(JobState.PENDING, reason="starting")
             return JobStatus(JobState.FAILED, reason="the job was claimed but never started (crash while starting?)")

@@ -74,7 +74,7 @@ def test_failed_and_invalid_steps_then_resume_reruns_only_those(tmp_path, fake_b
     assert again.steps == {"ok": 6, "failed": 2}
     starts_before, _ = starts_and_ends(fake_env)
     summary = resume(work)
-    assert summary.complete
+    assert summary.complete, (summary.steps, summary.failed, summary.job_rows)
     starts, ends = starts_and_ends(fake_env)
     rerun = {k for k in starts if starts[k] == 2}
     assert len(rerun) == 2 and all(ends[k] == 1 for k in ends)
