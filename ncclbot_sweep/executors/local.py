@@ -123,7 +123,7 @@ class LocalExecutor(Executor):
     name = "local"
 
     def __init__(self, *, state_dir: Path, gpus_per_node: int, max_concurrent: int = 2) -> None:
-        self.state_dir = Path(state_dir)
+        self.state_dir = Path(state_dir).resolve()  # jobs run in their own folder: PATH must be absolute
         self.gpus_per_node = gpus_per_node
         self.max_concurrent = max_concurrent
         self.state_dir.mkdir(parents=True, exist_ok=True)

@@ -377,3 +377,17 @@ def test_scheduler_errors_are_retried_not_fatal(tmp_path, fake_bin, fake_env):
         assert "find_tagged_failed" in kinds or "poll_failed" in kinds
     finally:
         manifest.close()
+
+
+def test_relative_workdir_uses_the_srun_stand_in(tmp_path, fake_bin, fake_env, monkeypatch):
+    """`make demo` passes a relative folder; jobs run in their own folder, and a real `srun`
+    on PATH (here one that always fails) must never be taken for the local stand-in."""
+    camp, inv = _files(tmp_path, fake_bin)
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    (decoy / "srun").write_text("#!/bin/sh\necho 'srun: fatal: not the stand-in' >&2\nexit 1\n")
+    (decoy / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{decoy}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    summary = submit(camp, inv, workdir=Path("work"))
+    assert summary.complete and summary.steps == {"ok": 8}, summary.failed
