@@ -7,11 +7,13 @@ The paper's method (sections 3-6, appendices B-D, I) on plain pandas/numpy data:
 * :mod:`.prior` NCCL's predicted costs (``cost_tables``, or ``tuning_tables`` through
   :mod:`ncclbot_sweep.costmodel`);
 * :mod:`.audit` AUTO against the measured best (error rate, margin gate, tail anatomy);
-* :mod:`.policies` 16 bandit policies (vectorised) and :class:`.policies.StepPolicy`, the
-  per-call reference of the plugin; :mod:`.estimators` their shared statistics;
+* :mod:`.policies` 16 bandit policies (vectorised), their estimators and
+  :class:`.policies.StepPolicy`, the per-call reference of the plugin;
 * :mod:`.replay` the pull-count replay engine and splits; :mod:`.summary` and
-  :mod:`.stats` tables and tests; :mod:`.report` the HTML report; :mod:`.inputs` reads a
-  dataset root.
+  :mod:`.stats` tables and tests; :mod:`.report` the HTML report (build steps, figures, tables); :mod:`.inputs`
+  reads a dataset root;
+* ``live/`` (live campaigns), ``study/`` (tuning, baselines, ablations) and ``export.py``
+  are where later stages go; they import the core and :mod:`.policies`, never each other.
 
 Submodules are imported on use, so ``import ncclbot_sweep.analysis`` stays cheap.
 """

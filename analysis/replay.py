@@ -27,8 +27,7 @@ import pandas as pd
 from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import Arm
 
-from .estimators import BanditState
-from .policies import Policy, draw_counts
+from .policies import BanditState, Policy, draw_counts
 from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
 
 __all__ = ["ReplayProblem", "ReplayRun", "make_problem", "oracle_sums", "run_policy", "run_replay", "split_labels", "SPLITS"]

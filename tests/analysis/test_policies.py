@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ncclbot_sweep.analysis.estimators import Estimator
+from ncclbot_sweep.analysis.policies import Estimator
 from ncclbot_sweep.analysis.policies import POLICIES, StepPolicy, make_policy
 from ncclbot_sweep.analysis.replay import run_policy
 from ncclbot_sweep.errors import AnalysisError

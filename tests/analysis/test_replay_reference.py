@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ncclbot_sweep.analysis.estimators import Estimator
+from ncclbot_sweep.analysis.policies import Estimator
 from ncclbot_sweep.analysis.policies import POLICIES, make_policy
 from ncclbot_sweep.analysis.pools import build_pools
 from ncclbot_sweep.analysis.replay import make_problem, run_policy

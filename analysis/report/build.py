@@ -14,18 +14,19 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from .audit import run_audit
+from ..audit import run_audit
+from ..inputs import load_problem
+from ..policies import parse_policy
+from ..replay import run_replay
+from ..summary import confirmatory, per_context, per_scenario, summarize
+from ..transient import detect_transients
 from .figures import plot_gate, plot_survival, survival_curves
-from .inputs import load_problem
-from .policies import parse_policy
-from .replay import run_replay
-from .summary import confirmatory, per_context, per_scenario, summarize
-from .transient import detect_transients
+from .page import render_page
+from .tables import write_table
 
-__all__ = ["DEFAULT_POLICIES", "ReportOptions", "build_report", "write_table", "to_markdown"]
+__all__ = ["DEFAULT_POLICIES", "ReportOptions", "build_report"]
 
 log = logging.getLogger(__name__)
 
@@ -46,42 +47,6 @@ class ReportOptions:
     window: tuple[int, int] = (11, 99)
     rho_max: float = 2.0
     n_boot: int = 200
-
-
-def to_markdown(frame: pd.DataFrame, *, digits: int = 3) -> str:
-    """A GitHub-flavoured Markdown table (no extra dependency)."""
-    def cell(v):
-        if isinstance(v, (float, np.floating)):
-            return "" if np.isnan(v) else f"{v:.{digits}g}" if abs(v) < 1e-3 and v != 0 else f"{v:.{digits}f}"
-        return str(v)
-
-    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    sep = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([head, sep, *body]) + "\n"
-
-
-def write_table(frame: pd.DataFrame, out: Path, *, name: str) -> dict:
-    """Write ``<name>.csv`` and ``<name>.md`` into ``out/tables``; return what the template needs."""
-    folder = out / "tables"
-    folder.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(folder / f"{name}.csv", index=False)
-    (folder / f"{name}.md").write_text(to_markdown(frame))
-    html = frame.to_html(index=False, border=0, classes="t", float_format=lambda v: f"{v:.2f}", na_rep="")
-    return {"name": name, "html": html, "csv": f"tables/{name}.csv", "md": f"tables/{name}.md", "rows": len(frame)}
-
-
-def _render(out: Path, context: dict) -> Path:
-    import jinja2
-
-    from ncclbot_sweep.resources import resource_dir
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
-                             autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
-    page = env.get_template("report.html.j2").render(**context)
-    path = out / "index.html"
-    path.write_text(page)
-    return path
 
 
 def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions = ReportOptions(),
@@ -124,7 +89,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "options": options, "figures": figures, "tables": tables, "policies": order,
         "headline": _headline(summary),
     }
-    path = _render(out, context)
+    path = render_page(out / "index.html", "report.html.j2", context)
     log.info("report written to %s", path)
     return path
 

@@ -1,44 +1,6 @@
-"""Bandit policies of NCCL-BOT (paper appendix C), vectorised over many bandits at once.
+"""The stochastic and index policies of NCCL-BOT (paper appendix C.1-C.9, C.13, C.15).
 
-Every policy works on a :class:`~.estimators.BanditState` of ``B`` independent bandits
-(one per context and seed) and has three hooks, called by the replay engine once per step
-``t = 1..T``:
-
-* ``init(state)`` once: warm start and policy arrays;
-* ``select(state, t, u, z) -> arms[B]`` with ``u`` ``[B, n_uniform]`` uniforms in [0, 1) and
-  ``z`` ``[B, n_normal]`` standard normals drawn by the engine (see :func:`draw_counts`);
-* ``update(state, rows, arms, reward)`` with the learned pulls only (skip-first-k applied).
-
-Shared conventions (the plugin must match them bit for bit in float64):
-
-* Arms are on NCCL's scan order (algorithm index, then protocol index); every ``argmax`` or
-  ``argmin`` tie goes to the **lowest arm index**, and "unpulled arms first" in
-  deterministic policies also takes the lowest index (the paper draws them at random; a
-  fixed order keeps UCB-family policies deterministic, so every rank agrees).
-* Reward ``r = mu_hat_min / X`` with ``mu_hat_min`` the smallest prediction among measured
-  arms; arm filter ``predicted <= rho_max * mu_hat_min`` (undefined predictions kept).
-* Warm start: ``mu_a = mu_hat_min / mu_hat(a)`` with ``n_a = nu`` virtual pulls for
-  mean-based policies; cumulative losses ``L_a = nu * (1 - r_a)`` for loss-based ones.
-
-**UCB1** (featured policy; defaults are the paper's champion, Table 16), all float64:
-
-* start: for every offered arm with a prediction ``mu_a = mu_hat_min / mu_hat(a)``,
-  ``n_a = 2.89``; offered arms without a prediction ``mu_a = 0``, ``n_a = 0``;
-* select: ``N = n_0 + n_1 + ...`` summed left to right in arm order (pseudo-counts
-  included); if some offered arm has ``n_a == 0`` play the lowest-index one; else play the
-  lowest index maximising ``mu_a + alpha * sqrt((2.0 * ln(max(N, 1.0))) / n_a)``, evaluated
-  in that order (``alpha = 0.0928``);
-* update with latency ``X`` (us): ``r = mu_hat_min / X``; ``n_a <- n_a + 1``;
-  if the old ``n_a`` was 0 then ``mu_a = r``, else ``s = 0.468 * pow(n_a, -0.467)`` (new
-  ``n_a``), ``d = min(max(r - mu_a, -0.389), 0.389)``, ``mu_a <- mu_a + s * d``.
-
-``ln``/``pow`` are numpy's float64 ``log``/``power`` (libm-compatible for these inputs).
-**Greedy** is ``EpsilonGreedy(eps=0)``: start as above with ``n_a = 0.892`` and the sample
-mean ``mu_a <- mu_a + (r - mu_a) / n_a``; play the lowest index maximising ``mu_a``.
-
-For a single bandit driven call by call (the C plugin's reference), use :class:`StepPolicy`.
-Loss-based learners live in :mod:`.adversarial` and the shared helpers in
-:mod:`.policy_base`; everything is re-exported here, with the registry :data:`POLICIES`.
+Conventions shared by every policy are in the package docstring (:mod:`.`).
 """
 
 from __future__ import annotations
@@ -50,20 +12,16 @@ import numpy as np
 
 from ncclbot_sweep.errors import AnalysisError
 
-from .adversarial import EXP3, EXP3PP, FPL, Hierarchical, TsallisINF
 from .estimators import BanditState, Estimator
-from .policy_base import Policy, iqr_trimmed_mean, pick_uniform, sample_categorical
-from .policy_base import log_n as _log_n
-from .policy_base import masked_argmax as _masked_argmax
-from .policy_base import softmax_weights as _softmax_weights
-from .policy_base import unpulled_first as _unpulled_first
+from .base import Policy, iqr_trimmed_mean, pick_uniform, sample_categorical
+from .base import log_n as _log_n
+from .base import masked_argmax as _masked_argmax
+from .base import softmax_weights as _softmax_weights
+from .base import unpulled_first as _unpulled_first
 
 __all__ = [
-    "Policy", "Auto", "RandomPolicy", "UCB1", "KLUCB", "Softmax", "GaussianThompson",
-    "EpsilonGreedy", "ETC", "RoundRobinETC", "UCBV", "UCBTuned", "EXP3", "EXP3PP",
-    "TsallisINF", "FPL", "Hierarchical", "POLICIES", "make_policy", "parse_policy", "split_policy_list",
-    "draw_counts", "StepPolicy",
-    "pick_uniform", "sample_categorical", "iqr_trimmed_mean",
+    "Auto", "RandomPolicy", "UCB1", "KLUCB", "Softmax", "GaussianThompson",
+    "EpsilonGreedy", "ETC", "RoundRobinETC", "UCBV", "UCBTuned",
 ]
 
 
@@ -347,150 +305,3 @@ class UCBTuned(Policy):
         return _unpulled_first(state, _masked_argmax(score, state.offered))
 
 
-POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls
-    for cls in (Auto, RandomPolicy, UCB1, KLUCB, Softmax, GaussianThompson, EpsilonGreedy, ETC,
-                RoundRobinETC, UCBV, UCBTuned, EXP3, EXP3PP, TsallisINF, FPL, Hierarchical)
-}
-_ALIASES = {"auto": "AUTO", "random": "Random", "klucb": "KL-UCB", "kl-ucb": "KL-UCB", "ts": "GaussianTS",
-            "thompson": "GaussianTS", "greedy": "eps-greedy", "epsilon-greedy": "eps-greedy",
-            "rretc": "RR-ETC", "madan": "RR-ETC", "ucbv": "UCB-V", "ucb-tuned": "UCB-tuned",
-            "ucbtuned": "UCB-tuned", "exp3pp": "EXP3++", "tsallis": "Tsallis-INF", "hier": "Hierarchical"}
-
-
-def make_policy(name: str, **params) -> Policy:
-    """Build a policy by name (case-insensitive, common aliases) with champion defaults.
-
-    ``params`` override fields; ``estimator`` may be an :class:`Estimator` or a dict of its
-    fields merged into the policy's default estimator. Raises :class:`AnalysisError` on an
-    unknown name or parameter.
-    """
-    key = {k.lower(): k for k in POLICIES}.get(name.lower()) or _ALIASES.get(name.lower())
-    if key is None:
-        raise AnalysisError(f"policy must be one of {', '.join(POLICIES)}, but got {name!r}")
-    cls = POLICIES[key]
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(params) - fields
-    if unknown:
-        raise AnalysisError(f"{key} has no parameter {sorted(unknown)}; it takes {sorted(fields)}")
-    est = params.get("estimator")
-    if isinstance(est, dict):
-        names = {f.name for f in dataclasses.fields(Estimator)}
-        if set(est) - names:
-            raise AnalysisError(f"estimator has no parameter {sorted(set(est) - names)}; it takes {sorted(names)}")
-        params["estimator"] = dataclasses.replace(cls().estimator, **est)
-    return cls(**params)
-
-
-def split_policy_list(text: str) -> list[str]:
-    """Split ``"AUTO,UCB1[alpha=0.2;pseudo_count=0],Softmax"`` on commas outside brackets."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        depth += {"[": 1, "]": -1}.get(ch, 0)
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    parts.append(current.strip())
-    return [p for p in parts if p]
-
-
-def _value(text: str):
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text.strip()
-
-
-def parse_policy(spec: str) -> Policy:
-    """Build a policy from ``NAME`` or ``NAME[key=value;...]`` (the CLI's ``--policies`` items).
-
-    Keys are policy fields; ``estimator.<field>`` sets the estimator; ``label`` names the
-    row in result tables, e.g. ``UCB1[estimator.kind=gain;estimator.gain=0.1;label=UCB1-gain]``.
-    """
-    name, _, rest = spec.strip().partition("[")
-    params: dict = {}
-    if rest:
-        if not rest.endswith("]"):
-            raise AnalysisError(f"policy spec must look like NAME[key=value;...], but got {spec!r}")
-        for item in filter(None, (p.strip() for p in rest[:-1].split(";"))):
-            key, eq, value = item.partition("=")
-            if not eq:
-                raise AnalysisError(f"policy parameter must be key=value, but got {item!r} in {spec!r}")
-            key = key.strip()
-            if key.startswith("estimator."):
-                params.setdefault("estimator", {})[key.split(".", 1)[1]] = _value(value)
-            else:
-                params[key] = _value(value) if key != "label" else value.strip()
-    try:
-        return make_policy(name.strip(), **params)
-    except TypeError as exc:
-        raise AnalysisError(f"bad parameters in policy spec {spec!r}: {exc}") from exc
-
-
-def draw_counts(policy: Policy, n_arms: int) -> tuple[int, int]:
-    """Uniforms and normals per bandit per step, in the order the engine draws them.
-
-    The engine draws, at every step and for every seed block, ``rng.random((rows, nu))``
-    then ``rng.standard_normal((rows, nz))`` (skipping empty ones) from
-    ``numpy.random.default_rng(seed)``.
-    """
-    return policy.draws(n_arms)
-
-
-class StepPolicy:
-    """One bandit driven call by call: the Python reference for the C plugin.
-
-    ``predicted_us`` lists the cost model's prediction per arm (None or NaN = undefined) on
-    the caller's arm order, which must be NCCL's scan order for ties to match. The filter
-    ``rho_max`` and the reward ``mu_hat_min / latency`` are applied here.
-
-    >>> p = StepPolicy(make_policy("UCB1"), [10.0, 12.0, 30.0])
-    >>> arm = p.select(); p.update(arm, 11.0)
-    """
-
-    def __init__(self, policy: Policy, predicted_us, *, rho_max: float = 2.0, seed: int = 0) -> None:
-        pred = np.array([np.nan if v is None else float(v) for v in predicted_us], dtype=float)
-        if not np.isfinite(pred).any():
-            raise AnalysisError("StepPolicy needs at least one defined prediction")
-        self.policy = policy
-        self.mu_hat_min = float(np.nanmin(pred))
-        offered = ~(pred > rho_max * self.mu_hat_min)
-        auto = int(np.nanargmin(np.where(offered, pred, np.nan)))
-        self.state = BanditState.empty(offered[None, :], (self.mu_hat_min / pred)[None, :], np.array([auto]))
-        policy.init(self.state)
-        self._rng = np.random.default_rng(seed)
-        self.t = 0
-        self._last: int | None = None
-
-    @property
-    def offered(self) -> list[bool]:
-        return [bool(v) for v in self.state.offered[0]]
-
-    def select(self) -> int:
-        """Choose the arm index for the next call."""
-        self.t += 1
-        nu, nz = draw_counts(self.policy, self.state.offered.shape[1])
-        u = self._rng.random((1, nu)) if nu else None
-        z = self._rng.standard_normal((1, nz)) if nz else None
-        self._last = int(self.policy.select(self.state, self.t, u, z)[0])
-        return self._last
-
-    def update(self, arm: int, latency_us: float) -> float:
-        """Feed the measured latency of the arm just played; returns the reward used."""
-        reward = np.array([self.mu_hat_min / float(latency_us)])
-        rows, arms = np.array([0]), np.array([int(arm)])
-        if self.state.learn_mask(rows, arms, self.policy.estimator)[0]:
-            self.policy.update(self.state, rows, arms, reward)
-        self.state.pulls[0, arm] += 1
-        return float(reward[0])
-
-    def means(self) -> list[float]:
-        """Current per-arm reward means (for cross-checking the plugin's state)."""
-        return [float(v) for v in self.state.mu[0]]

@@ -1,6 +1,6 @@
 """Shared machinery of the policies: sampling helpers and the :class:`Policy` base.
 
-See :mod:`.policies` for the conventions (tie-breaks, reward, warm start) every policy keeps.
+See the package docstring (:mod:`ncclbot_sweep.analysis.policies`) for the conventions (tie-breaks, reward, warm start) every policy keeps.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from .estimators import Estimator
-from .policy_base import NEG, Policy, loss_of, pick_uniform, sample_categorical, softmax_weights, warm_losses
+from .base import NEG, Policy, loss_of, pick_uniform, sample_categorical, softmax_weights, warm_losses
 
 __all__ = ["EXP3", "EXP3PP", "TsallisINF", "FPL", "Hierarchical"]
 

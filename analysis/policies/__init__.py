@@ -1,0 +1,63 @@
+"""Bandit policies of NCCL-BOT (paper appendix C), vectorised over many bandits at once.
+
+Every policy works on a :class:`~.estimators.BanditState` of ``B`` independent bandits
+(one per context and seed) and has three hooks, called by the replay engine once per step
+``t = 1..T``:
+
+* ``init(state)`` once: warm start and policy arrays;
+* ``select(state, t, u, z) -> arms[B]`` with ``u`` ``[B, n_uniform]`` uniforms in [0, 1) and
+  ``z`` ``[B, n_normal]`` standard normals drawn by the engine (see :func:`draw_counts`);
+* ``update(state, rows, arms, reward)`` with the learned pulls only (skip-first-k applied).
+
+Shared conventions (the plugin must match them bit for bit in float64):
+
+* Arms are on NCCL's scan order (algorithm index, then protocol index); every ``argmax`` or
+  ``argmin`` tie goes to the **lowest arm index**, and "unpulled arms first" in
+  deterministic policies also takes the lowest index (the paper draws them at random; a
+  fixed order keeps UCB-family policies deterministic, so every rank agrees).
+* Reward ``r = mu_hat_min / X`` with ``mu_hat_min`` the smallest prediction among measured
+  arms; arm filter ``predicted <= rho_max * mu_hat_min`` (undefined predictions kept).
+* Warm start: ``mu_a = mu_hat_min / mu_hat(a)`` with ``n_a = nu`` virtual pulls for
+  mean-based policies; cumulative losses ``L_a = nu * (1 - r_a)`` for loss-based ones.
+
+**UCB1** (featured policy; defaults are the paper's champion, Table 16), all float64:
+
+* start: for every offered arm with a prediction ``mu_a = mu_hat_min / mu_hat(a)``,
+  ``n_a = 2.89``; offered arms without a prediction ``mu_a = 0``, ``n_a = 0``;
+* select: ``N = n_0 + n_1 + ...`` summed left to right in arm order (pseudo-counts
+  included); if some offered arm has ``n_a == 0`` play the lowest-index one; else play the
+  lowest index maximising ``mu_a + alpha * sqrt((2.0 * ln(max(N, 1.0))) / n_a)``, evaluated
+  in that order (``alpha = 0.0928``);
+* update with latency ``X`` (us): ``r = mu_hat_min / X``; ``n_a <- n_a + 1``;
+  if the old ``n_a`` was 0 then ``mu_a = r``, else ``s = 0.468 * pow(n_a, -0.467)`` (new
+  ``n_a``), ``d = min(max(r - mu_a, -0.389), 0.389)``, ``mu_a <- mu_a + s * d``.
+
+``ln``/``pow`` are numpy's float64 ``log``/``power`` (libm-compatible for these inputs).
+**Greedy** is ``EpsilonGreedy(eps=0)``: start as above with ``n_a = 0.892`` and the sample
+mean ``mu_a <- mu_a + (r - mu_a) / n_a``; play the lowest index maximising ``mu_a``.
+
+For a single bandit driven call by call (the C plugin's reference), use :class:`StepPolicy`.
+Modules: :mod:`.families` (index and stochastic policies), :mod:`.adversarial` (loss-based
+learners), :mod:`.base` (shared helpers and :class:`Policy`), :mod:`.estimators` (bandit
+statistics), :mod:`.registry` (names and the ``--policies`` grammar) and :mod:`.reference`
+(:class:`StepPolicy`); everything is re-exported here.
+"""
+
+from __future__ import annotations
+
+from .adversarial import EXP3, EXP3PP, FPL, Hierarchical, TsallisINF
+from .base import Policy, iqr_trimmed_mean, pick_uniform, sample_categorical
+from .estimators import BanditState, Estimator
+from .families import (
+    ETC, KLUCB, UCB1, UCBV, Auto, EpsilonGreedy, GaussianThompson, RandomPolicy, RoundRobinETC, Softmax, UCBTuned,
+)
+from .reference import StepPolicy
+from .registry import POLICIES, draw_counts, make_policy, parse_policy, split_policy_list
+
+__all__ = [
+    "Policy", "Auto", "RandomPolicy", "UCB1", "KLUCB", "Softmax", "GaussianThompson",
+    "EpsilonGreedy", "ETC", "RoundRobinETC", "UCBV", "UCBTuned", "EXP3", "EXP3PP",
+    "TsallisINF", "FPL", "Hierarchical", "POLICIES", "make_policy", "parse_policy", "split_policy_list",
+    "draw_counts", "StepPolicy", "BanditState", "Estimator",
+    "pick_uniform", "sample_categorical", "iqr_trimmed_mean",
+]

@@ -1,0 +1,65 @@
+"""One bandit driven call by call: the per-call reference the C plugin must match."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ncclbot_sweep.errors import AnalysisError
+
+from .base import Policy
+from .estimators import BanditState
+from .registry import draw_counts
+
+__all__ = ["StepPolicy"]
+
+
+class StepPolicy:
+    """One bandit driven call by call: the Python reference for the C plugin.
+
+    ``predicted_us`` lists the cost model's prediction per arm (None or NaN = undefined) on
+    the caller's arm order, which must be NCCL's scan order for ties to match. The filter
+    ``rho_max`` and the reward ``mu_hat_min / latency`` are applied here.
+
+    >>> p = StepPolicy(make_policy("UCB1"), [10.0, 12.0, 30.0])
+    >>> arm = p.select(); p.update(arm, 11.0)
+    """
+
+    def __init__(self, policy: Policy, predicted_us, *, rho_max: float = 2.0, seed: int = 0) -> None:
+        pred = np.array([np.nan if v is None else float(v) for v in predicted_us], dtype=float)
+        if not np.isfinite(pred).any():
+            raise AnalysisError("StepPolicy needs at least one defined prediction")
+        self.policy = policy
+        self.mu_hat_min = float(np.nanmin(pred))
+        offered = ~(pred > rho_max * self.mu_hat_min)
+        auto = int(np.nanargmin(np.where(offered, pred, np.nan)))
+        self.state = BanditState.empty(offered[None, :], (self.mu_hat_min / pred)[None, :], np.array([auto]))
+        policy.init(self.state)
+        self._rng = np.random.default_rng(seed)
+        self.t = 0
+        self._last: int | None = None
+
+    @property
+    def offered(self) -> list[bool]:
+        return [bool(v) for v in self.state.offered[0]]
+
+    def select(self) -> int:
+        """Choose the arm index for the next call."""
+        self.t += 1
+        nu, nz = draw_counts(self.policy, self.state.offered.shape[1])
+        u = self._rng.random((1, nu)) if nu else None
+        z = self._rng.standard_normal((1, nz)) if nz else None
+        self._last = int(self.policy.select(self.state, self.t, u, z)[0])
+        return self._last
+
+    def update(self, arm: int, latency_us: float) -> float:
+        """Feed the measured latency of the arm just played; returns the reward used."""
+        reward = np.array([self.mu_hat_min / float(latency_us)])
+        rows, arms = np.array([0]), np.array([int(arm)])
+        if self.state.learn_mask(rows, arms, self.policy.estimator)[0]:
+            self.policy.update(self.state, rows, arms, reward)
+        self.state.pulls[0, arm] += 1
+        return float(reward[0])
+
+    def means(self) -> list[float]:
+        """Current per-arm reward means (for cross-checking the plugin's state)."""
+        return [float(v) for v in self.state.mu[0]]

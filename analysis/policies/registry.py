@@ -1,0 +1,114 @@
+"""The registry of policies by name, and the ``--policies`` grammar of the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ncclbot_sweep.errors import AnalysisError
+
+from .adversarial import EXP3, EXP3PP, FPL, Hierarchical, TsallisINF
+from .base import Policy
+from .estimators import Estimator
+from .families import (
+    ETC, KLUCB, UCB1, UCBV, Auto, EpsilonGreedy, GaussianThompson, RandomPolicy, RoundRobinETC, Softmax, UCBTuned,
+)
+
+__all__ = ["POLICIES", "make_policy", "parse_policy", "split_policy_list", "draw_counts"]
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (Auto, RandomPolicy, UCB1, KLUCB, Softmax, GaussianThompson, EpsilonGreedy, ETC,
+                RoundRobinETC, UCBV, UCBTuned, EXP3, EXP3PP, TsallisINF, FPL, Hierarchical)
+}
+_ALIASES = {"auto": "AUTO", "random": "Random", "klucb": "KL-UCB", "kl-ucb": "KL-UCB", "ts": "GaussianTS",
+            "thompson": "GaussianTS", "greedy": "eps-greedy", "epsilon-greedy": "eps-greedy",
+            "rretc": "RR-ETC", "madan": "RR-ETC", "ucbv": "UCB-V", "ucb-tuned": "UCB-tuned",
+            "ucbtuned": "UCB-tuned", "exp3pp": "EXP3++", "tsallis": "Tsallis-INF", "hier": "Hierarchical"}
+
+
+def make_policy(name: str, **params) -> Policy:
+    """Build a policy by name (case-insensitive, common aliases) with champion defaults.
+
+    ``params`` override fields; ``estimator`` may be an :class:`Estimator` or a dict of its
+    fields merged into the policy's default estimator. Raises :class:`AnalysisError` on an
+    unknown name or parameter.
+    """
+    key = {k.lower(): k for k in POLICIES}.get(name.lower()) or _ALIASES.get(name.lower())
+    if key is None:
+        raise AnalysisError(f"policy must be one of {', '.join(POLICIES)}, but got {name!r}")
+    cls = POLICIES[key]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(params) - fields
+    if unknown:
+        raise AnalysisError(f"{key} has no parameter {sorted(unknown)}; it takes {sorted(fields)}")
+    est = params.get("estimator")
+    if isinstance(est, dict):
+        names = {f.name for f in dataclasses.fields(Estimator)}
+        if set(est) - names:
+            raise AnalysisError(f"estimator has no parameter {sorted(set(est) - names)}; it takes {sorted(names)}")
+        params["estimator"] = dataclasses.replace(cls().estimator, **est)
+    return cls(**params)
+
+
+def split_policy_list(text: str) -> list[str]:
+    """Split ``"AUTO,UCB1[alpha=0.2;pseudo_count=0],Softmax"`` on commas outside brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    parts.append(current.strip())
+    return [p for p in parts if p]
+
+
+def _value(text: str):
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def parse_policy(spec: str) -> Policy:
+    """Build a policy from ``NAME`` or ``NAME[key=value;...]`` (the CLI's ``--policies`` items).
+
+    Keys are policy fields; ``estimator.<field>`` sets the estimator; ``label`` names the
+    row in result tables, e.g. ``UCB1[estimator.kind=gain;estimator.gain=0.1;label=UCB1-gain]``.
+    """
+    name, _, rest = spec.strip().partition("[")
+    params: dict = {}
+    if rest:
+        if not rest.endswith("]"):
+            raise AnalysisError(f"policy spec must look like NAME[key=value;...], but got {spec!r}")
+        for item in filter(None, (p.strip() for p in rest[:-1].split(";"))):
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise AnalysisError(f"policy parameter must be key=value, but got {item!r} in {spec!r}")
+            key = key.strip()
+            if key.startswith("estimator."):
+                params.setdefault("estimator", {})[key.split(".", 1)[1]] = _value(value)
+            else:
+                params[key] = _value(value) if key != "label" else value.strip()
+    try:
+        return make_policy(name.strip(), **params)
+    except TypeError as exc:
+        raise AnalysisError(f"bad parameters in policy spec {spec!r}: {exc}") from exc
+
+
+def draw_counts(policy: Policy, n_arms: int) -> tuple[int, int]:
+    """Uniforms and normals per bandit per step, in the order the engine draws them.
+
+    The engine draws, at every step and for every seed block, ``rng.random((rows, nu))``
+    then ``rng.standard_normal((rows, nz))`` (skipping empty ones) from
+    ``numpy.random.default_rng(seed)``.
+    """
+    return policy.draws(n_arms)
+
+

@@ -1,0 +1,24 @@
+"""The distribution lists every subpackage, so a wheel (``pip install .``) is complete."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _declared() -> set[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return set(config["packages"]), config["package-dir"]
+
+
+def test_every_package_folder_is_declared():
+    packages, dirs = _declared()
+    found = set()
+    for name, top in [("ncclbot_sweep", ROOT / "ncclbot_sweep"), *((k, ROOT / v) for k, v in dirs.items())]:
+        for init in top.rglob("__init__.py"):
+            rel = init.parent.relative_to(top).parts
+            found.add(".".join((name, *rel)))
+    missing = sorted(found - packages)
+    assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}"
