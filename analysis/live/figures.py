@@ -1,7 +1,7 @@
 """Live figures (matplotlib, Agg backend, imported lazily): learning curves and arm timelines.
 
 Each function takes the tables of :mod:`.curves` and writes one PNG; figures of simulated
-fabrics (``sim-*``) say "synthetic" in their title.
+fabrics (``sim-*``) say "synthetic" in their title (drawn, and in the PNG's ``Title`` text).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def plot_learning_curves(curves: pd.DataFrame, labels: dict[str, str], path: str
     ax.legend(fontsize=7)
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out)
+    fig.savefig(out, metadata={"Title": _title(title, synthetic)})
     plt.close(fig)
     return out
 
@@ -75,10 +75,12 @@ def plot_timeline(timeline: pd.DataFrame, path: str | Path, *, title: str, synth
         ax.set_ylabel(g["policy"].iloc[0], fontsize=7)
     axes[0, 0].set_title(_title(title, synthetic), fontsize=9)
     axes[-1, 0].set_xlabel("accumulated collective time (ms)")
-    handles, names = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, names, fontsize=7, loc="upper right")
+    legend = {}
+    for ax in axes[:, 0]:
+        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    fig.legend(list(legend.values()), list(legend), fontsize=7, loc="upper right")
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out)
+    fig.savefig(out, metadata={"Title": _title(title, synthetic)})
     plt.close(fig)
     return out

@@ -101,4 +101,5 @@ def setup_toll(runs: pd.DataFrame, stalls: pd.DataFrame, pulls: pd.DataFrame, po
             "collectives_to_amortise_1pct": med / (AMORTISE_SHARE * mean_us / 1e6) if len(stall) and mean_us > 0 else np.nan,
             "collective_time_to_amortise_1pct_s": med / AMORTISE_SHARE if len(stall) else np.nan,
         })
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    return frame.astype({"stall_size_bytes": "Int64"}) if len(frame) else frame
