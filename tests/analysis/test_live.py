@@ -230,3 +230,16 @@ def test_stock_policy_is_the_campaign_spelling():
     from ncclbot_sweep.campaign import STOCK
 
     assert STOCK_POLICY == STOCK
+
+
+def test_the_report_gains_a_live_section(campaign, tmp_path):
+    from ncclbot_sweep.analysis.report import ReportOptions, build_report
+
+    root, _, _, _ = campaign
+    options = ReportOptions(policies=("AUTO", "UCB1"), seeds=2, horizon=40, split="random")
+    html = build_report(root, tmp_path, options=options).read_text()
+    assert "Live campaigns (section 6.5, appendix F)" in html and "holds no live runs" not in html
+    for name in ("selection_summary", "overhead_ladder", "setup_toll", "stock_bands", "forced_vs_stock"):
+        assert (tmp_path / "tables" / f"live_{name}.csv").exists(), name
+    assert "live/learning_curves-live-synth-AllReduce-2n.png" in html
+    assert (tmp_path / "live" / "timeline-live-synth-AllReduce-2n.png").exists()
