@@ -60,7 +60,7 @@ def curve_windows(priced: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def timeline(priced: pd.DataFrame, oracle: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+def timeline(priced: pd.DataFrame, oracle: pd.DataFrame, *, runs: pd.DataFrame) -> pd.DataFrame:
     """Figure 11: every run's collectives at the size of AUTO's largest gap, at accumulated time.
 
     Columns: run, collective index, arm, served latency (merged, us), accumulated time (ms),

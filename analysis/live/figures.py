@@ -27,7 +27,7 @@ def _title(text: str, synthetic: bool) -> str:
     return f"{text} (synthetic: simulated fabric)" if synthetic else text
 
 
-def plot_learning_curves(curves: pd.DataFrame, labels: dict[str, str], path: str | Path, *,
+def plot_learning_curves(curves: pd.DataFrame, labels: dict[str, str], *, path: str | Path,
                          title: str, synthetic: bool) -> Path:
     """Figure 2 (right): lost bandwidth against the oracle per collective, SEM band across
     sizes, one line per run; dotted: AUTO's loss on the same sizes."""

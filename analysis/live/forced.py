@@ -34,7 +34,7 @@ def stock_steady(iterations: pd.DataFrame, run_ids, *, window: tuple[int, int] =
     return out.astype({"size_bytes": "int64"})
 
 
-def forced_vs_stock(audit: pd.DataFrame, stock_runs: pd.DataFrame, iterations: pd.DataFrame, *,
+def forced_vs_stock(audit: pd.DataFrame, stock_runs: pd.DataFrame, *, iterations: pd.DataFrame,
                     window: tuple[int, int] = (11, 99)) -> pd.DataFrame:
     """One row per (stock run, context) with forced prices: AUTO's and the best arm's over stock."""
     if audit.empty or stock_runs.empty:
@@ -59,7 +59,7 @@ def forced_vs_stock(audit: pd.DataFrame, stock_runs: pd.DataFrame, iterations: p
     }).sort_values(["fabric", "collective", "nodes", "size_bytes", "stock_run_id"]).reset_index(drop=True)
 
 
-def auto_against_audit(per_size: pd.DataFrame, runs: pd.DataFrame, audit: pd.DataFrame) -> pd.DataFrame:
+def auto_against_audit(per_size: pd.DataFrame, runs: pd.DataFrame, *, audit: pd.DataFrame) -> pd.DataFrame:
     """Per context of an AUTO-through-plugin run: its live selection TRLT and the audit's (%)."""
     auto_runs = runs[runs["is_auto"]]
     live = per_size[per_size["run_id"].isin(auto_runs["run_id"])]

@@ -88,7 +88,7 @@ class LiveData:
         own = runs[runs["is_stock"]]
         if len(own):
             return own.sort_values("started_at", na_position="last").iloc[0]
-        same = self.runs[self.runs["is_stock"] & self.runs["companion"]]
+        same = self.runs[self.runs["is_stock"] & (self.runs["campaign"] != scenario["campaign"])]
         for col in ("fabric", "collective", "nodes", "ranks"):
             same = same[same[col] == scenario[col]]
         return same.sort_values("started_at", na_position="last").iloc[0] if len(same) else None

@@ -41,7 +41,7 @@ def _sync_off(rungs: pd.DataFrame, policy_key: str) -> pd.Series | None:
     return off.iloc[0] if len(off) else None
 
 
-def ladder(runs: pd.DataFrame, stock: pd.Series, iterations: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+def ladder(runs: pd.DataFrame, stock: pd.Series, *, iterations: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     """Table 18: one row per rung (stock first) with bandwidth, overhead and sync costs."""
     rungs = _rungs(runs)
     bw = average_busbw(pd.concat([stock.to_frame().T, rungs]), iterations)
@@ -81,7 +81,7 @@ def _monotone(out: pd.DataFrame, rungs: pd.DataFrame) -> list:
     return [flags.get(lookup.get(run_id)) if run_id in lookup else None for run_id in out["run_id"]]
 
 
-def ladder_bins(runs: pd.DataFrame, stock: pd.Series, iterations: pd.DataFrame) -> pd.DataFrame:
+def ladder_bins(runs: pd.DataFrame, stock: pd.Series, *, iterations: pd.DataFrame) -> pd.DataFrame:
     """Table 19: per rung and size bin, the median time overhead against stock (%), the
     bin's share of the bus-bandwidth drop (%) and the 1 ms flush rule's collectives per sync."""
     sizes = per_size(iterations)

@@ -44,7 +44,7 @@ def merge_pulls(events: pd.DataFrame) -> pd.DataFrame:
     return merged[cols].reset_index(drop=True)
 
 
-def check_traces(runs: pd.DataFrame, events: pd.DataFrame, pulls: pd.DataFrame) -> list[LiveIssue]:
+def check_traces(runs: pd.DataFrame, events: pd.DataFrame, *, pulls: pd.DataFrame) -> list[LiveIssue]:
     """Issues for plugin runs without traces, with ranks missing, or with disagreeing ranks."""
     issues = []
     plugin = runs[~runs["is_stock"]]

@@ -113,12 +113,12 @@ class _Scenario:
 def _trace_steps(data: LiveData, key: dict, runs: pd.DataFrame, issues: list, min_pulls: int) -> _Scenario:
     events = data.events[data.events["run_id"].isin(runs["run_id"])] if len(data.events) else data.events
     pulls = merge_pulls(events)
-    issues.extend(dataclasses.replace(i, campaign=key["campaign"]) for i in check_traces(runs, events, pulls))
+    issues.extend(check_traces(runs, events, pulls=pulls))
     stalls = find_stalls(events)
     pulls["stall"] = mark_stalls(pulls, stalls)
     pooled = pooled_means(pulls)
     oracle = reconstruct_oracle(pulls, pooled, min_pulls=min_pulls)
-    priced = price_pulls(pulls, pooled, oracle) if len(oracle) else pd.DataFrame()
+    priced = price_pulls(pulls, pooled, oracle=oracle) if len(oracle) else pd.DataFrame()
     per_size = selection_per_size(priced, runs) if len(priced) else pd.DataFrame()
     return _Scenario(key, runs, pulls, stalls, pooled, oracle, priced, per_size)
 
@@ -134,22 +134,27 @@ def _stock_steps(data: LiveData, sc: _Scenario, stock, issues: list, out: dict) 
                                      "sweep with 'baseline: true' on the same fabric and node count"))
         return
     plugin = runs[~runs["is_stock"]]
+    if plugin.empty:
+        issues.append(LiveIssue("stock", f"campaign {key['campaign']!r} has only stock runs for {where}: nothing "
+                                         "to compare with stock", campaign=key["campaign"],
+                                hint="add plugin policies (AUTO, ucb1, ...) to the campaign"))
+        return
     if not plugin["is_auto"].any():
         issues.append(LiveIssue("overhead", f"campaign {key['campaign']!r}: no plugin run with AUTO's selection "
                                             f"fixed for {where}; the ladder's overhead mixes in selection",
                                 campaign=key["campaign"], hint="add policy AUTO (sync off and sync-K variants)"))
-    out["overhead_ladder"] = ladder(plugin, stock, data.iterations, data.events)
-    out["overhead_bins"] = ladder_bins(plugin, stock, data.iterations)
+    out["overhead_ladder"] = ladder(plugin, stock, iterations=data.iterations, events=data.events)
+    out["overhead_bins"] = ladder_bins(plugin, stock, iterations=data.iterations)
     stalled = stalled_sizes(data.iterations)
     for run_id, g in (sc.stalls.groupby("run_id") if len(sc.stalls) else []):
         stalled.setdefault(run_id, set()).update(g.loc[g["stall_found"], "size_bytes"].astype("int64"))
-    rows = stock_per_size(plugin, stock, data.iterations, stalled)
+    rows = stock_per_size(plugin, stock, iterations=data.iterations, stalled=stalled)
     out["stock_per_size"] = rows
     out["stock_bands"] = stock_bands(rows) if len(rows) else pd.DataFrame()
 
 
 def _scenario_tables(data: LiveData, key: dict, runs: pd.DataFrame, audit: pd.DataFrame, issues: list,
-                     min_pulls: int) -> tuple[dict[str, pd.DataFrame], _Scenario]:
+                     min_pulls: int) -> dict[str, pd.DataFrame]:
     sc = _trace_steps(data, key, runs, issues, min_pulls)
     out: dict[str, pd.DataFrame] = {"oracle": sc.oracle, "selection_per_size": sc.per_size}
     if len(sc.per_size):
@@ -157,13 +162,13 @@ def _scenario_tables(data: LiveData, key: dict, runs: pd.DataFrame, audit: pd.Da
         out["learning_curves"] = learning_curves(sc.priced).merge(
             runs[["run_id", "label"]].rename(columns={"label": "policy"}), on="run_id")
         out["learning_windows"] = curve_windows(sc.priced, runs)
-        out["timeline"] = timeline(sc.priced, sc.oracle, runs)
-        out["auto_vs_audit"] = auto_against_audit(sc.per_size, runs, audit)
+        out["timeline"] = timeline(sc.priced, sc.oracle, runs=runs)
+        out["auto_vs_audit"] = auto_against_audit(sc.per_size, runs, audit=audit)
     if len(sc.stalls):
-        out["setup_toll"] = setup_toll(runs, sc.stalls, sc.pulls, sc.pooled)
+        out["setup_toll"] = setup_toll(runs, sc.stalls, pulls=sc.pulls, pooled=sc.pooled)
         out["setup_processes"] = sc.stalls
     _stock_steps(data, sc, data.stock_for(key, runs), issues, out)
-    return {name: _with_scenario(frame, key) for name, frame in out.items()}, sc
+    return {name: _with_scenario(frame, key) for name, frame in out.items()}
 
 
 def _figures(tables: dict[str, pd.DataFrame], out: Path, synthetic_of) -> dict[str, Path]:
@@ -176,7 +181,7 @@ def _figures(tables: dict[str, pd.DataFrame], out: Path, synthetic_of) -> dict[s
         labels = dict(zip(g["run_id"], g["policy"]))
         title = f"{key[0]}: {key[2]}, {key[3]} nodes, sizes where AUTO errs"
         figures[f"learning_curves-{slug}"] = plot_learning_curves(
-            g, labels, out / f"learning_curves-{slug}.png", title=title, synthetic=synthetic_of(key[1]))
+            g, labels, path=out / f"learning_curves-{slug}.png", title=title, synthetic=synthetic_of(key[1]))
     for key, g in (line.groupby(SCENARIO_KEYS, sort=True) if len(line) else []):
         slug = "{}-{}-{}n".format(key[0], key[2], key[3])
         title = f"{key[0]}: {key[2]}, {key[3]} nodes, {g['size'].iloc[0]} (AUTO's largest gap)"
@@ -197,11 +202,12 @@ def analyze_live(dataset: str | Path, *, campaign: str | None = None, out: str |
     audit = _audit(data, issues)
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
     for key, runs in data.scenarios():
-        tables, _ = _scenario_tables(data, key, runs, audit, issues, min_pulls)
+        tables = _scenario_tables(data, key, runs, audit, issues, min_pulls)
         for name, frame in tables.items():
             if len(frame):
                 parts[name].append(frame)
-    parts["forced_vs_stock"].append(forced_vs_stock(audit, data.runs[data.runs["is_stock"]], data.iterations))
+    stock_runs = data.runs[data.runs["is_stock"]]
+    parts["forced_vs_stock"].append(forced_vs_stock(audit, stock_runs, iterations=data.iterations))
     tables = {name: pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames)
               else pd.DataFrame() for name, frames in parts.items() if name != "issues"}
     tables["issues"] = issues_frame(issues)

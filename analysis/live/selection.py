@@ -21,7 +21,7 @@ __all__ = ["LAST_WINDOW", "price_pulls", "selection_per_size", "selection_summar
 LAST_WINDOW = 100
 
 
-def price_pulls(pulls: pd.DataFrame, pooled: pd.DataFrame, oracle: pd.DataFrame) -> pd.DataFrame:
+def price_pulls(pulls: pd.DataFrame, pooled: pd.DataFrame, *, oracle: pd.DataFrame) -> pd.DataFrame:
     """The pulls of contexts with an oracle, with ``price_us`` (the arm's pooled mean),
     ``oracle_arm``, ``oracle_us``, ``auto_arm_ctx``, ``auto_us`` and ``loss_pct`` (lost
     bandwidth against the oracle, ``100 * (1 - oracle / price)``)."""

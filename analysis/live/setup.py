@@ -5,7 +5,10 @@ a process (a rank), when it is at least one second, attributed to the arm played
 after it (paper section 7: "we did not separate it from other arms' lazy initialization").
 A gap is measured between trace timestamps (``t_ns``) of one rank's pull rows in time
 order, over all its communicators and contexts; a stall on a process's very first traced
-collective has no gap before it and is not found.
+collective has no gap before it and is not found. The plugin writes a pull row when its
+reward is applied (at a synchronisation round), so on its traces ``t_ns`` can trail the
+collective by up to two rounds: the gap still holds the stall, charged to the first row
+written after it.
 
 The stall is charged once per process: its share of the run's wall time, and the steady
 collectives needed to amortise it to 1% (``stall / (0.01 * mean collective latency)``).
@@ -68,7 +71,7 @@ def mark_stalls(pulls: pd.DataFrame, stalls: pd.DataFrame) -> pd.Series:
     return pd.Series(flag.fillna(False).to_numpy(bool), index=pulls.index)
 
 
-def setup_toll(runs: pd.DataFrame, stalls: pd.DataFrame, pulls: pd.DataFrame, pooled: pd.DataFrame) -> pd.DataFrame:
+def setup_toll(runs: pd.DataFrame, stalls: pd.DataFrame, *, pulls: pd.DataFrame, pooled: pd.DataFrame) -> pd.DataFrame:
     """Per traced run: processes, stalls found, stall seconds (median and range over its
     processes), the arm and size after it, share of wall time and the amortisation figures.
 
@@ -98,7 +101,8 @@ def setup_toll(runs: pd.DataFrame, stalls: pd.DataFrame, pulls: pd.DataFrame, po
             "wall_median_s": float(g["wall_s"].median()),
             "stall_share_of_wall_pct": 100 * float(np.median(share)) if len(share) else np.nan,
             "mean_collective_us": mean_us,
-            "collectives_to_amortise_1pct": med / (AMORTISE_SHARE * mean_us / 1e6) if len(stall) and mean_us > 0 else np.nan,
+            "collectives_to_amortise_1pct": (med / (AMORTISE_SHARE * mean_us / 1e6)
+                                             if len(stall) and mean_us > 0 else np.nan),
             "collective_time_to_amortise_1pct_s": med / AMORTISE_SHARE if len(stall) else np.nan,
         })
     frame = pd.DataFrame(out)

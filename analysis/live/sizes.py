@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .setup import STALL_MIN_S
+
 __all__ = ["MIB", "GIB", "SIZE_BINS", "STOCK_BANDS", "per_size", "average_busbw", "bin_of", "stalled_sizes"]
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -65,7 +67,7 @@ def average_busbw(runs: pd.DataFrame, iterations: pd.DataFrame) -> pd.Series:
     return given.fillna(derived.reindex(given.index))
 
 
-def stalled_sizes(iterations: pd.DataFrame, *, min_stall_s: float = 1.0) -> dict[str, set[int]]:
+def stalled_sizes(iterations: pd.DataFrame, *, min_stall_s: float = STALL_MIN_S) -> dict[str, set[int]]:
     """Sizes whose timed pass holds a setup stall: one iteration at least ``min_stall_s``
     above the size's median. This finds the stall of runs without a trace (stock); a stall
     in nccl-tests' warm-up leaves no mark here, and none is needed."""

@@ -21,7 +21,7 @@ __all__ = ["MARGIN", "stock_per_size", "stock_bands"]
 MARGIN = 1.05
 
 
-def stock_per_size(runs: pd.DataFrame, stock: pd.Series, iterations: pd.DataFrame,
+def stock_per_size(runs: pd.DataFrame, stock: pd.Series, *, iterations: pd.DataFrame,
                    stalled: dict[str, set[int]]) -> pd.DataFrame:
     """One row per (run, size): times, ratio, verdict; stalled sizes dropped (``stalled``
     maps a run id to the sizes its processes stalled at)."""

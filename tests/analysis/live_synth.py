@@ -88,7 +88,8 @@ def _chooser(spec: RunSpec) -> Callable[[int], tuple[Callable[[], int], Callable
             policy = make_policy("UCB1") if spec.chooser == "ucb1" else make_policy("eps-greedy", pseudo_count=1e9)
             step = StepPolicy(policy, pred)
             return step.select, step.update, arms
-        target = fab.best_arm(COLLECTIVE, NODES, size) if spec.chooser == "best" else fab.auto_arm(COLLECTIVE, NODES, size)
+        rule = fab.best_arm if spec.chooser == "best" else fab.auto_arm
+        target = rule(COLLECTIVE, NODES, size)
         index = arms.index(target)
         return (lambda: index), (lambda arm, lat: None), arms
 
