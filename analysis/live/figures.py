@@ -75,10 +75,11 @@ def plot_timeline(timeline: pd.DataFrame, path: str | Path, *, title: str, synth
         ax.set_ylabel(g["policy"].iloc[0], fontsize=7)
     axes[0, 0].set_title(_title(title, synthetic), fontsize=9)
     axes[-1, 0].set_xlabel("accumulated collective time (ms)")
+    fig.supylabel("served latency (ms)", fontsize=8)
     legend = {}
     for ax in axes[:, 0]:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
-    fig.legend(list(legend.values()), list(legend), fontsize=7, loc="upper right")
+    axes[0, 0].legend(list(legend.values()), list(legend), fontsize=6, loc="upper right", ncol=2)
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, metadata={"Title": _title(title, synthetic)})

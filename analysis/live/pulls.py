@@ -56,7 +56,9 @@ def check_traces(runs: pd.DataFrame, events: pd.DataFrame, *, pulls: pd.DataFram
                 "traces", f"live run {run.run_id} ({run.label}) has no plugin trace (no live_events rows)",
                 campaign=run.campaign, run_id=run.run_id,
                 hint="run the step with NCCLBOT_TRACE_DIR set (the live job script sets it) and ingest its "
-                     "trace/ folder; selection, learning curves and setup toll leave this run out"))
+                     "trace/ folder; the plugin traces only the collectives it times (above NCCLBOT_MIN_BYTES). "
+                     "Selection, learning curves and setup toll leave this run out; ladder and stock "
+                     "comparison still use its nccl-tests output"))
             continue
         expected = int(run.ranks) if pd.notna(run.ranks) else None
         if expected is not None:

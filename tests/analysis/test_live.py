@@ -218,7 +218,8 @@ def test_a_dataset_without_live_runs_is_a_user_error(tmp_path):
     write_sim_dataset(tmp_path / "ds", FABRIC, collectives=("AllReduce",), nodes=(2,), sizes=SIZES[:2], iters=5)
     result = CliRunner().invoke(main, ["analyze", "live", "--dataset", str(tmp_path / "ds"), "--out", str(tmp_path)])
     assert result.exit_code == 1
-    assert "dataset has no live, stock or overhead runs" in result.output and "hint:" in result.output
+    assert f"Error: {tmp_path / 'ds'}: dataset has no live, stock or overhead runs\n" in result.output
+    assert "hint: ingest the campaign folder of a live campaign" in result.output
 
 
 def test_an_unknown_campaign_lists_the_live_ones(campaign, tmp_path):
