@@ -143,6 +143,13 @@ def load_live(dataset: str | Path, *, campaign: str | None = None) -> LiveData:
                         run_id=r.run_id, hint="resume the campaign to rerun it")
               for r in live[live["outcome"] != "ok"].itertuples()]
     live = live[live["outcome"] == "ok"].assign(companion=False)
+    unplaced = live[SCENARIO_KEYS].isna().any(axis=1)
+    issues += [LiveIssue("runs", f"run {r.run_id} ({r.policy}) lacks "
+                                 f"{', '.join(k for k in SCENARIO_KEYS if pd.isna(getattr(r, k)))}: left out",
+                         campaign=r.campaign, run_id=r.run_id,
+                         hint="ingest the step folder (its step.json names campaign, fabric, collective, nodes "
+                              "and ranks)") for r in live[unplaced].itertuples()]
+    live = live[~unplaced]
     stock_like = runs[(runs["outcome"] == "ok") & ~runs["run_id"].isin(live["run_id"])]
     stock_like = stock_like[(stock_like["policy"].fillna("").str.lower() == STOCK_POLICY)
                             | (stock_like["kind"] == "stock")

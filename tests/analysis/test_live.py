@@ -247,3 +247,15 @@ def test_the_report_gains_a_live_section(campaign, tmp_path):
         assert (tmp_path / "tables" / f"live_{name}.csv").exists(), name
     assert "live/learning_curves-live-synth-AllReduce-2n.png" in html
     assert (tmp_path / "live" / "timeline-live-synth-AllReduce-2n.png").exists()
+
+
+def test_a_run_without_its_shape_is_left_out_by_name(tmp_path):
+    from ncclbot_sweep.datasets import write_rows
+
+    write_live_dataset(tmp_path, runs=RUNS[:2])
+    write_rows(tmp_path, "runs", [dict(run_id="loose", campaign="live-synth", fabric=FABRIC, kind="live",
+                                       collective="AllReduce", ranks=16, policy="ucb1", outcome="ok",
+                                       source_path="loose.txt", source_sha256="loose")])
+    result = analyze_live(tmp_path)
+    assert "run loose (ucb1) lacks nodes: left out" in set(result.issues["what"])
+    assert set(result.tables["overhead_ladder"]["rung"]) == {"stock", "AUTO"}
