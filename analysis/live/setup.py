@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ncclbot_sweep.names import Arm, algorithm_family
+
 from .pulls import PULL_KEYS
 
 __all__ = ["STALL_MIN_S", "AMORTISE_SHARE", "find_stalls", "mark_stalls", "setup_toll"]
@@ -28,6 +30,11 @@ __all__ = ["STALL_MIN_S", "AMORTISE_SHARE", "find_stalls", "mark_stalls", "setup
 STALL_MIN_S = 1.0
 #: The share of run time a stall is amortised to.
 AMORTISE_SHARE = 0.01
+
+
+def _is_nvls(arm) -> bool:
+    """True for arms of the NVLS family (NVLS, NVLSTree), whose first use stalls."""
+    return isinstance(arm, str) and algorithm_family(Arm.parse(arm).algorithm) == "nvls"
 
 
 def find_stalls(events: pd.DataFrame, *, min_gap_s: float = STALL_MIN_S) -> pd.DataFrame:
@@ -47,7 +54,8 @@ def find_stalls(events: pd.DataFrame, *, min_gap_s: float = STALL_MIN_S) -> pd.D
     ev["gap_s"] = grouped["t_s"].diff()
     first_latency_s = grouped["latency_us"].transform("first").fillna(0.0) / 1e6
     ev["wall_s"] = grouped["t_s"].transform("max") - grouped["t_s"].transform("min") + first_latency_s
-    ev["nvls"] = ev["arm"].fillna("").str.startswith("NVLS")
+    nvls = {arm: _is_nvls(arm) for arm in ev["arm"].dropna().unique()}
+    ev["nvls"] = ev["arm"].map(nvls).fillna(False).astype(bool)
     rows = []
     for (run_id, rank), g in ev.groupby(["run_id", "rank"], sort=False):
         gaps = g["gap_s"].to_numpy(float)
