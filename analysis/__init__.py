@@ -12,8 +12,10 @@ The paper's method (sections 3-6, appendices B-D, I) on plain pandas/numpy data:
 * :mod:`.replay` the pull-count replay engine and splits; :mod:`.summary` and
   :mod:`.stats` tables and tests; :mod:`.report` the HTML report (build steps, figures, tables); :mod:`.inputs`
   reads a dataset root;
-* ``live/`` (live campaigns), ``study/`` (tuning, baselines, ablations) and ``export.py``
-  are where later stages go; they import the core and :mod:`.policies`, never each other.
+* :mod:`.live` the live campaigns (selection against a pooled oracle, learning curves,
+  overhead ladder, setup toll, stock comparisons; :func:`.live.analyze_live`);
+* ``study/`` (tuning, baselines, ablations) and ``export.py`` are where later stages go;
+  ``live`` and ``study`` import the core and :mod:`.policies`, never each other.
 
 Submodules are imported on use, so ``import ncclbot_sweep.analysis`` stays cheap.
 """
@@ -31,6 +33,7 @@ __all__ = [
     "run_replay",
     "summarize",
     "build_report",
+    "analyze_live",
     "StepPolicy",
 ]
 
@@ -44,6 +47,7 @@ _HOME = {
     "run_audit": "audit",
     "summarize": "summary",
     "build_report": "report",
+    "analyze_live": "live",
 }
 
 

@@ -29,7 +29,8 @@ Column notes:
 * ``runs``: ``outcome`` is a :class:`~ncclbot_sweep.executors.base.StepOutcome` value;
   ``failure`` says why a run is not ``ok``; ``arm_observed`` is the arm NCCL's choice lines
   show most and ``arm_mismatch`` is true when a forced ``arm`` did not run; ``hosts`` is a
-  comma-separated list in rank order; ``nodes`` is null when the Rank list was elided.
+  comma-separated list in rank order; ``nodes`` is null when the Rank list was elided;
+  ``variant`` is the campaign variant of the step (``step.json``; the overhead ladder's rung).
 * ``tuning_tables``: one row per cell of NCCL's init table (``layout`` ``single-line``,
   ``two-row`` or ``three-block``), ``nchannels`` the communicator's collective channels.
 * ``cost_tables`` rows written by ingest come from choice lines that print NCCL's predicted
@@ -104,6 +105,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("agg_iters", _I32), ("validation", _I32), ("graph", _I32), ("cycles", _I32),
         ("oob_values", _I64), ("avg_busbw_gbs", _F64), ("header", _S), ("source_format", _S),
         ("plugins", _S), ("func_matrix", _S), ("nccl_algo_env", _S), ("nccl_proto_env", _S), ("env", _S),
+        ("variant", _S),
     ),
     "iterations": _schema(
         ("run_id", _S), ("fabric", _S), ("collective", _S), ("nodes", _I32), ("ranks", _I32),

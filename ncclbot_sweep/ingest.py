@@ -311,7 +311,7 @@ def _merge_runs(text_runs: list[dict], json_runs: list[dict]) -> dict[str, Any]:
 def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFiles, source: SourceInfo) -> None:
     """Fill a step's ``runs`` row from ``step.json`` and its exit marker."""
     for key in ("campaign", "campaign_key", "job_key", "step_key", "kind", "collective", "binary",
-                "nodes", "ranks", "gpus_per_node", "arm", "policy"):
+                "nodes", "ranks", "gpus_per_node", "arm", "policy", "variant"):
         if meta.get(key) is not None:
             run[key] = meta[key]
     # What the inventory says is installed, when the outputs do not say it themselves.

@@ -3,7 +3,9 @@
 ``build_report`` runs the whole analysis as a list of named steps and writes into ``out``:
 ``index.html`` (from ``templates/report.html.j2``), PNG figures, and a CSV and a Markdown
 copy of every table shown. Replay results can be passed in (``analyze replay`` output) to
-avoid replaying again.
+avoid replaying again. When the dataset holds live runs, the live analysis
+(:mod:`..live`) adds its section (its own files under ``out/live/``); otherwise the
+section says that there are none.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+
+from ncclbot_sweep.errors import AnalysisError
 
 from ..audit import run_audit
 from ..inputs import load_problem
@@ -79,6 +83,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     if tests is not None and len(tests):
         tables["tests"] = write_table(tests, out, name="tests")
     audit.contexts.to_csv(out / "tables" / "audit_contexts.csv", index=False)
+    live = _live_section(dataset, out)
     parts = replay["part"].value_counts().to_dict()
     context = {
         "title": f"NCCL-BOT analysis of {Path(dataset).name}",
@@ -87,11 +92,40 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "synthetic": any(str(f).startswith("sim-") for f in problem.contexts["fabric"].unique()),
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order,
-        "headline": _headline(summary),
+        "headline": _headline(summary), "live": live,
     }
     path = render_page(out / "index.html", "report.html.j2", context)
     log.info("report written to %s", path)
     return path
+
+
+#: The live tables the report shows, with their captions (all are written under ``live/``).
+_LIVE_SHOWN = {
+    "selection_summary": "Selection-priced TRLT over sizes against the reconstructed oracle (Tables 20-21).",
+    "learning_windows": "Lost bandwidth against the oracle per window of collectives, on the sizes where AUTO "
+                        "errs (Figure 2).",
+    "overhead_ladder": "nccl-tests average bus bandwidth and overhead against stock per rung (Table 18).",
+    "overhead_bins": "Per size bin: median time overhead, share of the bandwidth drop, 1 ms flush rule (Table 19).",
+    "setup_toll": "First-use stall per run: the largest gap between collectives above 1 s (Table 20).",
+    "stock_bands": "Speed against stock (stock time over run time) per size band, stalled sizes removed (Table 17).",
+    "forced_vs_stock": "Forced price of AUTO's arm and of the best arm over the stock run's time, per context.",
+    "auto_vs_audit": "AUTO through the plugin (live selection TRLT) against the offline audit, per context.",
+    "issues": "Missing inputs and the parts they stop.",
+}
+
+
+def _live_section(dataset: str | Path, out: Path) -> dict:
+    """Run the live analysis into ``out/live`` and copy the shown tables; or say why not."""
+    from ..live import analyze_live
+
+    try:
+        result = analyze_live(dataset, out=out / "live")
+    except AnalysisError as exc:
+        return {"present": False, "message": exc.reason}
+    tables = {name: dict(write_table(result.tables[name], out, name=f"live_{name}"), caption=caption)
+              for name, caption in _LIVE_SHOWN.items() if len(result.tables[name])}
+    figures = {name: f"live/{path.name}" for name, path in sorted(result.figures.items())}
+    return {"present": True, "tables": tables, "figures": figures, "synthetic": result.synthetic}
 
 
 def _headline(summary: pd.DataFrame) -> list[str]:

@@ -135,3 +135,37 @@ def report(dataset, fabric, window, rho_max, out, policies, horizon, seeds, spli
                             seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max)
     path = build_report(dataset, out, options=options, replay=results)
     click.echo(f"Report: {path}")
+
+
+@analyze.command()
+@click.option("--dataset", "dataset", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Dataset root written by 'ncclbot-sweep ingest'.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the tables (Parquet and CSV), figures (PNG) and headline.json.")
+@click.option("--campaign", default=None, help="Only this campaign (default: every live campaign in the dataset).")
+@click.option("--min-pulls", type=int, default=5, show_default=True,
+              help="Samples an arm needs at a size to be the reconstructed oracle there.")
+@click.option("--json", "as_json", is_flag=True, help="Print the headline numbers as JSON instead of tables.")
+def live(dataset, out, campaign, min_pulls, as_json):
+    """Live campaigns: selection TRLT, learning curves, overhead ladder, setup toll and stock comparison.
+
+    Example, after ingesting a live campaign folder:
+
+        ncclbot-sweep analyze live --dataset ds --out live-out --campaign live-h100
+    """
+    import json
+
+    from ncclbot_sweep.analysis.live import analyze_live
+
+    result = analyze_live(dataset, campaign=campaign, out=out, min_pulls=min_pulls)
+    if as_json:
+        click.echo(json.dumps(result.headline, indent=2, sort_keys=True))
+        return
+    for name, title in (("selection_summary", "Selection-priced TRLT over sizes (%)"),
+                        ("overhead_ladder", "Overhead ladder against stock"),
+                        ("setup_toll", "Setup toll (first-use stall)"), ("stock_bands", "Against stock, per band")):
+        frame = result.tables[name]
+        _echo_table(frame.drop(columns=[c for c in ("fabric", "ranks", "run_id") if c in frame.columns]), title)
+    for what in result.issues["what"]:
+        click.echo(f"Warning: {what}", err=True)
+    click.echo(f"Live analysis written to {out}")

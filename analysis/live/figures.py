@@ -1,0 +1,87 @@
+"""Live figures (matplotlib, Agg backend, imported lazily): learning curves and arm timelines.
+
+Each function takes the tables of :mod:`.curves` and writes one PNG; figures of simulated
+fabrics (``sim-*``) say "synthetic" in their title (drawn, and in the PNG's ``Title`` text).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["plot_learning_curves", "plot_timeline"]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _title(text: str, synthetic: bool) -> str:
+    return f"{text} (synthetic: simulated fabric)" if synthetic else text
+
+
+def plot_learning_curves(curves: pd.DataFrame, labels: dict[str, str], *, path: str | Path,
+                         title: str, synthetic: bool) -> Path:
+    """Figure 2 (right): lost bandwidth against the oracle per collective, SEM band across
+    sizes, one line per run; dotted: AUTO's loss on the same sizes."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=120)
+    for run_id, g in curves.groupby("run_id", sort=False):
+        x = g["collective_index"].to_numpy()
+        y = g["lost_bw_pct"].to_numpy(float)
+        sem = np.nan_to_num(g["lost_bw_sem_pct"].to_numpy(float))
+        (line,) = ax.plot(x, y, label=labels.get(run_id, run_id), linewidth=1.2)
+        ax.fill_between(x, y - sem, y + sem, color=line.get_color(), alpha=0.15, linewidth=0)
+    if len(curves):
+        auto = curves.groupby("collective_index")["auto_lost_bw_pct"].mean()
+        ax.plot(auto.index, auto.to_numpy(), linestyle=":", color="black", label="AUTO (no learning)")
+    ax.set_xlabel("collective index (per size)")
+    ax.set_ylabel("lost bandwidth vs oracle (%)")
+    ax.set_title(_title(title, synthetic), fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, metadata={"Title": _title(title, synthetic)})
+    plt.close(fig)
+    return out
+
+
+def plot_timeline(timeline: pd.DataFrame, path: str | Path, *, title: str, synthetic: bool) -> Path:
+    """Figure 11: one facet per run (fastest first), each collective at accumulated time,
+    colour and marker by arm; solid: run's finish; dashed: oracle's; dotted: AUTO's."""
+    plt = _pyplot()
+    order = timeline.groupby("run_id", sort=False)["finish_ms"].first().sort_values().index
+    fig, axes = plt.subplots(len(order), 1, figsize=(7.0, 1.3 + 1.1 * len(order)), dpi=120, sharex=True,
+                             squeeze=False)
+    arms = sorted(timeline["arm"].dropna().unique())
+    markers = "os^vDP*X"
+    colours = {a: f"C{i % 10}" for i, a in enumerate(arms)}
+    for ax, run_id in zip(axes[:, 0], order):
+        g = timeline[timeline["run_id"] == run_id]
+        for i, arm in enumerate(arms):
+            sel = g[g["arm"] == arm]
+            ax.scatter(sel["accumulated_ms"], sel["latency_us"] / 1e3, s=8, color=colours[arm],
+                       marker=markers[i % len(markers)], label=arm)
+        ax.axvline(g["finish_ms"].iloc[0], color="green", linewidth=1)
+        ax.axvline(g["oracle_finish_ms"].iloc[0], color="grey", linestyle="--", linewidth=1)
+        ax.axvline(g["auto_finish_ms"].iloc[0], color="black", linestyle=":", linewidth=1)
+        ax.set_ylabel(g["policy"].iloc[0], fontsize=7)
+    axes[0, 0].set_title(_title(title, synthetic), fontsize=9)
+    axes[-1, 0].set_xlabel("accumulated collective time (ms)")
+    fig.supylabel("served latency (ms)", fontsize=8)
+    legend = {}
+    for ax in axes[:, 0]:
+        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    axes[0, 0].legend(list(legend.values()), list(legend), fontsize=6, loc="upper right", ncol=2)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, metadata={"Title": _title(title, synthetic)})
+    plt.close(fig)
+    return out
