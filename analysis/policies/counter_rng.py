@@ -28,12 +28,13 @@ import math
 
 import numpy as np
 
+from ncclbot_sweep.names import COLLECTIVES, canonical_collective
+
 __all__ = ["mix64", "stream", "uniform", "normal", "context_key", "CounterDraws", "NORMAL_LANE"]
 
 _MASK = (1 << 64) - 1
 NORMAL_LANE = 64
 _TWO_PI = 6.283185307179586
-_COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 
 
 def mix64(z: int) -> int:
@@ -45,8 +46,8 @@ def mix64(z: int) -> int:
 
 
 def context_key(collective: str | int, nbytes: int) -> int:
-    """The plugin's context key: NCCL's collective index << 58 | nBytes."""
-    coll = _COLLECTIVES.index(collective) if isinstance(collective, str) else int(collective)
+    """The plugin's context key: NCCL's collective index (names.COLLECTIVES order) << 58 | nBytes."""
+    coll = COLLECTIVES.index(canonical_collective(collective)) if isinstance(collective, str) else int(collective)
     return (coll << 58) | (int(nbytes) & ((1 << 58) - 1))
 
 
