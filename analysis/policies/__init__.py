@@ -50,7 +50,8 @@ then committed to the best mean). Their draws come from the counter-based genera
 :mod:`.counter_rng` (``StepPolicy(..., draws=CounterDraws(...))``): keyed by the
 communicator's seed and id, the context and the decision index, so every rank draws alike
 and the plugin equals :class:`StepPolicy` bit for bit, chosen arms and per-arm ``n``,
-``mu``, ``s2``, given the same rewards in the same order. The vectorised replay draws from
+``mu``, ``s2``, given the same rewards in the same order (numpy's float64 ``exp``/``log``/
+``power`` being the C library's, as on x86-64 up to AVX2). The vectorised replay draws from
 ``numpy.random.default_rng`` instead (same rules, another source of uniforms and normals).
 
 For a single bandit driven call by call (the C plugin's reference), use :class:`StepPolicy`.
