@@ -13,8 +13,8 @@ import numpy as np
 
 from .estimators import BanditState, Estimator
 
-__all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax", "total_n", "log_n",
-           "unpulled_first", "softmax_weights", "loss_of", "warm_losses"]
+__all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax",
+           "total_n", "log_n", "unpulled_first", "softmax_weights", "loss_of", "warm_losses"]
 
 NEG = -np.inf
 

@@ -43,6 +43,8 @@ static const char *const k_failure[] = {"freeze", "fail", NULL};
 #define OFF(f) offsetof(nb_config, f)
 #define DBL(n, f, d, l, h, doc) {n, T_DOUBLE, OFF(f), 0, d, l, h, 0, 0, NULL, F_AGREE, NULL, doc}
 #define INT(t, n, f, d, l, h, doc) {n, t, OFF(f), 0, d, 0, 0, l, h, NULL, F_AGREE, NULL, doc}
+#define STR(n, f, flags, doc) \
+  {n, T_STR, OFF(f), sizeof(((nb_config *)0)->f), "", 0, 0, 0, 0, NULL, flags, "(none)", doc}
 
 static const nb_setting k_settings[] = {
     {"NCCLBOT_POLICY", T_ENUM, OFF(policy), 0, "ucb1", 0, 0, 0, 0, k_policies, F_AGREE, NULL,
@@ -56,7 +58,8 @@ static const nb_setting k_settings[] = {
         "warm-start virtual pulls nu per arm (0 = cold start); `etc` is always cold"),
     DBL("NCCLBOT_RHO_MAX", rho_max, "2", 1.0, 1e9,
         "arm filter: keep arms whose cost is at most rho_max times the cheapest"),
-    DBL("NCCLBOT_SGD_LR", sgd_lr, "0.468", 1e-9, 1.0, "clipped SGD: learning rate (step lr * n^-decay)"),
+    DBL("NCCLBOT_SGD_LR", sgd_lr, "0.468", 1e-9, 1.0,
+        "clipped SGD: learning rate (step lr * n^-decay)"),
     DBL("NCCLBOT_SGD_DECAY", sgd_decay, "0.467", 0.0, 2.0, "clipped SGD: step-size decay exponent"),
     DBL("NCCLBOT_SGD_CLIP", sgd_clip, "0.389", 1e-9, 1e9, "clipped SGD: residual clip"),
     DBL("NCCLBOT_GAIN", gain, "0.1", 1e-9, 1.0, "constant-gain eta"),
@@ -68,27 +71,26 @@ static const nb_setting k_settings[] = {
     DBL("NCCLBOT_TS_PRIOR_VAR", ts_prior_var, "0.000301", 0.0, 1e9,
         "`thompson`: prior variance, used while an arm has n < 2"),
     DBL("NCCLBOT_EPSILON", epsilon, "0", 0.0, 1.0,
-        "`eps-greedy` exploration rate (the champion's 0 is greedy; the paper's live run used 0.033 "
-        "with decay)"),
+        "`eps-greedy` exploration rate (the champion's 0 is greedy; the paper's live run used "
+        "0.033 with decay)"),
     INT(T_U64, "NCCLBOT_EPSILON_DECAY", epsilon_decay, "0", 0, 1,
         "`eps-greedy`: 1 = rate eps / sqrt(t), t the context's decision number"),
     INT(T_U64, "NCCLBOT_ETC_M", etc_m, "1", 1, 1000000,
         "`etc`: learned samples per arm before it commits to the best mean"),
     INT(T_U64, "NCCLBOT_SEED", seed, "0", 0, UINT64_MAX,
-        "shared randomness: with the communicator id it keys every draw (see \"Shared randomness\")"),
+        "shared randomness: with the communicator id it keys every draw "
+        "(see \"Shared randomness\")"),
     INT(T_U64, "NCCLBOT_MIN_BYTES", min_bytes, "1048576", 0, UINT64_MAX,
         "size gate: below it NCCL's choice stands and nothing is timed (paper section 7: the model "
         "is exact there)"),
     INT(T_U32, "NCCLBOT_MAX_CONTEXTS", max_contexts, "16384", 1, 1u << 24,
         "contexts kept per communicator; later ones keep NCCL's choice and cost no memory"),
-    {"NCCLBOT_STATIC_TABLE", T_STR, OFF(static_table), sizeof(((nb_config *)0)->static_table), "",
-     0, 0, 0, 0, NULL, 0, "(none)", "table file for `static` (format below)"},
+    STR("NCCLBOT_STATIC_TABLE", static_table, 0, "table file for `static` (format below)"),
     {"NCCLBOT_SYNC_ADDR", T_ADDR, 0, 0, NULL, 0, 0, 0, 0, NULL, 0,
      "`$SLURM_LAUNCH_NODE_IPADDR:20000+SLURM_JOB_ID%20000`",
      "coordinator `host:port`; an empty value turns synchronisation (and the Slurm default) off"},
-    {"NCCLBOT_SYNC_TOKEN", T_STR, OFF(sync_token), sizeof(((nb_config *)0)->sync_token), "", 0, 0,
-     0, 0, NULL, F_SECRET, "(none)",
-     "shared secret, required whenever a coordinator address is set (the coordinator checks it)"},
+    STR("NCCLBOT_SYNC_TOKEN", sync_token, F_SECRET,
+        "shared secret, required whenever a coordinator address is set (the coordinator checks it)"),
     INT(T_U32, "NCCLBOT_SYNC_EVERY", sync_every, "64", 1, 4096,
         "m: timed pulls per synchronisation round"),
     INT(T_U32, "NCCLBOT_SYNC_TIMEOUT_MS", sync_timeout_ms, "30000", 1, 86400000,
@@ -99,12 +101,10 @@ static const nb_setting k_settings[] = {
      NULL,
      "`fail`: fail the collective with a WARN (ranks never run different arms); `freeze`: stop "
      "learning on identical state and keep running (see \"Limit\" below)"},
-    {"NCCLBOT_TRACE_DIR", T_STR, OFF(trace_dir), sizeof(((nb_config *)0)->trace_dir), "", 0, 0, 0, 0,
-     NULL, 0, "(none)", "write the per-rank trace there"},
-    {"NCCLBOT_STATE_DIR", T_STR, OFF(state_dir), sizeof(((nb_config *)0)->state_dir), "", 0, 0, 0, 0,
-     NULL, 0, "(none)",
-     "load and save per-context statistics there (every rank must read the same file: its hash is "
-     "in the fingerprint)"},
+    STR("NCCLBOT_TRACE_DIR", trace_dir, 0, "write the per-rank trace there"),
+    STR("NCCLBOT_STATE_DIR", state_dir, 0,
+        "load and save per-context statistics there (every rank must read the same file: its hash "
+        "is in the fingerprint)"),
 };
 #define NSET (sizeof k_settings / sizeof *k_settings)
 
@@ -361,7 +361,10 @@ static void format_value(const nb_config *c, const nb_setting *s, char *out, siz
   int e;
   switch (s->type) {
     case T_DOUBLE: memcpy(&d, field, sizeof d); snprintf(out, cap, "%g", d); break;
-    case T_U64: memcpy(&u64, field, sizeof u64); snprintf(out, cap, "%llu", (unsigned long long)u64); break;
+    case T_U64:
+      memcpy(&u64, field, sizeof u64);
+      snprintf(out, cap, "%llu", (unsigned long long)u64);
+      break;
     case T_U32: memcpy(&u32, field, sizeof u32); snprintf(out, cap, "%u", u32); break;
     case T_ENUM: memcpy(&e, field, sizeof e); snprintf(out, cap, "%s", s->choices[e]); break;
     case T_STR:

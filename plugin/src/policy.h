@@ -35,7 +35,9 @@ typedef struct {
 #define NB_NO_COMMIT 255
 
 /* 1 when NCCL could select this cost: finite, >= 0 and below FLT_MAX (NaN fails both). */
-static inline int nb_cost_available(float v) { return v >= 0.0f && v < 3.40282346638528859812e+38F; }
+static inline int nb_cost_available(float v) {
+  return v >= 0.0f && v < 3.40282346638528859812e+38F;
+}
 
 /* NCCL's own choice on a table (first strict minimum of available entries), or NB_NO_ARM. */
 int nb_auto_arm(const float *table, int numAlgo, int numProto);
