@@ -25,28 +25,48 @@ Shared conventions (the plugin must match them bit for bit in float64):
 * start: for every offered arm with a prediction ``mu_a = mu_hat_min / mu_hat(a)``,
   ``n_a = 2.89``; offered arms without a prediction ``mu_a = 0``, ``n_a = 0``;
 * select: ``N = n_0 + n_1 + ...`` summed left to right in arm order (pseudo-counts
-  included); if some offered arm has ``n_a == 0`` play the lowest-index one; else play the
-  lowest index maximising ``mu_a + alpha * sqrt((2.0 * ln(max(N, 1.0))) / n_a)``, evaluated
-  in that order (``alpha = 0.0928``);
+  included; :func:`.base.total_n`), for any number of arms, 1 to 21: this is the one
+  summation order, the plugin's ``nb_ucb_total`` uses it too; if some offered arm has
+  ``n_a == 0`` play the lowest-index one; else play the lowest index maximising
+  ``mu_a + alpha * sqrt((2.0 * ln(max(N, 1.0))) / n_a)`` (:meth:`UCB1.index`, the plugin's
+  ``nb_ucb_index``), evaluated in that order (``alpha = 0.0928``);
 * update with latency ``X`` (us): ``r = mu_hat_min / X``; ``n_a <- n_a + 1``;
   if the old ``n_a`` was 0 then ``mu_a = r``, else ``s = 0.468 * pow(n_a, -0.467)`` (new
   ``n_a``), ``d = min(max(r - mu_a, -0.389), 0.389)``, ``mu_a <- mu_a + s * d``.
 
 ``ln``/``pow`` are numpy's float64 ``log``/``power`` (libm-compatible for these inputs).
+The reward is ``mu_hat_min / X`` with no cap, here and in the plugin (a latency the
+plugin's profiler cannot trust is dropped before it becomes a reward).
 **Greedy** is ``EpsilonGreedy(eps=0)``: start as above with ``n_a = 0.892`` and the sample
-mean ``mu_a <- mu_a + (r - mu_a) / n_a``; play the lowest index maximising ``mu_a``.
+mean ``mu_a <- mu_a + (r - mu_a) / n_a``; play the lowest index maximising ``mu_a`` (no
+unpulled-first rule: with ``nu = 0`` an unpulled arm is played only on a tie).
+
+**The plugin's live policies** (``NCCLBOT_POLICY``; defaults are these families' champion
+defaults) are these families driven one call at a time, which is :class:`StepPolicy`:
+``greedy``/``eps-greedy`` = :class:`EpsilonGreedy`, ``ucb1`` = :class:`UCB1`, ``softmax`` =
+:class:`Softmax`, ``thompson`` = :class:`GaussianThompson`, ``etc`` = :class:`ETC` (one
+learned sample per arm, the first of each skipped, explored in uniformly random order,
+then committed to the best mean). Their draws come from the counter-based generator of
+:mod:`.counter_rng` (``StepPolicy(..., draws=CounterDraws(...))``): keyed by the
+communicator's seed and id, the context and the decision index, so every rank draws alike
+and the plugin equals :class:`StepPolicy` bit for bit, chosen arms and per-arm ``n``,
+``mu``, ``s2``, given the same rewards in the same order (numpy's float64 ``exp``/``log``/
+``power`` being the C library's, as on x86-64 up to AVX2). The vectorised replay draws from
+``numpy.random.default_rng`` instead (same rules, another source of uniforms and normals).
 
 For a single bandit driven call by call (the C plugin's reference), use :class:`StepPolicy`.
 Modules: :mod:`.families` (index and stochastic policies), :mod:`.adversarial` (loss-based
 learners), :mod:`.base` (shared helpers and :class:`Policy`), :mod:`.estimators` (bandit
 statistics), :mod:`.registry` (names and the ``--policies`` grammar) and :mod:`.reference`
-(:class:`StepPolicy`); everything is re-exported here.
+(:class:`StepPolicy`), :mod:`.counter_rng` (the plugin's shared randomness); everything is
+re-exported here.
 """
 
 from __future__ import annotations
 
 from .adversarial import EXP3, EXP3PP, FPL, Hierarchical, TsallisINF
 from .base import Policy, iqr_trimmed_mean, pick_uniform, sample_categorical
+from .counter_rng import CounterDraws
 from .estimators import BanditState, Estimator
 from .families import (
     ETC, KLUCB, UCB1, UCBV, Auto, EpsilonGreedy, GaussianThompson, RandomPolicy, RoundRobinETC, Softmax, UCBTuned,
@@ -58,6 +78,6 @@ __all__ = [
     "Policy", "Auto", "RandomPolicy", "UCB1", "KLUCB", "Softmax", "GaussianThompson",
     "EpsilonGreedy", "ETC", "RoundRobinETC", "UCBV", "UCBTuned", "EXP3", "EXP3PP",
     "TsallisINF", "FPL", "Hierarchical", "POLICIES", "make_policy", "parse_policy", "split_policy_list",
-    "draw_counts", "StepPolicy", "BanditState", "Estimator",
+    "draw_counts", "StepPolicy", "CounterDraws", "BanditState", "Estimator",
     "pick_uniform", "sample_categorical", "iqr_trimmed_mean",
 ]

@@ -13,8 +13,8 @@ import numpy as np
 
 from .estimators import BanditState, Estimator
 
-__all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax", "log_n",
-           "unpulled_first", "softmax_weights", "loss_of", "warm_losses"]
+__all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax",
+           "total_n", "log_n", "unpulled_first", "softmax_weights", "loss_of", "warm_losses"]
 
 NEG = -np.inf
 
@@ -47,16 +47,22 @@ def masked_argmax(score: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.argmax(np.where(mask, score, NEG), axis=1)
 
 
-def log_n(state: BanditState) -> np.ndarray:
-    """``ln(max(N, 1))`` with ``N`` summed left to right in arm order.
+def total_n(state: BanditState) -> np.ndarray:
+    """``N = n_0 + n_1 + ...`` summed left to right in arm order (the one order, see the package).
 
-    A sequential sum (not numpy's pairwise one) so a per-arm loop in C, skipping arms it
-    does not offer (their counts are 0), gets the same float64 value.
+    A sequential sum (not numpy's pairwise one) so the plugin's loop over a context's arms
+    (``nb_ucb_total`` in ``plugin/src/policy.c``) gets the same float64 value for any
+    number of arms; arms not offered have count 0 and change nothing.
     """
     total = state.n[:, 0].copy()
     for k in range(1, state.n.shape[1]):
         total += state.n[:, k]
-    return np.log(np.maximum(total, 1.0))
+    return total
+
+
+def log_n(state: BanditState) -> np.ndarray:
+    """``ln(max(N, 1))`` with ``N`` from :func:`total_n`."""
+    return np.log(np.maximum(total_n(state), 1.0))
 
 
 def unpulled_first(state: BanditState, chosen: np.ndarray) -> np.ndarray:

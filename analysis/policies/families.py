@@ -70,14 +70,21 @@ class UCB1(Policy):
     pseudo_count: float = 2.89
     alpha: float = 0.0928
 
-    def select(self, state, t, u, z):
+    def index(self, state: BanditState) -> np.ndarray:
+        """Per-arm index ``mu_a + alpha * sqrt((2 ln max(N, 1)) / n_a)`` (inf or NaN at n_a = 0).
+
+        The plugin's ``nb_ucb_index`` computes the same float64 value arm by arm.
+        """
         log_n = _log_n(state)
         with np.errstate(divide="ignore", invalid="ignore"):
             bonus = 2.0 * log_n[:, None] / state.n
             np.sqrt(bonus, out=bonus)
             bonus *= self.alpha
             bonus += state.mu
-        return _unpulled_first(state, _masked_argmax(bonus, state.offered))
+        return bonus
+
+    def select(self, state, t, u, z):
+        return _unpulled_first(state, _masked_argmax(self.index(state), state.offered))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,10 @@
-"""One bandit driven call by call: the per-call reference the C plugin must match."""
+"""One bandit driven call by call: the per-call reference the C plugin must match.
+
+With ``draws=CounterDraws(...)`` (:mod:`.counter_rng`) a stochastic family draws what the
+plugin draws for that communicator and context, so the plugin's arms and per-arm state
+equal :class:`StepPolicy`'s bit for bit when both are fed the same rewards in the same
+order (tests/plugin/test_plugin_policy.py).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import numpy as np
 from ncclbot_sweep.errors import AnalysisError
 
 from .base import Policy
+from .counter_rng import CounterDraws
 from .estimators import BanditState
 from .registry import draw_counts
 
@@ -20,11 +27,16 @@ class StepPolicy:
     the caller's arm order, which must be NCCL's scan order for ties to match. The filter
     ``rho_max`` and the reward ``mu_hat_min / latency`` are applied here.
 
+    Randomness comes from ``numpy.random.default_rng(seed)``, or, with ``draws``, from the
+    plugin's counter-based generator for one communicator and context (then ``seed`` is
+    unused and decision ``t`` draws ``draws.draw(t, ...)``, ``t`` counted from 0).
+
     >>> p = StepPolicy(make_policy("UCB1"), [10.0, 12.0, 30.0])
     >>> arm = p.select(); p.update(arm, 11.0)
     """
 
-    def __init__(self, policy: Policy, predicted_us, *, rho_max: float = 2.0, seed: int = 0) -> None:
+    def __init__(self, policy: Policy, predicted_us, *, rho_max: float = 2.0, seed: int = 0,
+                 draws: CounterDraws | None = None) -> None:
         pred = np.array([np.nan if v is None else float(v) for v in predicted_us], dtype=float)
         if not np.isfinite(pred).any():
             raise AnalysisError("StepPolicy needs at least one defined prediction")
@@ -35,6 +47,7 @@ class StepPolicy:
         self.state = BanditState.empty(offered[None, :], (self.mu_hat_min / pred)[None, :], np.array([auto]))
         policy.init(self.state)
         self._rng = np.random.default_rng(seed)
+        self._draws = draws
         self.t = 0
         self._last: int | None = None
 
@@ -44,10 +57,13 @@ class StepPolicy:
 
     def select(self) -> int:
         """Choose the arm index for the next call."""
-        self.t += 1
         nu, nz = draw_counts(self.policy, self.state.offered.shape[1])
-        u = self._rng.random((1, nu)) if nu else None
-        z = self._rng.standard_normal((1, nz)) if nz else None
+        if self._draws is not None:
+            u, z = self._draws.draw(self.t, nu, nz)
+        else:
+            u = self._rng.random((1, nu)) if nu else None
+            z = self._rng.standard_normal((1, nz)) if nz else None
+        self.t += 1
         self._last = int(self.policy.select(self.state, self.t, u, z)[0])
         return self._last
 
@@ -63,3 +79,7 @@ class StepPolicy:
     def means(self) -> list[float]:
         """Current per-arm reward means (for cross-checking the plugin's state)."""
         return [float(v) for v in self.state.mu[0]]
+
+    def counts(self) -> list[float]:
+        """Current per-arm counts ``n_a``, pseudo-counts included (the plugin's ``n``)."""
+        return [float(v) for v in self.state.n[0]]

@@ -92,7 +92,7 @@ static void one_collective(void *pctx, int arm, size_t bytes, uint64_t *clock, i
 }
 
 static void bench_local(long calls) {
-  setenv("NCCLBOT_POLICY", "ucb1", 1);
+  setenv("NCCLBOT_POLICY", "ucb1", 0); /* NCCLBOT_POLICY=softmax build/ncclbot-bench: another policy */
   setenv("NCCLBOT_MIN_BYTES", "0", 1);
   void *pctx = NULL, *tctx = NULL;
   int mask = 0;
@@ -142,8 +142,8 @@ static void bench_local(long calls) {
   long allocs = g_allocs - allocs0;
   qsort(ns, (size_t)calls, sizeof *ns, cmp_d);
   qsort(pns, (size_t)calls, sizeof *pns, cmp_d);
-  printf("getCollInfo warm context: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, ucb1, 7 arms)\n",
-         ns[calls / 2], ns[calls * 9 / 10], ns[calls * 99 / 100], calls);
+  printf("getCollInfo warm context: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, %s, 7 arms)\n",
+         ns[calls / 2], ns[calls * 9 / 10], ns[calls * 99 / 100], calls, getenv("NCCLBOT_POLICY"));
   printf("profiler per collective: median %.1f ns (p90 %.1f; 4 channels: coll start/stop + 12 "
          "channel callbacks)\n", pns[calls / 2], pns[calls * 9 / 10]);
   printf("allocations on the hot path: %ld in %ld getCollInfo calls and collectives\n", allocs,

@@ -25,6 +25,7 @@
 
 #include "log.h"
 #include "persist.h"
+#include "rng.h"
 #include "static_table.h"
 #include "sync.h"
 #include "trace.h"
@@ -48,8 +49,15 @@ static void go_inert(nb_comm *c, const char *why) {
   c->mode = NB_MODE_INERT;
 }
 
+/*
+ * Learners and timed AUTO. AUTO never changes an arm, so it times on one rank or on many
+ * without a coordinator, and with one runs the learners' rounds (their cost is what the
+ * overhead ladder measures); without the profiler it simply leaves NCCL alone.
+ */
 static void setup_learning(nb_comm *c) {
   char why[512];
+  int timing_only = c->cfg.policy == NB_POLICY_AUTO;
+  if (timing_only && !(c->prof_refs > 0 && c->rank >= 0)) return; /* inert, nothing to time */
   if (alloc_learning(c) != 0) {
     go_inert(c, "out of memory");
     return;
@@ -60,7 +68,7 @@ static void setup_learning(nb_comm *c) {
     if (!c->saved && why[0]) NB_INFO("no saved state loaded: %s", why);
   }
   int can_learn = c->prof_refs > 0 && c->rank >= 0;
-  if (c->nranks <= 1) {
+  if (c->nranks <= 1 || (timing_only && !c->cfg.sync_configured)) {
     if (!can_learn) {
       go_inert(c, "learning needs the profiler: set NCCL_PROFILER_PLUGIN to this same library");
       return;
@@ -76,7 +84,10 @@ static void setup_learning(nb_comm *c) {
     why[0] = '\0';
     c->sync = nb_sync_open(&c->cfg, c->comm_id, c->nranks, c->rank, can_learn,
                            c->cfg.fingerprint ^ state_hash, why, sizeof why);
-    if (!c->sync) {
+    if (!c->sync && timing_only) {
+      NB_WARN("AUTO is timed without synchronisation rounds: %s", why);
+      c->mode = NB_MODE_LEARN_LOCAL;
+    } else if (!c->sync) {
       go_inert(c, why);
       return;
     }
@@ -84,7 +95,7 @@ static void setup_learning(nb_comm *c) {
       go_inert(c, "learning needs the profiler: set NCCL_PROFILER_PLUGIN to this same library");
       return;
     }
-    c->mode = NB_MODE_LEARN_SYNC;
+    if (c->sync) c->mode = NB_MODE_LEARN_SYNC;
   }
   if (c->cfg.trace_dir[0]) nb_trace_open(c);
 }
@@ -101,8 +112,6 @@ void nb_learn_setup(nb_comm *c, size_t nranks, size_t nnodes, int have_comm_id) 
   if (c->rank <= 0) nb_config_announce(&c->cfg);
   char why[512] = "";
   switch (c->cfg.policy) {
-    case NB_POLICY_AUTO:
-      return;
     case NB_POLICY_STATIC:
       c->stat_tab = nb_static_load(c->cfg.static_table, c->nranks, c->nnodes, why, sizeof why);
       if (!c->stat_tab)
@@ -112,7 +121,8 @@ void nb_learn_setup(nb_comm *c, size_t nranks, size_t nnodes, int have_comm_id) 
       return;
     default:
       if (!have_comm_id) {
-        go_inert(c, "learning needs tuner v5+ (NCCL >= 2.28) to join profiler samples");
+        if (c->cfg.policy != NB_POLICY_AUTO)
+          go_inert(c, "learning needs tuner v5+ (NCCL >= 2.28) to join profiler samples");
         return;
       }
       setup_learning(c);
@@ -313,11 +323,17 @@ static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numA
   uint8_t ids[NCCLBOT_MAX_ARMS];
   double mu[NCCLBOT_MAX_ARMS], mu_min;
   int n = nb_filter_arms(table, numAlgo, numProto, c->cfg.rho_max, ids, mu, &mu_min);
-  int pass = n <= 1 || !(mu_min > 0.0);
+  int auto_arm = nb_auto_arm(table, numAlgo, numProto);
+  if (c->cfg.policy == NB_POLICY_AUTO && auto_arm != NB_NO_ARM && mu_min > 0.0) {
+    n = 1; /* timed AUTO: one slot, NCCL's arm, whose rewards it records */
+    ids[0] = (uint8_t)auto_arm;
+    mu[0] = mu_min;
+  }
+  int pass = c->cfg.policy == NB_POLICY_AUTO ? n != 1 : n <= 1 || !(mu_min > 0.0);
   int64_t ci = nb_tab_add(&c->tab, key, pass ? 0 : n);
   if (ci < 0) return -1;
   nb_ctx *x = &c->tab.ctx[ci];
-  x->auto_arm = (uint8_t)nb_auto_arm(table, numAlgo, numProto);
+  x->auto_arm = (uint8_t)auto_arm;
   if (pass) {
     x->flags = NB_CTX_PASS;
     return ci;
@@ -326,11 +342,14 @@ static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numA
   x->mu_min = sv ? sv->mu_min : mu_min;
   memcpy(&c->tab.arm_id[x->arm_off], ids, (size_t)n);
   nb_arm_stat *st = &c->tab.stat[x->arm_off];
-  nb_warm_start(mu, x->mu_min, n, c->cfg.pseudo_count, st);
-  if (sv)
+  nb_warm_start(mu, x->mu_min, n, c->cfg.pseudo_count, st, &x->pol);
+  if (sv) /* the saved state holds means and counts (persist.c) */
     for (int i = 0; i < n; i++)
       for (int j = 0; j < sv->narms; j++)
-        if (sv->arm[j] == ids[i]) st[i] = sv->stat[j];
+        if (sv->arm[j] == ids[i]) {
+          st[i].n = sv->stat[j].n;
+          st[i].mean = sv->stat[j].mean;
+        }
   return ci;
 }
 
@@ -348,6 +367,25 @@ static uint32_t available_mask(const nb_comm *c, const nb_ctx *x, const float *t
     if (a < numAlgo && p < numProto && nb_cost_available(table[a * numProto + p])) mask |= 1u << i;
   }
   return mask;
+}
+
+/*
+ * The policy's choice (index into the context's arms). A deterministic decision depends
+ * only on the statistics and the mask: between two updates of this context (in
+ * synchronised mode, a whole round) it is reused instead of recomputed. A stochastic one
+ * draws afresh each call from the shared stream (rng.h), so it is never reused. Timed
+ * AUTO has its one slot: NCCL's arm.
+ */
+static int select_arm(nb_comm *c, nb_ctx *x, uint64_t key, uint32_t mask) {
+  if (c->cfg.policy == NB_POLICY_AUTO) return 0;
+  int cacheable = nb_policy_cacheable(&c->cfg);
+  if (cacheable && x->sel_ok && x->sel_mask == mask) return x->sel_idx;
+  uint64_t stream = cacheable ? 0 : nb_rng_stream(c->cfg.seed, c->comm_id, key);
+  int idx = nb_select(&c->cfg, &c->tab.stat[x->arm_off], x->narms, mask, &x->pol, stream);
+  x->sel_idx = (uint8_t)idx;
+  x->sel_mask = mask;
+  x->sel_ok = cacheable;
+  return idx;
 }
 
 static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *table,
@@ -374,20 +412,13 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
     if (r > 0) learning = 0;
     x = &c->tab.ctx[ci];
   }
-  /* A decision depends only on the statistics and the mask: between two updates of this
-   * context (in synchronised mode, a whole round) it is reused instead of recomputed. */
-  int idx;
-  if (x->sel_ok && x->sel_mask == mask) {
-    idx = x->sel_idx;
-  } else {
-    idx = nb_select(c->cfg.policy, &c->tab.stat[x->arm_off], x->narms, mask, c->cfg.alpha);
-    x->sel_idx = (uint8_t)idx;
-    x->sel_mask = mask;
-    x->sel_ok = 1;
-  }
-  int arm = c->tab.arm_id[x->arm_off + idx];
-  int auto_arm = c->trace ? nb_auto_arm(table, numAlgo, numProto) : x->auto_arm;
-  force_arm(table, numAlgo, numProto, arm);
+  int idx = select_arm(c, x, key, mask);
+  int timed_auto = c->cfg.policy == NB_POLICY_AUTO;
+  int auto_arm = c->trace || timed_auto ? nb_auto_arm(table, numAlgo, numProto) : x->auto_arm;
+  /* timed AUTO logs the arm NCCL plays in this call, which the profiler will report */
+  int arm = timed_auto ? auto_arm : c->tab.arm_id[x->arm_off + idx];
+  if (arm == NB_NO_ARM) return ncclSuccess;
+  if (!timed_auto) force_arm(table, numAlgo, numProto, arm);
   if (!learning) return ncclSuccess;
   if (c->mode == NB_MODE_LEARN_LOCAL && c->head - c->applied > c->log_mask) apply_local(c);
   nb_pull *e = &c->log[c->head & c->log_mask];

@@ -1,10 +1,15 @@
-/* policy.c: see policy.h. Formulas cite the paper (section 4, Appendix C, Table 16). */
+/*
+ * policy.c: see policy.h. Formulas cite the paper (section 4, Appendix C, Table 16);
+ * each rule is written in the operation order of its Python family
+ * (ncclbot_sweep.analysis.policies.families), which the tests hold it to bit for bit.
+ */
 #include "policy.h"
 
 #include <float.h>
 #include <math.h>
 
 #include "nccl_abi.h"
+#include "rng.h"
 
 int nb_auto_arm(const float *table, int numAlgo, int numProto) {
   int best = NB_NO_ARM;
@@ -48,89 +53,179 @@ int nb_filter_arms(const float *table, int numAlgo, int numProto, double rho_max
 }
 
 void nb_warm_start(const double *mu, double mu_min, int narms, double pseudo_count,
-                   nb_arm_stat *st) {
+                   nb_arm_stat *st, nb_policy_state *ps) {
   for (int i = 0; i < narms; i++) {
-    if (pseudo_count > 0.0 && mu[i] > 0.0) {
-      st[i].mean = mu_min / mu[i];
-      st[i].n = pseudo_count;
-    } else {
-      st[i].mean = 0.0;
-      st[i].n = 0.0;
-    }
+    int warm = pseudo_count > 0.0 && mu[i] > 0.0;
+    st[i] = (nb_arm_stat){warm ? mu_min / mu[i] : 0.0, warm ? pseudo_count : 0.0, 0.0, 0, 0};
   }
+  *ps = (nb_policy_state){0, 0, NB_NO_COMMIT};
 }
 
-/*
- * numpy's pairwise summation order for n <= 128 (np.sum of a row), so that N is
- * bit-identical to the analysis package's float64 reference on the same arms.
- */
-static double pairwise_sum(const double *x, int n) {
-  if (n < 8) {
-    double r = 0.0;
-    for (int i = 0; i < n; i++) r += x[i];
-    return r;
-  }
-  double r[8];
-  for (int j = 0; j < 8; j++) r[j] = x[j];
-  int i = 8;
-  for (; i < n - (n % 8); i += 8)
-    for (int j = 0; j < 8; j++) r[j] += x[i + j];
-  double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-  for (; i < n; i++) res += x[i];
-  return res;
+int nb_policy_cacheable(const nb_config *cfg) {
+  return cfg->policy == NB_POLICY_UCB1 || cfg->policy == NB_POLICY_GREEDY ||
+         (cfg->policy == NB_POLICY_EPS_GREEDY && cfg->epsilon == 0.0);
 }
 
-int nb_select(nb_policy policy, const nb_arm_stat *st, int narms, uint32_t mask, double alpha) {
-  double ns[NCCLBOT_MAX_ARMS];
-  int k = 0;
-  for (int i = 0; i < narms; i++) {
-    if (!(mask >> i & 1u)) continue;
-    if (st[i].n <= 0.0) return i; /* derandomised cold start: lowest unpulled arm */
-    ns[k++] = st[i].n;
-  }
-  double total = pairwise_sum(ns, k);
-  /* UCB1 radius alpha * sqrt(2 ln N / n_a) (Appendix C.3); ln N clamped at 0 for N < 1. */
-  double two_ln = total > 1.0 ? 2.0 * log(total) : 0.0;
+double nb_ucb_total(const nb_arm_stat *st, int narms) {
+  double total = narms > 0 ? st[0].n : 0.0;
+  for (int i = 1; i < narms; i++) total += st[i].n;
+  return total;
+}
+
+double nb_ucb_index(const nb_arm_stat *st, double total, double alpha) {
+  double ln = log(total > 1.0 ? total : 1.0);
+  return st->mean + alpha * sqrt(2.0 * ln / st->n);
+}
+
+/* Masked arms with n == 0 ("unpulled"). */
+static uint32_t unpulled(const nb_arm_stat *st, int narms, uint32_t mask) {
+  uint32_t u = 0;
+  for (int i = 0; i < narms; i++)
+    if ((mask >> i & 1u) && st[i].n == 0.0) u |= 1u << i;
+  return u;
+}
+
+/* The lowest masked index maximising v[] (numpy's argmax over the masked row). */
+static int argmax(const double *v, int narms, uint32_t mask) {
   int best = -1;
-  double best_v = -INFINITY;
-  for (int i = 0; i < narms; i++) {
-    if (!(mask >> i & 1u)) continue;
-    double v = st[i].mean;
-    if (policy == NB_POLICY_UCB1) v += alpha * sqrt(two_ln / st[i].n);
-    if (v > best_v) {
-      best_v = v;
-      best = i;
-    }
-  }
+  for (int i = 0; i < narms; i++)
+    if ((mask >> i & 1u) && (best < 0 || v[i] > v[best])) best = i;
   return best;
 }
 
-void nb_update(const nb_config *cfg, nb_arm_stat *st, double reward) {
-  double prior_n = st->n;
-  st->n = prior_n + 1.0;
-  if (prior_n <= 0.0) { /* first observation of a cold arm sets the mean */
-    st->mean = reward;
-    return;
+static int argmax_mean(const nb_arm_stat *st, int narms, uint32_t mask) {
+  double v[NCCLBOT_MAX_ARMS];
+  for (int i = 0; i < narms; i++) v[i] = st[i].mean;
+  return argmax(v, narms, mask);
+}
+
+/* The floor(u * count)-th set bit of mask (base.pick_uniform). */
+static int pick_uniform(uint32_t mask, double u) {
+  int count = __builtin_popcount(mask);
+  if (count == 0) return -1;
+  double j = floor(u * (double)count);
+  int k = j > (double)(count - 1) ? count - 1 : (int)j;
+  for (int i = 0; i < 32; i++)
+    if ((mask >> i & 1u) && k-- == 0) return i;
+  return -1;
+}
+
+static int select_ucb1(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask) {
+  uint32_t cold = unpulled(st, narms, mask);
+  if (cold) return __builtin_ctz(cold); /* derandomised cold start: lowest unpulled arm */
+  double total = nb_ucb_total(st, narms), v[NCCLBOT_MAX_ARMS];
+  for (int i = 0; i < narms; i++)
+    if (mask >> i & 1u) v[i] = nb_ucb_index(&st[i], total, cfg->alpha);
+  return argmax(v, narms, mask);
+}
+
+/* families.Softmax: Boltzmann over the means, tau / sqrt(selections) with decay. */
+static int select_softmax(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
+                          nb_policy_state *ps, double u) {
+  uint32_t cold = unpulled(st, narms, mask);
+  if (cold) return pick_uniform(cold, u);
+  ps->selections++;
+  double sel = ps->selections > 1 ? (double)ps->selections : 1.0;
+  double tau = cfg->softmax_decay ? cfg->softmax_tau / sqrt(sel) : cfg->softmax_tau;
+  double top = -INFINITY, w[NCCLBOT_MAX_ARMS], total = 0.0;
+  for (int i = 0; i < narms; i++)
+    if ((mask >> i & 1u) && st[i].mean > top) top = st[i].mean;
+  for (int i = 0; i < narms; i++) {
+    w[i] = (mask >> i & 1u) ? exp((st[i].mean - top) / tau) : 0.0;
+    total += w[i];
   }
-  switch (cfg->estimator) {
-    case NB_EST_MEAN:
-      st->mean += (reward - st->mean) / st->n;
-      break;
-    case NB_EST_GAIN: /* constant gain: mean <- (1 - eta) mean + eta r (paper section 6.2) */
-      st->mean += cfg->gain * (reward - st->mean);
-      break;
-    case NB_EST_SGD: { /* clipped SGD: step lr * n^-decay, residual clipped to +-clip */
-      double d = reward - st->mean;
-      if (d > cfg->sgd_clip) d = cfg->sgd_clip;
-      if (d < -cfg->sgd_clip) d = -cfg->sgd_clip;
-      st->mean += cfg->sgd_lr * pow(st->n, -cfg->sgd_decay) * d;
-      break;
+  /* base.sample_categorical: count of running sums <= u * total, else the last weighted arm */
+  double thr = u * total, cs = 0.0;
+  int idx = 0, last = -1;
+  for (int i = 0; i < narms; i++) {
+    cs += w[i];
+    idx += cs <= thr;
+    if (w[i] > 0.0) last = i;
+  }
+  return idx < narms ? idx : last;
+}
+
+static double variance(const nb_config *cfg, const nb_arm_stat *st) {
+  if (cfg->estimator == NB_EST_MEAN) return st->n > 0.0 ? st->s2 / st->n : 0.0;
+  return st->s2;
+}
+
+/* families.GaussianThompson: argmax of mean + sqrt(v / n) z, one normal per arm. */
+static int select_thompson(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
+                           uint64_t base) {
+  double v[NCCLBOT_MAX_ARMS];
+  for (int i = 0; i < narms; i++) {
+    if (!(mask >> i & 1u)) continue;
+    double var = st[i].n < 2.0 ? cfg->ts_prior_var : variance(cfg, &st[i]);
+    double scale = sqrt(var / (st[i].n > 0.0 ? st[i].n : 1.0));
+    v[i] = st[i].mean + scale * nb_rng_normal(base, i);
+  }
+  return argmax(v, narms, mask);
+}
+
+/* families.EpsilonGreedy: explore uniformly with probability eps_t, else argmax mean. */
+static int select_eps(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
+                      uint32_t t, uint64_t base) {
+  int greedy = argmax_mean(st, narms, mask);
+  if (cfg->epsilon == 0.0) return greedy;
+  double eps = cfg->epsilon_decay ? cfg->epsilon / sqrt((double)t + 1.0) : cfg->epsilon;
+  return nb_rng_uniform(base, 0) < eps ? pick_uniform(mask, nb_rng_uniform(base, 1)) : greedy;
+}
+
+/* families.ETC: uniformly among arms with fewer than m learned samples, then commit. */
+static int select_etc(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
+                      nb_policy_state *ps, double u) {
+  uint32_t eligible = 0;
+  for (int i = 0; i < narms; i++)
+    if ((mask >> i & 1u) && st[i].n < (double)cfg->etc_m) eligible |= 1u << i;
+  if (eligible) return pick_uniform(eligible, u);
+  if (ps->commit == NB_NO_COMMIT) ps->commit = (uint8_t)argmax_mean(st, narms, mask);
+  return (mask >> ps->commit & 1u) ? ps->commit : argmax_mean(st, narms, mask);
+}
+
+int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
+              nb_policy_state *ps, uint64_t stream) {
+  uint32_t t = ps->t++;
+  if (!mask) return -1;
+  switch (cfg->policy) {
+    case NB_POLICY_UCB1: return select_ucb1(cfg, st, narms, mask);
+    case NB_POLICY_SOFTMAX:
+      return select_softmax(cfg, st, narms, mask, ps, nb_rng_uniform(nb_rng_at(stream, t), 0));
+    case NB_POLICY_THOMPSON: return select_thompson(cfg, st, narms, mask, nb_rng_at(stream, t));
+    case NB_POLICY_EPS_GREEDY: return select_eps(cfg, st, narms, mask, t, nb_rng_at(stream, t));
+    case NB_POLICY_ETC:
+      return select_etc(cfg, st, narms, mask, ps, nb_rng_uniform(nb_rng_at(stream, t), 0));
+    default: return argmax_mean(st, narms, mask); /* greedy */
+  }
+}
+
+/* estimators.BanditState.update with discount 1, after skip-first-k. */
+void nb_update(const nb_config *cfg, nb_arm_stat *st, double reward) {
+  int learn = st->seen >= cfg->skip_first;
+  st->seen++;
+  if (!learn) return;
+  double n_old = st->n, n_new = n_old + 1.0, d = reward - st->mean;
+  if (cfg->estimator == NB_EST_MEAN) {
+    st->mean = st->mean + d / n_new;
+    st->s2 = st->s2 + d * (reward - st->mean);
+  } else {
+    double step = cfg->gain;
+    if (cfg->estimator == NB_EST_SGD) { /* step lr * n^-decay, residual clipped to +-clip */
+      step = cfg->sgd_lr * pow(n_new, -cfg->sgd_decay);
+      d = fmin(fmax(d, -cfg->sgd_clip), cfg->sgd_clip);
+    }
+    if (n_old == 0.0) { /* the first observation of a cold arm sets it */
+      st->mean = reward;
+      st->s2 = 0.0;
+    } else {
+      st->mean = st->mean + step * d;
+      st->s2 = st->s2 + step * (d * d - st->s2);
     }
   }
+  st->n = n_new;
 }
 
 double nb_reward(double mu_min, double latency_us) {
   if (!(latency_us > 0.0) || !isfinite(latency_us) || !(mu_min > 0.0)) return -1.0;
-  double r = mu_min / latency_us;
-  return r > 1e6 ? 1e6 : r;
+  return mu_min / latency_us;
 }

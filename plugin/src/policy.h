@@ -1,9 +1,13 @@
 /*
- * policy.h: pure bandit arithmetic (no state, no I/O, no allocation).
+ * policy.h: pure bandit arithmetic (no I/O, no allocation, no state beyond what
+ * the caller passes in).
  *
  * Arms are numbered as NCCL scans them: id = algo * 3 + proto, so "lowest arm
- * index" tie-breaks match NCCL's own order. Everything here is deterministic:
- * the same statistics give the same arm on every rank (paper section 4).
+ * index" tie-breaks match NCCL's own order. Every rule here is the per-call rule of
+ * ncclbot_sweep.analysis.policies (the families' select/update driven one call at a
+ * time by StepPolicy, with counter_rng draws): the same statistics, the same
+ * decision index and the same seed give the same arm on every rank and in Python,
+ * bit for bit (float64, the operation order written in the package docstring).
  */
 #ifndef NCCLBOT_POLICY_H
 #define NCCLBOT_POLICY_H
@@ -13,14 +17,27 @@
 #include "config.h"
 
 typedef struct {
-  double mean; /* running mean reward (mu_hat_min / latency) */
-  double n;    /* pulls, including the warm-start pseudo-count */
+  double mean;   /* running mean reward (mu_hat_min / latency) */
+  double n;      /* learned pulls, including the warm-start pseudo-count */
+  double s2;     /* m2 (sample mean) or variance (sgd, gain) of the rewards */
+  uint32_t seen; /* rewards received, learned or skipped (skip-first-k) */
+  uint32_t pad_;
 } nb_arm_stat;
 
+/* Per-context policy state beyond the arms (identical on every rank). */
+typedef struct {
+  uint32_t t;          /* decisions made so far: the draw counter */
+  uint32_t selections; /* softmax: selections after the cold start */
+  uint8_t commit;      /* etc: committed arm index, NB_NO_COMMIT while exploring */
+} nb_policy_state;
+
 #define NB_NO_ARM 255
+#define NB_NO_COMMIT 255
 
 /* 1 when NCCL could select this cost: finite, >= 0 and below FLT_MAX (NaN fails both). */
-static inline int nb_cost_available(float v) { return v >= 0.0f && v < 3.40282346638528859812e+38F; }
+static inline int nb_cost_available(float v) {
+  return v >= 0.0f && v < 3.40282346638528859812e+38F;
+}
 
 /* NCCL's own choice on a table (first strict minimum of available entries), or NB_NO_ARM. */
 int nb_auto_arm(const float *table, int numAlgo, int numProto);
@@ -32,21 +49,29 @@ int nb_auto_arm(const float *table, int numAlgo, int numProto);
 int nb_filter_arms(const float *table, int numAlgo, int numProto, double rho_max, uint8_t *ids,
                    double *mu, double *mu_min);
 
-/* Warm start: mean = mu_min / mu(a) backed by pseudo_count pulls (0 = cold). */
+/* Warm start: mean = mu_min / mu(a) backed by pseudo_count pulls (0 = cold); ps reset. */
 void nb_warm_start(const double *mu, double mu_min, int narms, double pseudo_count,
-                   nb_arm_stat *st);
+                   nb_arm_stat *st, nb_policy_state *ps);
+
+/* 1 when a decision depends only on the statistics (it may be reused until they change). */
+int nb_policy_cacheable(const nb_config *cfg);
 
 /*
- * Index (into st[]) of the arm to play among those with mask bit set. Unpulled
- * arms (n == 0) come first, lowest index first; then UCB1 or greedy argmax with
- * ties to the lowest index. Returns -1 when the mask is empty.
+ * Index (into st[]) of the arm to play among those with mask bit set, or -1 when the
+ * mask is empty. stream is nb_rng_stream(seed, commId, context key); ps->t advances.
  */
-int nb_select(nb_policy policy, const nb_arm_stat *st, int narms, uint32_t mask, double alpha);
+int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
+              nb_policy_state *ps, uint64_t stream);
 
-/* One reward into one arm's statistics with the configured estimator. */
+/* UCB1's N: the counts of all the context's arms summed left to right (arm order). */
+double nb_ucb_total(const nb_arm_stat *st, int narms);
+/* UCB1's index of one arm: mean + alpha * sqrt((2 ln max(N, 1)) / n). */
+double nb_ucb_index(const nb_arm_stat *st, double total, double alpha);
+
+/* One reward into one arm's statistics with the configured estimator and skip-first-k. */
 void nb_update(const nb_config *cfg, nb_arm_stat *st, double reward);
 
-/* Reward of a latency (paper Eq. 1); <0 when the latency is unusable. */
+/* Reward of a latency (paper Eq. 1, no cap); <0 when the latency is unusable. */
 double nb_reward(double mu_min, double latency_us);
 
 #endif

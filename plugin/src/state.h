@@ -33,6 +33,7 @@ typedef struct {
   uint8_t narms;
   uint8_t flags;
   uint8_t auto_arm;  /* NCCL's choice at first sight */
+  nb_policy_state pol; /* draw counter and policy memory (policy.h) */
 } nb_ctx;
 
 #define NB_KEY(coll, bytes) (((uint64_t)(coll) << 58) | ((uint64_t)(bytes) & ((1ULL << 58) - 1)))

@@ -33,6 +33,18 @@ def _build_logshim() -> Path:
     return out
 
 
+def _build_policy_probe() -> Path:
+    """plugin/src/policy.c with the shared generator exported (the plugin's build flags
+    that matter for float64 results: -O2 -fno-math-errno -ffp-contract=off)."""
+    out = nb_host.PLUGIN_DIR / "build" / "test-policy-probe.so"
+    src = nb_host.PLUGIN_DIR / "src"
+    inputs = [Path(__file__).with_name("policy_probe.c"), src / "policy.c", src / "policy.h", src / "rng.h"]
+    if not out.exists() or out.stat().st_mtime < max(p.stat().st_mtime for p in inputs):
+        subprocess.run(["gcc", "-std=gnu11", "-O2", "-fno-math-errno", "-ffp-contract=off", "-shared", "-fPIC",
+                        "-I", str(src), "-o", str(out), str(inputs[0]), str(inputs[1]), "-lm"], check=True)
+    return out
+
+
 @pytest.fixture(scope="session", autouse=True)
 def plugin_build() -> Path:
     """`make -C plugin` (skipped inside the sanitizer subprocess, which is handed a built lib)."""
@@ -40,6 +52,12 @@ def plugin_build() -> Path:
         _make()
     _build_logshim()
     return nb_host.lib_path()
+
+
+@pytest.fixture(scope="session")
+def policy_probe(plugin_build):
+    """ctypes handle on plugin/src/policy.c and rng.h (see policy_probe.c)."""
+    return nb_host.policy_probe(_build_policy_probe())
 
 
 @pytest.fixture(scope="session")

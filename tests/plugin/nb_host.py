@@ -234,3 +234,23 @@ def cost_table(entries: dict[int, float]) -> list[float]:
 
 RING_LL, RING_LL128, RING_SIMPLE = 3, 4, 5
 TREE_LL, TREE_LL128, TREE_SIMPLE = 0, 1, 2
+
+
+class ArmStat(C.Structure):
+    """policy.h's nb_arm_stat."""
+    _fields_ = [("mean", C.c_double), ("n", C.c_double), ("s2", C.c_double), ("seen", C.c_uint32),
+                ("pad", C.c_uint32)]
+
+
+def policy_probe(path: Path) -> C.CDLL:
+    """The probe library of conftest.py: nb_ucb_total/nb_ucb_index and the shared generator."""
+    lib = C.CDLL(str(path))
+    lib.nb_ucb_total.restype = C.c_double
+    lib.nb_ucb_total.argtypes = [C.POINTER(ArmStat), C.c_int]
+    lib.nb_ucb_index.restype = C.c_double
+    lib.nb_ucb_index.argtypes = [C.POINTER(ArmStat), C.c_double, C.c_double]
+    lib.nb_probe_uniform.restype = C.c_double
+    lib.nb_probe_uniform.argtypes = [C.c_uint64] * 5
+    lib.nb_probe_normal.restype = C.c_double
+    lib.nb_probe_normal.argtypes = [C.c_uint64] * 4 + [C.c_int]
+    return lib

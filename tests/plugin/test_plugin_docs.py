@@ -3,7 +3,9 @@ the trace the plugin writes is ingestible by ncclbot_sweep.parsers."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 
 import pytest
 
@@ -11,14 +13,29 @@ import nb_host as H
 from nb_trace import trace_path
 
 
-def test_readme_lists_exactly_the_settings_read():
-    src = (H.PLUGIN_DIR / "src" / "config.c").read_text()
-    read = set(re.findall(r'"(NCCLBOT_[A-Z_]+)"', src.split("k_known[]")[0]))
-    known = set(re.findall(r'"(NCCLBOT_[A-Z_]+)"', src.split("k_known[]")[1].split("};")[0]))
-    assert read == known, f"the known-name list and the readers differ: {read ^ known}"
+def settings_table() -> str:
+    """The README table as the plugin's own table prints it (build/ncclbot-settings)."""
+    return subprocess.run([str(H.PLUGIN_DIR / "build" / "ncclbot-settings")], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_readme_settings_table_is_the_plugins_table():
+    table = settings_table()
     readme = (H.PLUGIN_DIR / "README.md").read_text()
-    table = set(re.findall(r"^\| `(NCCLBOT_[A-Z_]+)` \|", readme, re.M))
-    assert read == table, f"code only: {read - table}; README only: {table - read}"
+    assert table in readme, ("plugin/README.md's settings table differs from config.c's; paste the output of "
+                             "plugin/build/ncclbot-settings into the Settings section")
+    rows = re.findall(r"^\| `(NCCLBOT_[A-Z_]+)` \|", readme, re.M)
+    assert len(rows) == len(set(rows)) == table.count("\n| `NCCLBOT_"), "a setting is listed twice or elsewhere"
+
+
+def test_typo_check_knows_every_setting_of_the_table(plugin, nb_env, comm_id):
+    for name in re.findall(r"^\| `(NCCLBOT_[A-Z_]+)` \|", settings_table(), re.M):
+        nb_env(**{name[len("NCCLBOT_"):].lower() + "x": "1"})  # one edit away from the setting
+        r = H.Rank(plugin, comm_id, 1, 1, 0)
+        assert not r.active
+        assert f"{name}X is not a setting of this plugin; did you mean {name}?" in H.take_log()
+        r.finalize()
+        os.environ.pop(name + "X")
 
 
 def test_trace_parses_into_live_events(plugin, nb_env, comm_id, tmp_path):

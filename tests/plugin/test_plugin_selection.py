@@ -80,10 +80,16 @@ def test_bad_static_table_is_inert_with_line_number(plugin, nb_env, comm_id, tmp
 
 
 @pytest.mark.parametrize("var,value,fragment", [
-    ("POLICY", "ucb2", 'NCCLBOT_POLICY="ucb2" is invalid (expected one of auto, static, greedy, ucb1)'),
+    ("POLICY", "ucb2", 'NCCLBOT_POLICY="ucb2" is invalid (expected one of auto, static, greedy, ucb1, etc, '
+                       'softmax, thompson, eps-greedy)'),
+    ("EPSILON", "1.5", 'NCCLBOT_EPSILON="1.5" is invalid (expected a number in [0, 1])'),
+    ("ETC_M", "0", 'NCCLBOT_ETC_M="0" is invalid (expected an integer in [1, 1000000])'),
+    ("SOFTMAX_DECAY", "yes", 'NCCLBOT_SOFTMAX_DECAY="yes" is invalid (expected an integer in [0, 1])'),
+    ("SEED", "-1", 'NCCLBOT_SEED="-1" is invalid (expected an integer >= 0)'),
+    ("SYNC_TIMEOUT_MS", "0", 'NCCLBOT_SYNC_TIMEOUT_MS="0" is invalid (expected an integer in [1, 86400000])'),
     ("RHO_MAX", "abc", 'NCCLBOT_RHO_MAX="abc" is invalid'),
     ("RHO_MAX", "0.5", 'NCCLBOT_RHO_MAX="0.5" is invalid (expected a number in [1, '),
-    ("SYNC_ADDR", "nohost", 'NCCLBOT_SYNC_ADDR="nohost" is invalid (expected host:port)'),
+    ("SYNC_ADDR", "nohost", 'NCCLBOT_SYNC_ADDR="nohost" is invalid (expected host:port with port in [1, 65535]'),
     ("SYNC_EVERY", "0", 'NCCLBOT_SYNC_EVERY="0" is invalid'),
     ("MIN_BYTES", "-5", 'NCCLBOT_MIN_BYTES="-5" is invalid'),
     ("ESTIMATOR", "median", 'NCCLBOT_ESTIMATOR="median" is invalid'),
@@ -96,6 +102,14 @@ def test_bad_setting_leaves_plugin_inert_with_one_warn(plugin, nb_env, comm_id, 
     assert r.call(AR, 64 * MIB, table)[2] == table
     warns = [l for l in H.take_log().splitlines() if l.startswith("2 ")]
     assert len(warns) == 1 and fragment in warns[0] and "staying AUTO" in warns[0]
+    r.finalize()
+
+
+def test_etc_is_always_cold(plugin, nb_env, comm_id):
+    nb_env(policy="etc", pseudo_count="1.5")
+    r = H.Rank(plugin, comm_id, 1, 1, 0)
+    assert not r.active
+    assert 'NCCLBOT_PSEUDO_COUNT="1.5" is invalid (etc is always cold' in H.take_log()
     r.finalize()
 
 
@@ -146,10 +160,15 @@ def test_learning_refuses_multi_rank_without_sync_but_static_works(plugin, nb_en
     s = static_rank(plugin, nb_env, comm_id + 1, tmp_path, ["AllReduce,*,*,0,Ring/LL"], nranks=4)
     assert s.active and s.call(AR, MIB, H.cost_table({H.RING_LL: 9.0, H.RING_SIMPLE: 1.0}))[1] == H.RING_LL
     s.finalize()
-    nb_env(policy="auto")
+    nb_env(policy="auto")  # timed without rounds (tests/plugin/test_plugin_auto.py), NCCL's arm kept
+    table = H.cost_table({H.RING_LL: 9.0, H.RING_SIMPLE: 1.0})
     a = H.Rank(plugin, comm_id + 2, 4, 1, 0)
-    assert not a.active and a.call(AR, MIB, H.cost_table({H.RING_LL: 9.0, H.RING_SIMPLE: 1.0}))[1] == H.RING_SIMPLE
+    assert a.active and a.call(AR, MIB, table)[1:3] == (H.RING_SIMPLE, table)
     a.finalize()
+    a = H.Rank(plugin, comm_id + 3, 4, 1, 0, profiler=False)
+    assert not a.active and a.call(AR, MIB, table)[1] == H.RING_SIMPLE
+    a.finalize()
+    assert not [l for l in H.take_log().splitlines() if l.startswith("2 ")], "auto warned"
 
 
 def test_learning_without_profiler_is_inert(plugin, nb_env, comm_id):
@@ -210,13 +229,14 @@ def test_six_algorithm_table_of_nccl_2_22(plugin, nb_env, comm_id, tmp_path):
     r.finalize()
 
 
-@pytest.mark.parametrize("policy", ["ucb1", "greedy", "static"])
+@pytest.mark.parametrize("policy", ["ucb1", "greedy", "static", "auto", "etc", "softmax", "thompson",
+                                    "eps-greedy"])
 def test_fuzzed_cost_tables_keep_nccl_invariants(plugin, nb_env, comm_id, tmp_path, policy):
     specials = [math.nan, math.inf, -math.inf, -1.0, -0.5, -0.0, 0.0, 3.4028234663852886e38, 1e-30]
     if policy == "static":
         r = static_rank(plugin, nb_env, comm_id, tmp_path, [f"AllReduce,*,*,0,{H.arm_name(a)}" for a in (5,)])
     else:
-        nb_env(policy=policy, min_bytes=0, pseudo_count=0.5)
+        nb_env(policy=policy, min_bytes=0, epsilon=0.3, **({} if policy == "etc" else {"pseudo_count": 0.5}))
         r = H.Rank(plugin, comm_id, 1, 1, 0)
     rng = random.Random(3)
     for i in range(400):
