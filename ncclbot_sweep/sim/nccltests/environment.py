@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from ncclbot_sweep.names import ALGORITHMS, COLLECTIVES, PROTOCOLS, canonical_algorithm, canonical_collective, canonical_protocol
 
 __all__ = [
+    "SUBSYSTEMS",
     "DebugConfig",
     "EnvError",
     "JobLayout",
@@ -142,7 +143,8 @@ def allowed_names(value: str | None, kind: str, collective: str) -> frozenset[st
     return frozenset(u for u in universe if (u in names) != exclude)
 
 
-_SUBSYS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS",
+#: NCCL_DEBUG_SUBSYS names; index i is the logger flag bit 1 << i (reference section 2).
+SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS",
            "BOOTSTRAP", "REG", "PROFILE", "RAS")
 
 
@@ -176,8 +178,8 @@ def debug_config(env: Mapping[str, str], *, host: str, pid: int) -> DebugConfig:
         exclude = subsys_text.startswith("^")
         tokens = {t.strip() for t in subsys_text.lstrip("^").split(",") if t.strip()}
         if "ALL" in tokens:
-            tokens = set(_SUBSYS)
-        subsystems = set(_SUBSYS) - tokens if exclude else tokens
+            tokens = set(SUBSYSTEMS)
+        subsystems = set(SUBSYSTEMS) - tokens if exclude else tokens
     file_path = env.get("NCCL_DEBUG_FILE") or None
     if file_path:
         file_path = file_path.replace("%h", host).replace("%p", str(pid))
