@@ -433,8 +433,10 @@ def _run(binary, collective, options, sim, layout, env, out, argv, *, place: Ran
             json_doc = {"version": 3, "start_time": _now(), "args": list(argv), "env": [f"{k}={v}" for k, v in env.items()],
                         "nccl_version": sim.spec.nccl_version_code}
     seed = _seed(env, sim.name, binary, layout, ranks, argv)
-    if place is not None:
-        seed = derive_seed(seed, "rank", place.rank)  # every rank process has its own noise
+    if place is not None and place.rank != 0:
+        # Every rank process has its own noise; rank 0 keeps the step's, so steps that differ
+        # only in plugin settings are served the same GPU times where they play the same arms.
+        seed = derive_seed(seed, "rank", place.rank)
     proc = SimProcess(sim, nodes=layout.nodes, ranks=ranks, seed=seed)
     status = 0
     try:
