@@ -29,7 +29,7 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     assert "steps: 52/52 ok (52 ok)" in result.output and "steps: 3/3 ok (3 ok)" in result.output
     assert elapsed < 180, f"the demo took {elapsed:.0f} s"
     live = read_table(tmp_path / "live-dataset", "live_events")
-    assert set(live["policy"]) == {"ucb1"} and sorted(live["rank"].unique()) == [0, 1, 2, 3]
+    assert "ucb1" in set(live["policy"]) and sorted(live["rank"].unique()) == [0, 1, 2, 3]
     root = tmp_path / "campaign"
     results = sorted(root.glob("jobs/*/steps/*/result.json"))
     assert len(results) == 52

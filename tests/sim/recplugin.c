@@ -2,7 +2,8 @@
  * recplugin.c: a recording tuner+profiler plugin for the plugin-host tests (not a product file).
  * Every callback appends one line to $REC_LOG: what was called, from which thread, with what.
  * REC_SLEEP_US makes getCollInfo spin that long (host time must show it); REC_FORCE=<arm>
- * writes 0.0 into that entry; REC_FAIL_INIT=1 fails tuner init. -DREC_V5_ONLY exports
+ * writes 0.0 into that entry; REC_FAIL_INIT=1 fails tuner init, REC_FAIL_CALL=1 every
+ * getCollInfo. -DREC_V5_ONLY exports
  * ncclTunerPlugin_v5 only.
  */
 #define _GNU_SOURCE
@@ -65,6 +66,7 @@ static int t_get(void *ctx, int coll, size_t nbytes, int pipe, float **table, in
     while (now_ns() < until) {
     }
   }
+  if (getenv("REC_FAIL_CALL")) return 2; /* ncclSystemError: NCCL fails the collective */
   const char *force = getenv("REC_FORCE");
   if (force) {
     int arm = atoi(force);

@@ -207,3 +207,13 @@ def test_a_missing_plugin_fails_like_nccl_init(built, tmp_path):
                      NCCL_TUNER_PLUGIN=str(tmp_path / "nope.so"), NCCL_PROFILER_PLUGIN="")
     assert done.returncode == 1
     assert "Test NCCL failure" in done.stdout and "cannot load NCCL_TUNER_PLUGIN" in done.stdout
+
+
+def test_a_failing_get_coll_info_fails_the_test_like_nccl(recplugins, tmp_path):
+    lib = str(recplugins[0])
+    done = _stand_in(tmp_path, "-b", "1M", "-e", "1M", "-n", "5", "-g", "1", NCCL_TUNER_PLUGIN=lib,
+                     NCCL_PROFILER_PLUGIN=lib, REC_FAIL_CALL="1", REC_LOG=str(tmp_path / "rec.log"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Test NCCL failure" in done.stdout and "tuner getCollInfo failed for AllReduce of 1048576 bytes" in done.stdout
+    events = [r["event"] for r in _records(tmp_path / "rec.log")]
+    assert events[-2:] == ["tfin", "pfin"], "a failed run still finalizes in NCCL's order"
