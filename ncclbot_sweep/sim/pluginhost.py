@@ -35,7 +35,7 @@ __all__ = ["CommInfo", "HostError", "LogRecord", "PluginHost", "host_library", "
 _ARMS = all_arms()  # index = algorithm * 3 + protocol, NCCL's table order
 _LOG_CHUNK = 1 << 16
 #: NCCL_DEBUG spellings as logger levels (reference 2: NONE 0, VERSION 1, WARN 2, INFO 3, TRACE 5).
-_LEVELS = {"": 0, "VERSION": 1, "WARN": 2, "INFO": 3, "ABORT": 3, "TRACE": 5}
+_LEVELS = {"": 0, "NONE": 0, "VERSION": 1, "WARN": 2, "INFO": 3, "ABORT": 3, "TRACE": 5}
 _SPLIT_COUNT = ("AllGather", "ReduceScatter")
 
 

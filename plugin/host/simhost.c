@@ -111,6 +111,7 @@ static void log_append(const char *text, size_t n) {
 /* One record per message: "<level> <flags hex> <file>:<line> <message>\n". */
 static void nbh_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                        const char *fmt, ...) {
+  if (level == NCCL_LOG_ABORT) level = NCCL_LOG_WARN; /* printed like a WARN */
   if ((int)level > g_log_level || level == NCCL_LOG_NONE) return;
   char msg[2048];
   int head = snprintf(msg, sizeof msg, "%d %lx %s:%d ", (int)level, flags, file ? file : "?", line);
@@ -218,14 +219,20 @@ static void proxy_stop(nbh_host *h) {
 
 /* ---- loading and init ---- */
 
-static void fail(char *err, size_t len, const char *fmt, const char *what, const char *why) {
-  if (err && len) snprintf(err, len, fmt, what, why ? why : "");
+static void fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(char *err, size_t len, const char *fmt, ...) {
+  if (!err || !len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
 }
 
 static int open_profiler(nbh_host *h, const char *path, const nbh_comm *c, char *err, size_t len) {
   h->prof_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h->prof_lib) {
-    fail(err, len, "cannot load NCCL_PROFILER_PLUGIN %s: %s", path, dlerror());
+    const char *why = dlerror();
+    fail(err, len, "cannot load NCCL_PROFILER_PLUGIN %s: %s", path, why ? why : "?");
     return -1;
   }
   h->prof = dlsym(h->prof_lib, "ncclProfiler_v6");
@@ -235,7 +242,7 @@ static int open_profiler(nbh_host *h, const char *path, const nbh_comm *c, char 
     h->stats.profiler_version = 5;
   }
   if (!h->prof) {
-    fail(err, len, "%s exports neither ncclProfiler_v6 nor ncclProfiler_v5%s", path, NULL);
+    fail(err, len, "%s exports neither ncclProfiler_v6 nor ncclProfiler_v5", path);
     return -1;
   }
   uint64_t t0 = mono_ns();
@@ -255,21 +262,26 @@ static int open_profiler(nbh_host *h, const char *path, const nbh_comm *c, char 
 static int open_tuner(nbh_host *h, const char *path, const nbh_comm *c, char *err, size_t len) {
   h->tuner_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h->tuner_lib) {
-    fail(err, len, "cannot load NCCL_TUNER_PLUGIN %s: %s", path, dlerror());
+    const char *why = dlerror();
+    fail(err, len, "cannot load NCCL_TUNER_PLUGIN %s: %s", path, why ? why : "?");
     return -1;
   }
   ncclbotTunerInit_v5 init = NULL;
   const ncclbotTuner_v6 *v6 = dlsym(h->tuner_lib, "ncclTunerPlugin_v6");
   if (v6) {
-    init = v6->init, h->get_coll_info = v6->getCollInfo, h->tuner_finalize = v6->finalize;
+    init = v6->init;
+    h->get_coll_info = v6->getCollInfo;
+    h->tuner_finalize = v6->finalize;
     h->stats.tuner_version = 6;
   } else {
     const ncclbotTuner_v5 *v5 = dlsym(h->tuner_lib, "ncclTunerPlugin_v5");
     if (!v5) {
-      fail(err, len, "%s exports neither ncclTunerPlugin_v6 nor ncclTunerPlugin_v5%s", path, NULL);
+      fail(err, len, "%s exports neither ncclTunerPlugin_v6 nor ncclTunerPlugin_v5", path);
       return -1;
     }
-    init = v5->init, h->get_coll_info = v5->getCollInfo, h->tuner_finalize = v5->finalize;
+    init = v5->init;
+    h->get_coll_info = v5->getCollInfo;
+    h->tuner_finalize = v5->finalize;
     h->stats.tuner_version = 5;
   }
   nbh_logger(NCCL_LOG_INFO, NCCL_INIT | NCCL_TUNING, "simhost.c", __LINE__,
@@ -283,9 +295,7 @@ static int open_tuner(nbh_host *h, const char *path, const nbh_comm *c, char *er
                          &nvl, &constants);
   h->stats.host_ns += mono_ns() - t0;
   if (rc != ncclSuccess) { /* NCCLCHECK around tuner init: the communicator fails */
-    char code[16];
-    snprintf(code, sizeof code, "%d", (int)rc);
-    fail(err, len, "tuner init of %s failed with error %s", path, code);
+    fail(err, len, "tuner init of %s failed with error %d", path, (int)rc);
     h->get_coll_info = NULL;
     return -1;
   }
@@ -317,7 +327,7 @@ EXPORT nbh_host *nbh_open(const char *tuner_path, const char *profiler_path, con
   }
   if (h->prof) {
     if (pthread_create(&h->proxy, NULL, proxy_main, h) != 0) {
-      fail(err, errlen, "cannot start the proxy thread%s%s", "", NULL);
+      fail(err, errlen, "cannot start the proxy thread");
       nbh_close(h, NULL, NULL);
       return NULL;
     }

@@ -510,11 +510,11 @@ def _close_plugin(ctx: _Context) -> None:
     if ctx.plugin is None:
         return
     ctx.plugin.close()
-    for record in ctx.plugin.take_log():
-        if record.level <= 2:
-            ctx.log.warn(record.where, record.message)
-        elif ctx.log.config.info("INIT") or ctx.log.config.info("TUNING"):
-            ctx.log.info("TUNING" if ctx.log.config.info("TUNING") else "INIT", record.message)
+    _relay_plugin_log(ctx)
+    stats = ctx.plugin.stats()
+    ctx.log.info("INIT", f"NCCLBOT-SIM: plugin host time {stats['host_ns'] / 1000.0:.1f} us in {stats['calls']} "
+                         f"getCollInfo calls and {stats['collectives']} collectives' events (proxy thread "
+                         f"{stats['proxy_ns'] / 1000.0:.1f} us, {stats['kernel_events']} kernel-channel events)")
     ctx.plugin = None
 
 
