@@ -18,6 +18,7 @@ from typing import TextIO
 import numpy as np
 
 from ncclbot_sweep import costmodel
+from ncclbot_sweep.errors import NcclbotError
 from ncclbot_sweep.names import BINARY_COLLECTIVE, COLLECTIVES, Arm, all_arms
 from ncclbot_sweep.sim.fabric import SimFabric, fabric_for_env
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
@@ -32,7 +33,6 @@ from ncclbot_sweep.sim.nccltests.environment import (
 )
 from ncclbot_sweep.sim.nccltests.ncclog import NcclLog, tuning_table_lines
 from ncclbot_sweep.sim.nccltests.options import DATATYPES, REDOPS, Options, UsageError, parse_options
-from ncclbot_sweep.errors import NcclbotError
 from ncclbot_sweep.sim.live import LiveFailure, RankPlace, live_player, open_host, rank_place, wants_plugin
 from ncclbot_sweep.sim.pluginhost import HostError, PluginHost
 from ncclbot_sweep.sim.process import SimProcess, derive_seed
@@ -444,6 +444,7 @@ def _run(binary, collective, options, sim, layout, env, out, argv, *, place: Ran
         _write_init_log(ctx)
         if place is not None:
             ctx.plugin = _open_plugin(ctx, place, argv)
+            _relay_plugin_log(ctx)
         header = report.column_header(per_iter=bool(options.per_iter_timing), cputime=bool(options.report_cputime),
                                       timestamps=bool(options.report_timestamps))
         out.writelines(line + "\n" for line in header)
@@ -486,8 +487,6 @@ def _open_plugin(ctx: _Context, place: RankPlace, argv: list[str]) -> PluginHost
     except (HostError, NcclbotError) as exc:
         ctx.log.warn("init.cc:1641", str(exc))
         raise TestFailure(f"'internal error - please report this issue to the NCCL developers / {exc}'") from None
-    ctx.plugin = host
-    _relay_plugin_log(ctx)
     return host
 
 
