@@ -3,7 +3,8 @@
 * The job (from Slurm): nodes (``SLURM_NNODES``/``SLURM_JOB_NUM_NODES``), tasks
   (``SLURM_NTASKS``), this task's rank (``SLURM_PROCID``), host names
   (``SLURM_JOB_NODELIST``). Ranks are ``tasks * nthreads * ngpus``; the local executor runs
-  only task 0, so nothing here counts processes.
+  only task 0, so nothing here counts processes (a live step's rank processes are counted
+  by :mod:`ncclbot_sweep.sim.live`).
 * The fabric and seed (``NCCLBOT_SIM_FABRIC``, ``NCCLBOT_SIM_SEED``).
 * ``NCCL_ALGO``/``NCCL_PROTO`` in the 2.24+ syntax ``[list][;func:list]*`` with ``^``
   exclusions (``shared/reference/nccl-plugin-api.md`` section 9), and the debug settings
