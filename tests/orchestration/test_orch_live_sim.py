@@ -160,8 +160,9 @@ def test_auto_through_the_plugin_plays_stock_arms(live):
 
 def test_overhead_ladder_bandwidth_falls_with_the_sync_period(live):
     """Bus bandwidth at the smallest size (where host time is largest against GPU time), over
-    both passes and every timed iteration, per rung. Rank 0 of every rung draws the same GPU
-    times where it plays the same arms (common random numbers), so the gaps are host time."""
+    both passes and every timed iteration, per rung. Rank 0 of every AUTO rung plays the same
+    arms and so draws the same GPU times (common random numbers): the gaps are host time. Stock
+    runs without the plugin and draws its noise in another order, so it is only the end point."""
     _root, data = live
     runs = _runs(data)
     it = read_table(data, "iterations")
@@ -169,7 +170,6 @@ def test_overhead_ladder_bandwidth_falls_with_the_sync_period(live):
     busbw = it.groupby("run_id")["busbw_gbs"].mean()
     rung = {name: float(busbw[runs.index[runs["name"] == name][0]])
             for name in ("stock", "AUTO[timed]", "AUTO[sync-64]", "AUTO[sync-16]", "AUTO[sync-4]")}
-    assert rung["AUTO[timed]"] < rung["stock"], f"timing every collective costs host time: {rung}"
     events = read_table(data, "live_events")
     sync_rows = events[(events["kind"] == "sync") & events["run_id"].isin(runs.index[runs["policy"] == "AUTO"])]
     if sync_rows.empty:
