@@ -163,7 +163,9 @@ static uint64_t wall_ns(void) {
 
 /* ---- the proxy thread: kernel-channel events, as NCCL's proxy progress thread sends them ---- */
 
-static void deliver(nbh_host *h, const nbh_job *job) {
+/* The KernelCh events of one collective; returns the ns spent inside the profiler's calls. */
+static uint64_t deliver(nbh_host *h, const nbh_job *job) {
+  uint64_t spent = 0;
   for (int ch = 0; ch < job->nch; ch++) {
     /* Channel 0 spans the whole collective; the others finish a little earlier, so the
      * maximum over channels of stop - start is exactly the served latency. */
@@ -185,9 +187,9 @@ static void deliver(nbh_host *h, const nbh_job *job) {
       h->prof->recordEventState(eh, NCCLBOT_PROF_STATE_KERNEL_CH_STOP, &stop);
       h->prof->stopEvent(eh);
     }
-    h->stats.proxy_ns += mono_ns() - t0;
-    h->stats.kernel_events++;
+    spent += mono_ns() - t0;
   }
+  return spent;
 }
 
 static void *proxy_main(void *arg) {
@@ -198,8 +200,10 @@ static void *proxy_main(void *arg) {
     if (h->head == h->tail) break; /* stopping, and everything is delivered */
     nbh_job job = h->ring[h->tail % NBH_RING];
     pthread_mutex_unlock(&h->mu);
-    deliver(h, &job);
-    pthread_mutex_lock(&h->mu);
+    uint64_t spent = deliver(h, &job);
+    pthread_mutex_lock(&h->mu); /* the proxy's counters are read under the same lock */
+    h->stats.proxy_ns += spent;
+    h->stats.kernel_events += (uint64_t)job.nch;
     h->tail++;
     pthread_cond_signal(&h->space);
   }
@@ -420,8 +424,12 @@ EXPORT void nbh_played(nbh_host *h, int coll, uint64_t count, const char *dtype,
   h->gpu_ns = start + lat_ns + spent;
 }
 
-/* nbh_stats_get: counters so far (the proxy's are final after nbh_close). */
-EXPORT void nbh_stats_get(const nbh_host *h, nbh_stats *out) { *out = h->stats; }
+/* nbh_stats_get: counters so far (the proxy's are final after nbh_close). Caller's thread. */
+EXPORT void nbh_stats_get(nbh_host *h, nbh_stats *out) {
+  pthread_mutex_lock(&h->mu);
+  *out = h->stats;
+  pthread_mutex_unlock(&h->mu);
+}
 
 /*
  * nbh_close: finalize in NCCL's order: the proxy thread delivers what it holds and stops,
