@@ -1,6 +1,6 @@
 # ncclbot-sweep: two entry points that work on a fresh Debian machine with Python 3.11.
-#   make demo   install into .venv and run the main job on the simulated fabric
-#   make test   install, start what the tests need, run the whole suite
+#   make demo   install into .venv, build the plugin, run the main job on the simulated fabric
+#   make test   install, build the plugin, start what the tests need, run the whole suite
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -17,10 +17,13 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-demo: venv
+plugin:
+	$(MAKE) -C plugin
+
+demo: venv plugin
 	$(VENV)/bin/ncclbot-sweep demo --out $(DEMO_OUT)
 
-test: venv
+test: venv plugin
 	bash tests/infra/install-slurm-sshd.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -540,8 +540,9 @@ def _step_env(campaign: Campaign, inventory: Inventory, arm: Arm | None, policy:
                             f"but inventory {inventory.name!r} has no plugin.path",
                             hint="set plugin.path in the inventory, or use policy 'stock'")
         plugin = True
-        env["NCCL_TUNER_PLUGIN"] = inventory.plugin.path
-        env["NCCL_PROFILER_PLUGIN"] = inventory.plugin.path
+        library = inventory.plugin.resolved_path()  # 'bundled': this checkout's make -C plugin
+        env["NCCL_TUNER_PLUGIN"] = library
+        env["NCCL_PROFILER_PLUGIN"] = library
         env.update(campaign.plugin.env)
         env["NCCLBOT_POLICY"] = policy.lower()  # the plugin's spelling: auto, greedy, ucb1, ...
     variant_env = next(v.env for v in campaign.variants if v.name == variant)

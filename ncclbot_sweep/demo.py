@@ -3,8 +3,11 @@
 ``make demo`` runs ``ncclbot-sweep demo --out DIR``, which calls :func:`run_demo`: the
 forced-arm sweep of ``campaigns/demo.yaml`` on ``inventories/sim-h100.yaml`` through the
 local executor, ingest of the campaign folder into a Parquet dataset, then the AUTO audit,
-the bandit replay (AUTO, Random, UCB1, Softmax, KL-UCB, ETC) and the HTML report.
-Every stage is idempotent, so running the demo again re-runs nothing it already did.
+the bandit replay (AUTO, Random, UCB1, Softmax, KL-UCB, ETC) and the HTML report; then a
+small live campaign (``campaigns/demo-live.yaml``: stock NCCL, AUTO through the real plugin
+and UCB1, four rank processes sharing one coordinator), ingested into its own dataset so
+the sweep's analysis sees only the sweep. Every stage is idempotent, so running the demo
+again re-runs nothing it already did.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from pathlib import Path
 from ncclbot_sweep.resources import resource_path
 from ncclbot_sweep.runner import Progress, submit
 
-__all__ = ["DEMO_CAMPAIGN", "DEMO_INVENTORY", "DemoResult", "run_demo"]
+__all__ = ["DEMO_CAMPAIGN", "DEMO_INVENTORY", "DEMO_LIVE_CAMPAIGN", "DemoResult", "run_demo"]
 
 log = logging.getLogger(__name__)
 
 DEMO_CAMPAIGN = "demo.yaml"
 DEMO_INVENTORY = "sim-h100.yaml"
+DEMO_LIVE_CAMPAIGN = "demo-live.yaml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,11 +36,14 @@ class DemoResult:
     campaign: Path
     dataset: Path
     report: Path
+    live_campaign: Path
+    live_dataset: Path
 
 
 def run_demo(out: Path | str, *, progress: Progress | None = None,
              on_stage: Callable[[str], None] | None = None) -> DemoResult:
-    """Sweep, ingest and analyse into ``out/{campaign,dataset,report}``; return the paths.
+    """Sweep, ingest and analyse into ``out/{campaign,dataset,report}``, then run the live
+    campaign into ``out/{live-campaign,live-dataset}``; return the paths.
 
     ``on_stage(name)`` is called as each stage starts (the CLI prints it).
     """
@@ -44,7 +51,8 @@ def run_demo(out: Path | str, *, progress: Progress | None = None,
     from ncclbot_sweep.ingest import ingest
 
     out = Path(out)
-    result = DemoResult(out / "campaign", out / "dataset", out / "report")
+    result = DemoResult(out / "campaign", out / "dataset", out / "report", out / "live-campaign",
+                        out / "live-dataset")
     _stage(on_stage, "sweep")
     summary = submit(resource_path("campaigns", DEMO_CAMPAIGN), resource_path("inventories", DEMO_INVENTORY),
                      workdir=result.campaign, wait=True, progress=progress)
@@ -53,6 +61,11 @@ def run_demo(out: Path | str, *, progress: Progress | None = None,
     ingest([result.campaign], result.dataset)
     _stage(on_stage, "audit, replay and report")
     index = build_report(result.dataset, result.report)
+    _stage(on_stage, "live campaign (the real plugin, 4 rank processes)")
+    live = submit(resource_path("campaigns", DEMO_LIVE_CAMPAIGN), resource_path("inventories", DEMO_INVENTORY),
+                  workdir=result.live_campaign, wait=True, progress=progress)
+    log.info("demo live campaign in %s: %d/%d steps ok", result.live_campaign, live.steps_ok, live.total_steps)
+    ingest([result.live_campaign], result.live_dataset)
     return dataclasses.replace(result, report=index)
 
 

@@ -27,6 +27,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ncclbot_sweep import pluginbuild
 from ncclbot_sweep.errors import InventoryError, NcclbotError
 from ncclbot_sweep.names import PROTOCOLS, FabricOffer, canonical_protocol
 
@@ -121,6 +122,9 @@ class Scheduler(_Model):
     cancel_pending_after_s: int | None = Field(None, ge=1)
     #: Local executor only: how many jobs run at the same time.
     max_concurrent_jobs: int = Field(2, ge=1)
+    #: Local executor only: rank processes of a step that loads the plugin (default: one
+    #: per node, at most 8); other steps run task 0 only.
+    local_rank_processes: int | None = Field(None, ge=1, le=64)
     #: Seconds between polls: first interval and cap (the interval doubles up to the cap).
     poll_interval_s: float = Field(0.2, gt=0)
     poll_interval_max_s: float = Field(30.0, gt=0)
@@ -240,6 +244,20 @@ class Plugin(_Model):
     version: str | None = None
     #: ``ncclbot-coordinator``; live jobs start it once on the batch host (learning needs it).
     coordinator: str | None = None
+
+    def resolved_path(self) -> str | None:
+        """``path``, with ``bundled`` resolved to this checkout's build (InventoryError if unbuilt)."""
+        return _resolve_bundled(self.path, pluginbuild.LIBRARY, "plugin.path")
+
+    def resolved_coordinator(self) -> str | None:
+        """``coordinator``, with ``bundled`` resolved like :meth:`resolved_path`."""
+        return _resolve_bundled(self.coordinator, pluginbuild.COORDINATOR, "plugin.coordinator")
+
+
+def _resolve_bundled(value: str | None, name: str, what: str) -> str | None:
+    if value != pluginbuild.BUNDLED:
+        return value
+    return str(pluginbuild.bundled_file(name, what=what))
 
 
 class Algorithms(_Model):

@@ -36,7 +36,7 @@ from typing import Any
 
 import jinja2
 
-from ncclbot_sweep import __version__
+from ncclbot_sweep import __version__, pluginbuild
 from ncclbot_sweep.campaign import Job, Plan, Step
 from ncclbot_sweep.errors import RenderError
 from ncclbot_sweep.executors.base import job_tag
@@ -182,7 +182,7 @@ def step_metadata(plan: Plan, job: Job, *, step: Step) -> dict[str, Any]:
         "per_iteration": "json" if inv.nccl_tests.per_iteration_json else "cycles",
         "nccl_log_rank": 0,  # other ranks log NCCL warnings only, to their stderr
         "nccl_tests_version": inv.nccl_tests.version, "nccl_version": inv.nccl.version,
-        "plugin_path": inv.plugin.path if step.plugin else None,
+        "plugin_path": inv.plugin.resolved_path() if step.plugin else None,
         "plugin_version": inv.plugin.version if step.plugin else None,
     }
 
@@ -200,6 +200,14 @@ def _file_names() -> dict[str, _Raw]:
             raise RenderError(f"file name {path.name!r} is not plain")
         out[key] = _Raw(path.name)
     return out
+
+
+def _plugin_file(value: str | None, resolve, job: Job) -> str | None:
+    """A plugin file the job script names; ``bundled`` is resolved only for jobs that load
+    the plugin (a forced sweep on a sim inventory must not need ``make -C plugin``)."""
+    if value != pluginbuild.BUNDLED:
+        return value
+    return resolve() if any(step.plugin for step in job.steps) else None
 
 
 def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
@@ -223,8 +231,8 @@ def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
         "fabric_env": [(_env_name(k), v) for k, v in inv.environment.items()],
         "debug_env": [(_env_name(k), v) for k, v in DEBUG_ENV.items()],
         "nccl_lib_dir": inv.nccl.lib_dir, "nccl_version": inv.nccl.version or "",
-        "nccl_tests_version": inv.nccl_tests.version, "plugin_path": inv.plugin.path or "",
-        "plugin_version": inv.plugin.version or "", "coordinator": inv.plugin.coordinator, "steps": steps, "nodes": job.nodes, "f": _file_names(),
+        "nccl_tests_version": inv.nccl_tests.version, "plugin_path": _plugin_file(inv.plugin.path, inv.plugin.resolved_path, job) or "",
+        "plugin_version": inv.plugin.version or "", "coordinator": _plugin_file(inv.plugin.coordinator, inv.plugin.resolved_coordinator, job), "steps": steps, "nodes": job.nodes, "f": _file_names(),
     }
     try:
         return _environment().get_template(template_name(plan.campaign.kind)).render(context)

@@ -27,7 +27,8 @@ def make_executor(inventory: Inventory, *, state_dir: Path) -> Executor:
         from ncclbot_sweep.executors.local import LocalExecutor
 
         return LocalExecutor(state_dir=Path(state_dir), gpus_per_node=inventory.gpus_per_node,
-                             max_concurrent=inventory.scheduler.max_concurrent_jobs)
+                             max_concurrent=inventory.scheduler.max_concurrent_jobs,
+                             rank_processes=inventory.scheduler.local_rank_processes)
     try:
         from ncclbot_sweep.executors.slurm import SlurmExecutor
     except ImportError as exc:

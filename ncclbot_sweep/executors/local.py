@@ -19,6 +19,15 @@ die at any point and the next one (``status``/``resume``) adopts what is still r
   ``SLURM_NNODES``: launching one process per rank (32 nodes x 8 GPUs) would be far too
   slow, and the simulated nccl-tests binaries print only from ``SLURM_PROCID=0`` and take
   the job size from the environment. Container flags are accepted and ignored.
+* a step that loads the plugin (``NCCL_TUNER_PLUGIN``/``NCCL_PROFILER_PLUGIN`` set) is
+  different: the stand-in starts R rank processes (``SLURM_PROCID`` 0..R-1, and
+  ``NCCLSWEEP_RANK_PROCESSES=R``), R being the inventory's
+  ``scheduler.local_rank_processes`` or one per node, at most 8. They all load the plugin
+  and share the job's coordinator; as with ``srun --kill-on-bad-exit``, the first rank
+  that fails ends the others. The job script starts that coordinator on loopback only
+  (``NCCLSWEEP_COORDINATOR_LISTEN=127.0.0.1:0``, any free port; ranks reach it through
+  ``NCCLBOT_SYNC_ADDR``), so no port of this machine is opened to the network and jobs of
+  concurrent campaigns never meet on a fixed port.
 """
 
 from __future__ import annotations
@@ -77,10 +86,34 @@ counter="${NCCLSWEEP_LOCAL_JOB_STATE:-/tmp}/srun-steps"
 echo x >>"$counter" 2>/dev/null
 export SLURM_STEP_ID="$(( $(wc -l <"$counter" 2>/dev/null || echo 1) - 1 ))"
 export SLURM_STEPID="$SLURM_STEP_ID"
-export SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0
 export SLURM_NTASKS="$ntasks" SLURM_NPROCS="$ntasks" SLURM_NNODES="$nodes"
 export SLURM_STEP_NUM_TASKS="$ntasks" SLURM_STEP_NUM_NODES="$nodes"
-exec "$@"
+procs=1
+if [ -n "${NCCL_TUNER_PLUGIN:-}${NCCL_PROFILER_PLUGIN:-}" ]; then
+    procs="${NCCLSWEEP_RANK_PROCESSES:-$(( nodes < 8 ? nodes : 8 ))}"
+fi
+if [ "$procs" -le 1 ]; then
+    export SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0
+    exec "$@"
+fi
+# A step that loads the plugin: R rank processes; the first that fails ends the others.
+export NCCLSWEEP_RANK_PROCESSES="$procs"
+pids=()
+for ((r = 0; r < procs; r++)); do
+    SLURM_PROCID=$r SLURM_LOCALID=0 SLURM_NODEID=$(( r * nodes / procs )) "$@" &
+    pids+=("$!")
+done
+trap 'kill "${pids[@]}" 2>/dev/null' TERM INT
+rc=0
+for ((left = procs; left > 0; left--)); do
+    wait -n
+    code=$?
+    if [ "$code" != 0 ] && [ "$rc" = 0 ]; then
+        rc=$code
+        kill "${pids[@]}" 2>/dev/null
+    fi
+done
+exit "$rc"
 """
 
 
@@ -122,10 +155,12 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def __init__(self, *, state_dir: Path, gpus_per_node: int, max_concurrent: int = 2) -> None:
+    def __init__(self, *, state_dir: Path, gpus_per_node: int, max_concurrent: int = 2,
+                 rank_processes: int | None = None) -> None:
         self.state_dir = Path(state_dir).resolve()  # jobs run in their own folder: PATH must be absolute
         self.gpus_per_node = gpus_per_node
         self.max_concurrent = max_concurrent
+        self.rank_processes = rank_processes  # live steps; None = one per node, at most 8
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._bin = self.state_dir / "bin"
         self._bin.mkdir(exist_ok=True)
@@ -344,7 +379,12 @@ class LocalExecutor(Executor):
             "SLURM_GPUS_PER_NODE": str(self.gpus_per_node), "SLURM_JOB_NODELIST": nodelist,
             "SLURM_NODELIST": nodelist, "SLURM_SUBMIT_DIR": spec["dir"], "SLURM_SUBMIT_HOST": socket.gethostname(),
             "SLURM_CLUSTER_NAME": "local", "SLURM_JOB_PARTITION": "local",
+            "SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1", "NCCLSWEEP_COORDINATOR_LISTEN": "127.0.0.1:0",
         })
+        if self.rank_processes is not None:
+            env["NCCLSWEEP_RANK_PROCESSES"] = str(self.rank_processes)
+        else:
+            env.pop("NCCLSWEEP_RANK_PROCESSES", None)
         return env
 
     @staticmethod

@@ -9,7 +9,9 @@ section 7). Public entry points:
   NVLS set-up stall, as one NCCL process sees them;
 * :func:`forced_arm_pools`: per-size latencies of one forced-arm nccl-tests process,
   without running it;
-* :func:`bin_dir`: a folder with ``all_reduce_perf`` and friends (not on PATH).
+* :func:`bin_dir`: a folder with ``all_reduce_perf`` and friends (not on PATH); with the
+  plugin variables set they play every call through the real plugin
+  (:mod:`ncclbot_sweep.sim.live`, :mod:`ncclbot_sweep.sim.pluginhost`).
 """
 
 from __future__ import annotations

@@ -18,16 +18,34 @@ from ncclbot_sweep.names import Arm
 from ncclbot_sweep.sim.fabric import SimFabric
 from ncclbot_sweep.sim.process import SimProcess, derive_seed
 
-__all__ = ["SizeResult", "Warmup", "forced_arm_pools", "run_sweep"]
+__all__ = ["Play", "Played", "Runs", "SizeResult", "Warmup", "forced_arm_pools", "one_arm_player", "run_sweep"]
+
+
+#: Consecutive calls per arm, in call order: ``((Ring/LL128, 3), (Tree/LL, 1), ...)``.
+Runs = tuple[tuple[Arm | None, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Played:
+    """What ``count`` consecutive calls at one size cost (us each) and which arms ran them."""
+
+    times: np.ndarray
+    runs: Runs
+
+
+#: ``play(size, count)``: run ``count`` calls at ``size`` (a live step's plugin host decides
+#: per call; a forced or stock step uses one arm per size).
+Play = Callable[[int, int], Played]
 
 
 @dataclasses.dataclass(frozen=True)
 class Warmup:
-    """``calls`` untimed calls at ``size`` on ``arm``."""
+    """``calls`` untimed calls at ``size`` on ``arm`` (``played``: every call's arm)."""
 
     size: int
     arm: Arm | None
     calls: int
+    played: Runs = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +57,32 @@ class SizeResult:
     out_of_place: np.ndarray
     in_place: np.ndarray
     calls_per_pass: int  # timed calls plus check calls, per pass
+    played: Runs = ()  # every call's arm, both passes, checks included
+
+
+def _merge(*runs: Runs) -> Runs:
+    """Concatenate runs, joining neighbours on the same arm."""
+    out: list[tuple[Arm | None, int]] = []
+    for arm, count in (item for group in runs for item in group):
+        if count <= 0:
+            continue
+        if out and out[-1][0] == arm:
+            out[-1] = (arm, out[-1][1] + count)
+        else:
+            out.append((arm, count))
+    return tuple(out)
+
+
+def one_arm_player(process: SimProcess, collective: str, choose_arm: Callable[[int], Arm | None]) -> Play:
+    """NCCL without a tuner plugin: one arm per size (AUTO's or the forced one)."""
+    arms: dict[int, Arm | None] = {}
+
+    def play(size: int, count: int) -> Played:
+        if size not in arms:
+            arms[size] = choose_arm(size)
+        arm = arms[size]
+        return Played(process.run(collective, arm, size, count), ((arm, count),))
+    return play
 
 
 def run_sweep(
@@ -52,32 +96,46 @@ def run_sweep(
     agg: int = 1,
     check: int = 1,
     cycles: int = 1,
+    play: Play | None = None,
 ) -> Iterator[Warmup | SizeResult]:
     """Drive ``process`` through a benchmark over ``sizes`` (the sizes nccl-tests prints).
 
     ``choose_arm(size)`` is NCCL's choice for a call (it may raise to fail the run, as
-    NCCL fails the first call that has no algorithm). Zero-byte sizes only pay a launch.
+    NCCL fails the first call that has no algorithm). ``play`` runs the calls of one size
+    (default: ``choose_arm``'s arm for all of them; a live step passes its plugin host's).
+    Zero-byte sizes only pay a launch and never reach a tuner.
     """
+    play = play or one_arm_player(process, collective, choose_arm)
     if warmup > 0 and sizes:
         for size in (sizes[-1], sizes[0]):
-            arm = choose_arm(size)
             if size > 0:
-                process.run(collective, arm, size, warmup * agg)
-            yield Warmup(size, arm, warmup * agg if size > 0 else 0)
+                played = play(size, warmup * agg)
+                yield Warmup(size, played.runs[0][0], warmup * agg, played.runs)
+            else:
+                yield Warmup(size, choose_arm(size), 0)
     for _cycle in range(max(1, cycles)):
         for size in sizes:
+            yield _one_size(process, play, choose_arm, size, iters=iters, agg=agg, check=check)
+
+
+def _one_size(process: SimProcess, play: Play, choose_arm: Callable[[int], Arm | None], size: int, *,
+              iters: int, agg: int, check: int) -> SizeResult:
+    """The out-of-place and in-place passes of one size, each followed by its check calls."""
+    passes, runs = [], []
+    checks = check if check > 0 and size > 0 else 0
+    arm = None
+    for _in_place in (0, 1):
+        if size == 0:
             arm = choose_arm(size)
-            passes = []
-            checks = check if check > 0 and size > 0 else 0
-            for _in_place in (0, 1):
-                if size == 0:
-                    times = process.rng.uniform(1.5, 3.0, iters * agg)
-                else:
-                    times = process.run(collective, arm, size, iters * agg)
-                    if checks:
-                        process.run(collective, arm, size, checks)
-                passes.append(times.reshape(iters, agg).mean(axis=1))
-            yield SizeResult(size, arm, passes[0], passes[1], iters * agg + checks)
+            times = process.rng.uniform(1.5, 3.0, iters * agg)
+        else:
+            timed = play(size, iters * agg)
+            times, arm = timed.times, arm or timed.runs[0][0]
+            runs.append(timed.runs)
+            if checks:
+                runs.append(play(size, checks).runs)
+        passes.append(times.reshape(iters, agg).mean(axis=1))
+    return SizeResult(size, arm, passes[0], passes[1], iters * agg + checks, _merge(*runs))
 
 
 def forced_arm_pools(

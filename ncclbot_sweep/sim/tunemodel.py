@@ -15,7 +15,7 @@ import numpy as np
 from ncclbot_sweep.costmodel import TuningTable, log2i
 from ncclbot_sweep.names import ALGORITHMS, COLLECTIVES, PROTOCOLS
 
-__all__ = ["Graph", "ModelSpec", "TunedModel", "tune_model"]
+__all__ = ["Graph", "ModelSpec", "TunedModel", "tune_model", "tuner_constants"]
 
 # Index helpers (NCCL order).
 _LL, _LL128, _SIMPLE = range(3)
@@ -260,3 +260,16 @@ def tune_model(spec: ModelSpec, *, nodes: int, ranks: int) -> TunedModel:
             row = (0, 0, 0)
         threads[a] = row
     return TunedModel(TuningTable(lat, bw), threads, model_nodes, ranks)
+
+
+def tuner_constants() -> list[float]:
+    """NCCL's default ``ncclTunerConstants_v5`` as 144 doubles in struct order (reference 3.2).
+
+    What the plugin host hands the tuner's init (NCCL passes ``comm->tunerConstants`` after
+    ``ncclTopoInitTunerConstants``): the same tables this model tunes with.
+    """
+    values = [v for algo in ALGORITHMS for v in _BASE_LAT[algo]]
+    values += [v for hw in (_NVLINK, _PCI, _NET) for algo in ALGORITHMS for v in _HW_LAT[hw][algo]]
+    for table in (_LL_MAX_BWS, _RING_LL128_BWS, _TREE_LL128_BWS, _TREE_BWS, _NVLS_TREE_BWS):
+        values += [v for row in table for v in row]
+    return values

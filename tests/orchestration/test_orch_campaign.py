@@ -13,6 +13,7 @@ from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import CampaignError, PlanError
 from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
 from ncclbot_sweep.resources import resource_dir
+from conftest import local_inventory_text
 
 INV = """\
 name: sim-test
@@ -122,19 +123,37 @@ def test_live_campaign_policies_variants_and_plugin_env():
     labels = [(s.policy, s.variant) for s in plan.steps]
     assert ("stock", "default") in labels and ("AUTO", "default") in labels
     assert {p for p, _ in labels} == {"stock", "AUTO", "ucb1", "greedy", "etc"}
-    assert {v for p, v in labels if p == "ucb1"} == {"default", "sync-4", "sync-16", "sync-64"}
-    assert ("AUTO", "profiling-only") in labels and len(labels) == 9
+    assert {v for p, v in labels if p == "AUTO"} == {"default", "timed", "sync-4", "sync-16", "sync-64"}
+    assert len(labels) == 9
     stock = next(s for s in plan.steps if s.policy == "stock")
     assert not stock.plugin and "NCCL_TUNER_PLUGIN" not in stock.env
-    ucb = next(s for s in plan.steps if s.policy == "ucb1" and s.variant == "sync-16")
-    assert ucb.plugin and ucb.env["NCCLBOT_POLICY"] == "ucb1" and ucb.env["NCCLBOT_SYNC_EVERY"] == "16"
-    assert ucb.env["NCCL_TUNER_PLUGIN"] == ucb.env["NCCL_PROFILER_PLUGIN"]
+    rung = next(s for s in plan.steps if s.policy == "AUTO" and s.variant == "sync-16")
+    assert rung.plugin and rung.env["NCCLBOT_POLICY"] == "auto" and rung.env["NCCLBOT_SYNC_EVERY"] == "16"
+    assert rung.env["NCCLBOT_MIN_BYTES"] == "0" and rung.env["NCCL_TUNER_PLUGIN"] == rung.env["NCCL_PROFILER_PLUGIN"]
+    timed = next(s for s in plan.steps if s.variant == "timed")
+    assert timed.env["NCCLBOT_SYNC_ADDR"] == "" and timed.env["NCCLBOT_MIN_BYTES"] == "0"
     assert all(s.arm is None for s in plan.steps)
 
 
 def test_live_without_plugin_path_is_a_plan_error():
+    inventory = parse_inventory_text(local_inventory_text(Path("/opt/nt")))
     with pytest.raises(PlanError, match="no plugin.path"):
-        plan_campaign(load_campaign("live-h100"), load_inventory("sim-h100"))
+        plan_campaign(load_campaign("live-h100"), inventory)
+
+
+def test_sim_inventories_name_the_bundled_plugin():
+    """'bundled' resolves to this checkout's make -C plugin; a missing build names the fix."""
+    from ncclbot_sweep import pluginbuild
+    from ncclbot_sweep.errors import InventoryError
+
+    plan = plan_campaign(load_campaign("live-sim-h100"), load_inventory("sim-h100"))
+    library = pluginbuild.build_dir() / pluginbuild.LIBRARY
+    assert {s.env["NCCL_TUNER_PLUGIN"] for s in plan.steps if s.plugin} == {str(library)}
+    assert {(s.policy, s.variant) for s in plan.steps} >= {("stock", "default"), ("etc", "default")}
+    assert plan.steps[0].sizes == {"min": 512, "max": 16 * 2**30, "factor": 2} and plan.steps[0].iterations >= 400
+    with pytest.raises(InventoryError, match=r"plugin.coordinator is 'bundled' but .* is not built") as info:
+        pluginbuild.bundled_file("no-such-build-output", what="plugin.coordinator")
+    assert "make -C" in str(info.value)
 
 
 def test_forced_arms_set_nccl_algo_and_proto():

@@ -78,7 +78,7 @@ def test_step_json_describes_the_step(tmp_path: Path):
     metas = [json.loads((tmp_path / "jobs" / job.key / "steps" / s.key / "step.json").read_text()) for s in job.steps]
     stock = next(m for m in metas if m["policy"] == "stock")
     assert stock["plugin"] is False and stock["arm"] is None and "NCCL_TUNER_PLUGIN" not in stock["env"]
-    ucb = next(m for m in metas if m["policy"] == "ucb1" and m["variant"] == "sync-4")
+    ucb = next(m for m in metas if m["policy"] == "AUTO" and m["variant"] == "sync-4")
     for field in ("campaign", "campaign_key", "job_key", "step_key", "fabric", "kind", "collective", "binary",
                   "nodes", "gpus_per_node", "ranks", "arm", "policy", "sizes", "iterations", "warmup", "env"):
         assert field in ucb

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncclbot_sweep.cli import main
+from ncclbot_sweep.datasets import read_table
 
 sim = pytest.importorskip("ncclbot_sweep.sim")
 if not hasattr(sim, "bin_dir"):
@@ -18,13 +19,17 @@ if not hasattr(sim, "bin_dir"):
 
 
 def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
-    """52 steps (3 collectives x 4 node counts x every valid arm, 26 sizes, 100 iterations), ingest and report."""
+    """52 steps (3 collectives x 4 node counts x every valid arm, 26 sizes, 100 iterations), ingest and
+    report; then the small live campaign (3 steps, the real plugin, 4 rank processes), ingested."""
     started = time.monotonic()
     result = CliRunner().invoke(main, ["demo", "--out", str(tmp_path)])
     elapsed = time.monotonic() - started
-    assert result.exit_code == 0, result.output + _failed_steps(tmp_path / "campaign")
-    assert "steps: 52/52 ok (52 ok)" in result.output
-    assert elapsed < 150, f"the demo took {elapsed:.0f} s"
+    assert result.exit_code == 0, result.output + _failed_steps(tmp_path / "campaign") + \
+        _failed_steps(tmp_path / "live-campaign")
+    assert "steps: 52/52 ok (52 ok)" in result.output and "steps: 3/3 ok (3 ok)" in result.output
+    assert elapsed < 180, f"the demo took {elapsed:.0f} s"
+    live = read_table(tmp_path / "live-dataset", "live_events")
+    assert "ucb1" in set(live["policy"]) and sorted(live["rank"].unique()) == [0, 1, 2, 3]
     root = tmp_path / "campaign"
     results = sorted(root.glob("jobs/*/steps/*/result.json"))
     assert len(results) == 52

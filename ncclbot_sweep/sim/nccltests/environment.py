@@ -3,7 +3,8 @@
 * The job (from Slurm): nodes (``SLURM_NNODES``/``SLURM_JOB_NUM_NODES``), tasks
   (``SLURM_NTASKS``), this task's rank (``SLURM_PROCID``), host names
   (``SLURM_JOB_NODELIST``). Ranks are ``tasks * nthreads * ngpus``; the local executor runs
-  only task 0, so nothing here counts processes.
+  only task 0, so nothing here counts processes (a live step's rank processes are counted
+  by :mod:`ncclbot_sweep.sim.live`).
 * The fabric and seed (``NCCLBOT_SIM_FABRIC``, ``NCCLBOT_SIM_SEED``).
 * ``NCCL_ALGO``/``NCCL_PROTO`` in the 2.24+ syntax ``[list][;func:list]*`` with ``^``
   exclusions (``shared/reference/nccl-plugin-api.md`` section 9), and the debug settings
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from ncclbot_sweep.names import ALGORITHMS, COLLECTIVES, PROTOCOLS, canonical_algorithm, canonical_collective, canonical_protocol
 
 __all__ = [
+    "SUBSYSTEMS",
     "DebugConfig",
     "EnvError",
     "JobLayout",
@@ -142,7 +144,8 @@ def allowed_names(value: str | None, kind: str, collective: str) -> frozenset[st
     return frozenset(u for u in universe if (u in names) != exclude)
 
 
-_SUBSYS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS",
+#: NCCL_DEBUG_SUBSYS names; index i is the logger flag bit 1 << i (reference section 2).
+SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS",
            "BOOTSTRAP", "REG", "PROFILE", "RAS")
 
 
@@ -176,8 +179,8 @@ def debug_config(env: Mapping[str, str], *, host: str, pid: int) -> DebugConfig:
         exclude = subsys_text.startswith("^")
         tokens = {t.strip() for t in subsys_text.lstrip("^").split(",") if t.strip()}
         if "ALL" in tokens:
-            tokens = set(_SUBSYS)
-        subsystems = set(_SUBSYS) - tokens if exclude else tokens
+            tokens = set(SUBSYSTEMS)
+        subsystems = set(SUBSYSTEMS) - tokens if exclude else tokens
     file_path = env.get("NCCL_DEBUG_FILE") or None
     if file_path:
         file_path = file_path.replace("%h", host).replace("%p", str(pid))

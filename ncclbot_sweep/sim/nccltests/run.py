@@ -18,13 +18,23 @@ from typing import TextIO
 import numpy as np
 
 from ncclbot_sweep import costmodel
+from ncclbot_sweep.errors import NcclbotError
 from ncclbot_sweep.names import BINARY_COLLECTIVE, COLLECTIVES, Arm, all_arms
 from ncclbot_sweep.sim.fabric import SimFabric, fabric_for_env
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
 from ncclbot_sweep.sim.nccltests import report
-from ncclbot_sweep.sim.nccltests.environment import EnvError, JobLayout, allowed_names, debug_config, job_layout
+from ncclbot_sweep.sim.nccltests.environment import (
+    SUBSYSTEMS,
+    EnvError,
+    JobLayout,
+    allowed_names,
+    debug_config,
+    job_layout,
+)
 from ncclbot_sweep.sim.nccltests.ncclog import NcclLog, tuning_table_lines
 from ncclbot_sweep.sim.nccltests.options import DATATYPES, REDOPS, Options, UsageError, parse_options
+from ncclbot_sweep.sim.live import LiveFailure, RankPlace, live_player, open_host, rank_place, wants_plugin
+from ncclbot_sweep.sim.pluginhost import HostError, PluginHost
 from ncclbot_sweep.sim.process import SimProcess, derive_seed
 from ncclbot_sweep.sim.sweep import Warmup, run_sweep
 
@@ -66,6 +76,7 @@ class _Context:
     log: NcclLog
     env: dict[str, str]
     dtype: str = "float"  # the datatype being run (``-d all`` loops)
+    plugin: PluginHost | None = None  # live steps: the plugin loaded as NCCL loads it
 
     @property
     def per_process(self) -> int:
@@ -110,8 +121,8 @@ def _channels(ctx: _Context, arm: Arm, n_bytes: int) -> int:
     return channels
 
 
-def _choose_arm(ctx: _Context, size: int) -> Arm | None:
-    """The arm NCCL runs for this call: AUTO's argmin over what ``NCCL_ALGO``/``NCCL_PROTO`` allow."""
+def _cost_table(ctx: _Context, size: int) -> np.ndarray:
+    """NCCL's cost table ``[algorithm, protocol]`` for this call, over what ``NCCL_ALGO``/``NCCL_PROTO`` allow."""
     algos = allowed_names(ctx.env.get("NCCL_ALGO"), "algo", ctx.collective)
     protos = allowed_names(ctx.env.get("NCCL_PROTO"), "proto", ctx.collective)
     allowed = [
@@ -119,8 +130,12 @@ def _choose_arm(ctx: _Context, size: int) -> Arm | None:
         for arm in _ALL_ARMS
         if (algos is None or arm.algorithm in algos) and (protos is None or arm.protocol in protos)
     ]
-    costs = ctx.fabric.cost_table(ctx.collective, ctx.layout.nodes, size, ranks=ctx.ranks, allowed=allowed)
-    return costmodel.auto_arm(costs)
+    return ctx.fabric.cost_table(ctx.collective, ctx.layout.nodes, size, ranks=ctx.ranks, allowed=allowed)
+
+
+def _choose_arm(ctx: _Context, size: int) -> Arm | None:
+    """The arm NCCL runs for this call without a tuner: AUTO's first minimum of the cost table."""
+    return costmodel.auto_arm(_cost_table(ctx, size))
 
 
 def _no_arm_failure(ctx: _Context) -> TestFailure:
@@ -265,13 +280,19 @@ def _benchmark_one(ctx: _Context, proc: SimProcess, dtype: str, op: str, busbws:
         printed.setdefault(size, (count, log_bytes))
         sizes.append(size)
     op_name, root = _op_and_root(ctx.collective, op, o.root)
+    play = None
+    if ctx.plugin is not None and ctx.collective in COLLECTIVES:
+        play = live_player(ctx.plugin, proc, ctx.collective, table=lambda size: _cost_table(ctx, size),
+                           channels=lambda arm, size: _channels(ctx, arm, size), elt=elt, dtype=_NCCL_TYPES[dtype])
     events = run_sweep(proc, ctx.collective, sizes, lambda size: _arm_or_fail(ctx, size), iters=o.iters,
-                       warmup=o.warmup_iters, agg=o.agg_iters, check=o.check, cycles=o.run_cycles)
+                       warmup=o.warmup_iters, agg=o.agg_iters, check=o.check, cycles=o.run_cycles, play=play)
     for event in events:
         count, log_bytes = printed[event.size]
-        calls = event.calls if isinstance(event, Warmup) else 2 * event.calls_per_pass
-        if event.arm is not None and event.size > 0:
-            ctx.log.collective(ctx.collective, log_bytes, event.arm, _channels(ctx, event.arm, event.size), repeat=calls)
+        if event.size > 0:
+            for arm, calls in event.played:  # NCCL's per-call choice lines: the arm each call played
+                if arm is not None:
+                    ctx.log.collective(ctx.collective, log_bytes, arm, _channels(ctx, arm, event.size), repeat=calls)
+        _relay_plugin_log(ctx)
         if isinstance(event, Warmup):
             continue
         ctx.log.flush()
@@ -383,12 +404,18 @@ def main(argv: list[str], *, env: dict[str, str] | None = None, stdout: TextIO |
         sys.stderr.write(f"{binary}: NCCLBOT_SIM_FABRIC: {exc}\n")
         return 1
     layout = job_layout(env, sim.name)
-    if layout.procid != 0:
-        return 0  # only rank 0 prints; the other tasks take part silently
-    return _run(binary, BINARY_COLLECTIVE[base], options, sim, layout, env, out, argv)
+    live = wants_plugin(env)
+    if layout.procid != 0 and not live:
+        return 0  # only rank 0 prints; without a plugin the other tasks have nothing to do
+    place = rank_place(env, layout.tasks, layout.procid) if live else None
+    if place is not None and place.rank != 0:  # a live rank process: it runs every call, silently
+        with open(os.devnull, "w", encoding="ascii") as quiet:
+            return _run(binary, BINARY_COLLECTIVE[base], dataclasses.replace(options, json_path=None), sim, layout,
+                        env, quiet, argv, place=place)
+    return _run(binary, BINARY_COLLECTIVE[base], options, sim, layout, env, out, argv, place=place)
 
 
-def _run(binary, collective, options, sim, layout, env, out, argv) -> int:
+def _run(binary, collective, options, sim, layout, env, out, argv, *, place: RankPlace | None) -> int:
     ranks = layout.tasks * options.nthreads * options.ngpus
     host, pid = layout.hosts[0], os.getpid()
     per_node = -(-layout.tasks // layout.nodes) * options.nthreads * options.ngpus
@@ -396,7 +423,8 @@ def _run(binary, collective, options, sim, layout, env, out, argv) -> int:
         sys.stderr.write(f"Invalid number of GPUs: {per_node} requested but only {sim.gpus_per_node} were found.\n"
                          "Please check the number of processes and GPUs per process.\n")
         return 1
-    log = NcclLog(debug_config(env, host=host, pid=pid), host=host, pid=pid, stdout=out)
+    quiet_rank = place is not None and place.rank != 0
+    log = NcclLog(debug_config(env, host=host, pid=pid), host=host, pid=pid, stdout=sys.stderr if quiet_rank else out)
     ctx = _Context(binary, collective, options, sim, layout, ranks, host, pid, out, log, env)
     json_handle = json_doc = None
     if options.json_path:
@@ -404,11 +432,19 @@ def _run(binary, collective, options, sim, layout, env, out, argv) -> int:
         if json_handle is not None:
             json_doc = {"version": 3, "start_time": _now(), "args": list(argv), "env": [f"{k}={v}" for k, v in env.items()],
                         "nccl_version": sim.spec.nccl_version_code}
-    proc = SimProcess(sim, nodes=layout.nodes, ranks=ranks, seed=_seed(env, sim.name, binary, layout, ranks, argv))
+    seed = _seed(env, sim.name, binary, layout, ranks, argv)
+    if place is not None and place.rank != 0:
+        # Every rank process has its own noise; rank 0 keeps the step's, so steps that differ
+        # only in plugin settings are served the same GPU times where they play the same arms.
+        seed = derive_seed(seed, "rank", place.rank)
+    proc = SimProcess(sim, nodes=layout.nodes, ranks=ranks, seed=seed)
     status = 0
     try:
         _write_header(ctx, json_doc)
         _write_init_log(ctx)
+        if place is not None:
+            ctx.plugin = _open_plugin(ctx, place, argv)
+            _relay_plugin_log(ctx)
         header = report.column_header(per_iter=bool(options.per_iter_timing), cputime=bool(options.report_cputime),
                                       timestamps=bool(options.report_timestamps))
         out.writelines(line + "\n" for line in header)
@@ -418,12 +454,12 @@ def _run(binary, collective, options, sim, layout, env, out, argv) -> int:
             json_doc["out_of_bounds"] = {"count": 0, "okay": True}
             json_doc["average_bus_bandwidth"] = {"bandwidth": avg, "okay": "unchecked"}
             json_doc["errors"] = [""]
+    except LiveFailure as exc:
+        status = _fail(ctx, TestFailure(f"'unhandled system error (run with NCCL_DEBUG=INFO for details) / {exc}'"))
     except TestFailure as exc:
-        log.flush()
-        out.write(f"{host}: Test NCCL failure common.cu:1279 {exc}\n")
-        out.write(f" .. {host} pid {pid}: Test failure common.cu:1458\n")
-        status = 1
+        status = _fail(ctx, exc)
     finally:
+        _close_plugin(ctx)
         log.close()
         out.flush()
         if json_handle is not None and json_doc is not None:
@@ -431,6 +467,54 @@ def _run(binary, collective, options, sim, layout, env, out, argv) -> int:
             json_handle.write(report.json_dumps(json_doc))
             json_handle.close()
     return status
+
+
+def _fail(ctx: _Context, exc: TestFailure) -> int:
+    """nccl-tests' failure lines; returns the exit status."""
+    ctx.log.flush()
+    ctx.out.write(f"{ctx.host}: Test NCCL failure common.cu:1279 {exc}\n")
+    ctx.out.write(f" .. {ctx.host} pid {ctx.pid}: Test failure common.cu:1458\n")
+    return 1
+
+
+def _open_plugin(ctx: _Context, place: RankPlace, argv: list[str]) -> PluginHost:
+    """This rank's communicator with the plugin; a failing init fails the test as NCCL's would."""
+    env = ctx.env
+    parts = (env.get("SLURM_JOB_ID", ""), env.get("SLURM_STEP_ID", ""), env.get("NCCLSWEEP_STEP_KEY", ""),
+             ctx.binary, ctx.layout.nodes, ctx.ranks, *_seed_args(argv))
+    try:
+        host = open_host(env, ctx.fabric, nodes=ctx.layout.nodes, ranks=ctx.ranks, place=place, seed_parts=parts)
+    except (HostError, NcclbotError) as exc:
+        ctx.log.warn("init.cc:1641", str(exc))
+        raise TestFailure(f"'internal error - please report this issue to the NCCL developers / {exc}'") from None
+    return host
+
+
+def _relay_plugin_log(ctx: _Context) -> None:
+    """Move what the plugin logged into NCCL's log (INFO by subsystem flag, WARN as WARN)."""
+    if ctx.plugin is None:
+        return
+    for record in ctx.plugin.take_log():
+        if record.level <= 2:
+            ctx.log.warn(record.where, record.message)
+            continue
+        subsystem = next((name for bit, name in enumerate(SUBSYSTEMS) if record.flags & (1 << bit)
+                          and ctx.log.config.info(name)), None)
+        if subsystem is not None:
+            ctx.log.info(subsystem, record.message)
+
+
+def _close_plugin(ctx: _Context) -> None:
+    """Finalize the plugin in NCCL's order (tuner, then profiler) and keep its last words."""
+    if ctx.plugin is None:
+        return
+    ctx.plugin.close()
+    _relay_plugin_log(ctx)
+    stats = ctx.plugin.stats()
+    ctx.log.info("INIT", f"NCCLBOT-SIM: plugin host time {stats['host_ns'] / 1000.0:.1f} us in {stats['calls']} "
+                         f"getCollInfo calls and {stats['collectives']} collectives' events (proxy thread "
+                         f"{stats['proxy_ns'] / 1000.0:.1f} us, {stats['kernel_events']} kernel-channel events)")
+    ctx.plugin = None
 
 
 def _now() -> str:

@@ -98,11 +98,95 @@ NCCLSWEEP_PROV_PLUGIN_VERSION=0.1.0 \
 NCCLSWEEP_PROV_WRITER='ncclbot-sweep 0.1.0' \
 ncclbot_provenance || echo "[ncclbot] warning: provenance capture failed (python3 missing?)"
 
+# Exit 3 with one line naming the first call two ranks played differently (templates/trace_check.py).
+ncclbot_check_arms() {
+    python3 - "$1" <<'PY'
+"""Fail a live step whose ranks played different arms on the same call (stdlib only).
+
+The live job script runs this after every step that loads the plugin, on the node that ran
+it (a cluster's compute node has python3 but maybe not ncclbot-sweep): ``python3 - TRACE_DIR``
+with this file as the program. It reads every rank's plugin trace
+(``ncclbot-<comm>-r<rank>.csv``, architecture section 8), keys each ``pull`` row by
+(communicator, collective, size, pull index) and compares the arm across ranks. Different
+ranks playing different arms would hang a real NCCL job (NVIDIA/nccl#1136); the simulator
+would not hang, so this check is what catches it. Exit 0 when every shared call agrees (or
+there is nothing to compare), 3 with one line naming the first divergent call otherwise.
+"""
+
+import csv
+import os
+import re
+import sys
+
+_NAME = re.compile(r"^ncclbot-([0-9a-fA-F]+)-r(\d+)\.csv$")
+DIVERGED = 3
+
+
+def read_pulls(path):
+    """The ``pull`` rows of one trace, in file order: [((collective, size, pull), arm), ...]."""
+    rows = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        lines = (line for line in fh if not line.startswith("#"))
+        for row in csv.DictReader(lines):
+            if row.get("kind") == "pull" and row.get("arm"):
+                rows.append(((row["collective"], int(row["size_bytes"]), int(row["pull"])), row["arm"]))
+    return rows
+
+
+def first_divergence(trace_dir):
+    """A message naming the first call two ranks played differently, or None."""
+    comms = {}
+    for name in sorted(os.listdir(trace_dir)):
+        match = _NAME.match(name)
+        if match:
+            comms.setdefault(match.group(1), {})[int(match.group(2))] = os.path.join(trace_dir, name)
+    for comm, files in sorted(comms.items()):
+        ranks = sorted(files)
+        if len(ranks) < 2:
+            continue
+        reference = read_pulls(files[ranks[0]])
+        others = {rank: dict(read_pulls(files[rank])) for rank in ranks[1:]}
+        for call, (key, arm) in enumerate(reference):
+            for rank, played in others.items():
+                theirs = played.get(key)
+                if theirs is not None and theirs != arm:
+                    collective, size, pull = key
+                    return (f"ranks diverged on communicator {comm}: {collective} of {size} bytes, pull {pull} "
+                            f"(call {call} of rank {ranks[0]}'s trace): rank {ranks[0]} played {arm}, "
+                            f"rank {rank} played {theirs}")
+    return None
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.stderr.write("usage: trace_check.py TRACE_DIR\n")
+        return 2
+    if not os.path.isdir(argv[1]):
+        return 0
+    message = first_divergence(argv[1])
+    if message is None:
+        return 0
+    print(message)
+    return DIVERGED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
+PY
+}
 # The plugin's coordinator keeps every rank's bandit state identical (plugin/README.md);
 # ranks find it at $SLURM_LAUNCH_NODE_IPADDR:20000+jobid%20000, the token comes from the environment.
 export NCCLBOT_SYNC_TOKEN="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-/shared/ncclbot/bin/ncclbot-coordinator --listen "0.0.0.0:$((20000 + ${SLURM_JOB_ID:-0} % 20000))" >>"$JOB_DIR/coordinator.log" 2>&1 &
-ncclbot_coordinator=$!
+if [ -n "${NCCLSWEEP_COORDINATOR_LISTEN:-}" ]; then
+    # The local executor: loopback only, any free port; the ranks are told which one.
+    /shared/ncclbot/bin/ncclbot-coordinator --listen "$NCCLSWEEP_COORDINATOR_LISTEN" >"$JOB_DIR/coordinator.log" 2>&1 &
+    ncclbot_coordinator=$!
+    for _ in $(seq 200); do grep -q '^listening on ' "$JOB_DIR/coordinator.log" 2>/dev/null && break; sleep 0.05; done
+    export NCCLBOT_SYNC_ADDR="$(sed -n 's/^listening on //p' "$JOB_DIR/coordinator.log")"
+else
+    /shared/ncclbot/bin/ncclbot-coordinator --listen "0.0.0.0:$((20000 + ${SLURM_JOB_ID:-0} % 20000))" >>"$JOB_DIR/coordinator.log" 2>&1 &
+    ncclbot_coordinator=$!
+fi
 trap 'kill "$ncclbot_coordinator" 2>/dev/null' EXIT
 ncclbot_failed=0
 
@@ -141,7 +225,7 @@ else
         export NCCL_TUNER_PLUGIN=/shared/ncclbot/lib/libnccl-ncclbot.so
         export NCCL_PROFILER_PLUGIN=/shared/ncclbot/lib/libnccl-ncclbot.so
         export NCCLBOT_POLICY=ucb1
-        mkdir -p "$STEP_DIR/trace"
+        rm -rf "$STEP_DIR/trace" && mkdir -p "$STEP_DIR/trace"
         export NCCLBOT_TRACE_DIR="$STEP_DIR/trace"
         export NCCL_DEBUG=INFO
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
@@ -150,6 +234,14 @@ else
         exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
+    # Every rank must have played the same arm on every call.
+    if [ "$rc" = 0 ]; then
+        ncclbot_diverged="$(ncclbot_check_arms "$STEP_DIR/trace")" || {
+            rc=3
+            echo "[ncclbot] step "29fded58b3b58921": $ncclbot_diverged"
+            echo "$ncclbot_diverged" >>"$STEP_DIR/stderr.txt"
+        }
+    fi
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
     echo "[ncclbot] step "29fded58b3b58921" finished with exit code $rc"
     [ "$rc" = 0 ] || ncclbot_failed=$((ncclbot_failed + 1))
