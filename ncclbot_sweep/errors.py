@@ -21,6 +21,7 @@ __all__ = [
     "SchedulerError",
     "TransportError",
     "ManifestError",
+    "CampaignBusyError",
     "ParseError",
     "DatasetError",
     "AnalysisError",
@@ -83,11 +84,24 @@ class SchedulerError(ExecutorError):
 
 
 class TransportError(ExecutorError):
-    """The local shell or SSH transport failed (connection, authentication, transfer)."""
+    """The local shell or SSH transport failed (connection, authentication, transfer).
+
+    ``retryable`` marks failures worth another attempt (a refused or dropped connection);
+    authentication and host-key problems never are.
+    """
+
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None,
+                 hint: str | None = None, retryable: bool = False) -> None:
+        super().__init__(message, path=path, line=line, hint=hint)
+        self.retryable = retryable
 
 
 class ManifestError(NcclbotError):
     """The campaign manifest is missing, of another schema version, or inconsistent."""
+
+
+class CampaignBusyError(ManifestError):
+    """Another ``submit``/``resume`` holds the campaign folder's runner lock."""
 
 
 class ParseError(NcclbotError):

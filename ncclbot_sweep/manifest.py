@@ -6,7 +6,8 @@ appends a row to ``events``, which triggers keep append-only. The file records i
 version and the version of ncclbot-sweep that created it; opening a file of another schema
 version fails with a message naming both (STYLE habit 17).
 
-Only the campaign runner writes here; ``status`` may read while a runner writes (WAL mode).
+Only the campaign runner (and ``cancel``) write here; ``status`` reads a snapshot
+(:meth:`Manifest.snapshot`) while a runner writes (WAL mode), and never writes the file.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from typing import Any
 
 from ncclbot_sweep import __version__
 from ncclbot_sweep.errors import ManifestError
-from ncclbot_sweep.executors.base import StepOutcome
+from ncclbot_sweep.outcomes import JobState, StepOutcome
+from ncclbot_sweep.paths import CampaignPaths
 
-__all__ = ["SCHEMA_VERSION", "JobPhase", "JobRow", "Manifest", "StepRow"]
+__all__ = ["SCHEMA_VERSION", "JobPhase", "JobRow", "Manifest", "StepRow", "recorded_job_state"]
 
 log = logging.getLogger(__name__)
 
@@ -169,24 +171,33 @@ class Manifest:
     def open(cls, path: Path) -> Manifest:
         """Open an existing manifest; raises ManifestError if missing or of another schema version."""
         path = Path(path)
-        if not path.exists():
-            raise ManifestError("no manifest here", path=path,
-                                hint="run 'ncclbot-sweep submit CAMPAIGN --inventory INV --workdir DIR' first")
+        _require(path)
         conn = cls._connect(path)
-        try:
-            rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise ManifestError(f"not a campaign manifest ({exc})", path=path) from None
-        version = rows.get("schema_version")
-        if version != str(SCHEMA_VERSION):
-            conn.close()
-            raise ManifestError(
-                f"manifest schema version {version} (written by ncclbot-sweep {rows.get('writer_version')}) "
-                f"cannot be read by ncclbot-sweep {__version__}, which reads schema version {SCHEMA_VERSION}",
-                path=path, hint=f"finish this campaign with ncclbot-sweep {rows.get('writer_version')}, "
-                "or start a new campaign folder (there is no migration yet)")
+        _check_schema(conn, path)
         return cls(path, conn)
+
+    @classmethod
+    def snapshot(cls, path: Path) -> Manifest:
+        """A private in-memory copy of an existing manifest, for read-only commands (``status``).
+
+        The file is opened read-only and copied; the copy can be reconciled like the real
+        manifest (so ``status`` shows what the scheduler says) without changing the file.
+        Raises ManifestError like :meth:`open`.
+        """
+        path = Path(path)
+        _require(path)
+        source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            _check_schema(source, path)
+            memory = sqlite3.connect(":memory:", isolation_level=None)
+            source.backup(memory)
+        except sqlite3.DatabaseError as exc:
+            raise ManifestError(f"cannot read the manifest ({exc})", path=path,
+                                hint="check the file's permissions; 'ncclbot-sweep status' only reads it") from exc
+        finally:
+            source.close()
+        memory.row_factory = sqlite3.Row
+        return cls(path, memory)
 
     def close(self) -> None:
         self._conn.close()
@@ -313,6 +324,61 @@ class Manifest:
         """Append a free event (e.g. a reconcile finding or a scheduler error)."""
         with _transaction(self._conn):
             _event(self._conn, job_key, None, kind, detail)
+
+
+def recorded_job_state(step_dir: Path) -> JobState | None:
+    """The final scheduler state the manifest holds for the job of a step folder; None if unknown.
+
+    Ingest calls it so that a step's outcome in ``runs`` follows the same rule, with the same
+    job state, as in the manifest. Reads only; a step folder outside a campaign folder, or a
+    manifest that cannot be read, gives None.
+    """
+    step_dir = Path(step_dir).resolve()
+    if len(step_dir.parents) < 4 or step_dir.parents[0].name != "steps":
+        return None
+    root, job_key = step_dir.parents[3], step_dir.parents[1].name
+    if CampaignPaths.local(root).job_dir(job_key) != step_dir.parents[1]:
+        return None
+    path = Path(CampaignPaths.local(root).manifest)
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)
+        try:
+            row = conn.execute("SELECT scheduler_state FROM jobs WHERE job_key = ?", (job_key,)).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        log.info("cannot read the job state of %s from %s: %s", step_dir, path, exc)
+        return None
+    try:
+        state = JobState(row[0]) if row and row[0] else None
+    except ValueError:
+        return None
+    return state if state is not None and state.finished else None
+
+
+def _require(path: Path) -> None:
+    if not path.exists():
+        raise ManifestError("no manifest here", path=path,
+                            hint="run 'ncclbot-sweep submit CAMPAIGN --inventory INV --workdir DIR' first")
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise ManifestError (closing ``conn``) unless ``conn`` holds a manifest of our schema version."""
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise ManifestError(f"not a campaign manifest ({exc})", path=path) from exc
+    version = rows.get("schema_version")
+    if version != str(SCHEMA_VERSION):
+        conn.close()
+        raise ManifestError(
+            f"manifest schema version {version} (written by ncclbot-sweep {rows.get('writer_version')}) "
+            f"cannot be read by ncclbot-sweep {__version__}, which reads schema version {SCHEMA_VERSION}",
+            path=path, hint=f"finish this campaign with ncclbot-sweep {rows.get('writer_version')}, "
+            "or start a new campaign folder (there is no migration yet)")
 
 
 def manifest_name(key: str | None, meta: dict[str, str]) -> str:

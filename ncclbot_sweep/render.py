@@ -193,7 +193,7 @@ def _file_names() -> dict[str, _Raw]:
     job = CampaignPaths(PurePath("."))
     names = {"exit": step.exit_marker, "stdout": step.stdout, "stderr": step.stderr, "nccl_log": step.nccl_log,
              "result": step.result_json, "trace": step.trace_dir, "job_log": job.job_log("j"),
-             "provenance": job.provenance("j")}
+             "provenance": job.provenance("j"), "coordinator_log": job.coordinator_log("j")}
     out = {}
     for key, path in names.items():
         if not re.match(r"^[A-Za-z0-9._-]+$", path.name):

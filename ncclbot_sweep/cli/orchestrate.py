@@ -70,7 +70,7 @@ def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget:
     from ncclbot_sweep.campaign import load_campaign, plan_campaign
     from ncclbot_sweep.inventory import load_inventory
     from ncclbot_sweep.render import render_campaign
-    from ncclbot_sweep.runner import run_root_for
+    from ncclbot_sweep.campaign_folder import run_root_for
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
                          enforce_budget=not ignore_budget)

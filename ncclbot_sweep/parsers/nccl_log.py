@@ -34,6 +34,7 @@ from ncclbot_sweep.names import (
     canonical_collective,
     canonical_protocol,
 )
+from ncclbot_sweep.outcomes import mentions_invalid_arm
 from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, strip_prefix
 
 __all__ = ["LogFacts", "LogParser", "parse_nccl_log", "DATATYPE_BYTES", "INFO_OF_INTEREST"]
@@ -56,7 +57,6 @@ _CHANNELS_RE = re.compile(r"^(\d+) coll channels")
 _CHANNEL_RING_RE = re.compile(r"^Channel \d+/(\d+) :")
 _ENV_RE = re.compile(r"NCCL_(ALGO|PROTO) set by environment to (\S+)")
 _PLUGIN_RE = re.compile(r"^(?:(TUNER|PROFILER|NET|ENV|Net)/Plugin|NET/\w+ ?: ?Using|Using network|.*plugin).*", re.I)
-_NO_ALGO_RE = re.compile(r"no algorithm/protocol available", re.I)
 _CELL_RE = re.compile(r"^\s*(" + FLOAT_RE + r")\s*/\s*(" + FLOAT_RE + r")\s*$")
 
 #: What makes an ``NCCL INFO`` line worth a look, for every test in :meth:`LogParser.line`
@@ -200,7 +200,7 @@ class LogParser:
                 return
             level, msg = m.group(1), m.group(2)
         self.any_nccl = True
-        if "lgorithm/protocol" in msg and _NO_ALGO_RE.search(msg):
+        if mentions_invalid_arm(msg):
             self.facts.invalid_arm = msg.strip()[:300]
         if level == "WARN":
             return

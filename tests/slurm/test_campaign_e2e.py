@@ -71,7 +71,7 @@ def summary(setup: Setup) -> dict:
 
 
 def manifest_jobs(setup: Setup) -> list:
-    camp = runner.open_campaign(setup.workdir)
+    camp = runner.open_campaign(setup.workdir)  # a read-only snapshot of the manifest
     try:
         return camp.manifest.jobs()
     finally:
@@ -248,7 +248,7 @@ def test_ssh_cut_during_collect_then_collect_again(tmp_path, sshd, slurm_cluster
     fragile = SshTransport(dataclasses.replace(ssh_settings, attempts=1))
     try:
         with pytest.raises(Exception):
-            collect(s.workdir, transport=fragile)
+            collect(s.workdir, executor=SlurmExecutor(fragile))
     finally:
         stop.set()
         thread.join()
