@@ -39,7 +39,7 @@ from ncclbot_sweep.manifest import Manifest
 from ncclbot_sweep.paths import CampaignPaths
 from ncclbot_sweep.render import render_campaign
 
-__all__ = ["CampaignFolder", "create", "job_name", "open_existing", "open_runner", "run_root_for"]
+__all__ = ["CampaignFolder", "create", "open_existing", "open_runner", "run_root_for"]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class CampaignFolder:
         return JobSpec(campaign_key=self.plan.campaign_key, job_key=job_key,
                        local_dir=Path(self.paths.job_dir(job_key)),
                        remote_dir=CampaignPaths(self.run_root).job_dir(job_key), nodes=job.nodes,
-                       time_limit_s=job.time_limit_min * 60, name=job_name(self.plan, job_key))
+                       time_limit_s=job.time_limit_min * 60, name=self.plan.job_name(job_key))
 
     def close(self) -> None:
         """Close the manifest and release the runner lock (if this opening holds it)."""
@@ -86,17 +86,6 @@ class CampaignFolder:
         if self._lock is not None:
             self._lock.close()  # closing the file drops the flock
             self._lock = None
-
-
-def job_name(plan: Plan, job_key: str) -> str:
-    """A job's readable scheduler name: campaign, collectives and node count (``demo-AllReduce-4n``).
-
-    Adoption after a crash goes by the tag (kept in the job's comment), never by this name.
-    """
-    job = next(j for j in plan.jobs if j.key == job_key)
-    collectives = list(dict.fromkeys(s.collective for s in job.steps))
-    what = collectives[0] if len(collectives) == 1 else f"{len(collectives)}colls"
-    return f"{plan.campaign.name}-{what}-{job.nodes}n"
 
 
 def run_root_for(plan: Plan, root: Path) -> PurePosixPath | Path:

@@ -132,10 +132,13 @@ class Manifest:
 
     @classmethod
     def _connect(cls, path: Path) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA foreign_keys=ON")
+        try:
+            conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.OperationalError as exc:
+            raise _storage_error(exc, path) from exc
         return conn
 
     @classmethod
@@ -161,7 +164,7 @@ class Manifest:
         conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
         values = dict(meta, schema_version=str(SCHEMA_VERSION), writer_version=__version__,
                       created_at=str(time.time()))
-        with _transaction(conn):
+        with _transaction(conn, path):
             conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", sorted(values.items()))
             _event(conn, None, None, "created", json.dumps(meta, sort_keys=True))
         log.info("created manifest %s", path)
@@ -216,7 +219,7 @@ class Manifest:
         self._check_packing(jobs)
         now = time.time()
         added = 0
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             start = self._conn.execute("SELECT COALESCE(MAX(position), -1) + 1 FROM jobs").fetchone()[0]
             for offset, job in enumerate(jobs):
                 cur = self._conn.execute(
@@ -282,7 +285,7 @@ class Manifest:
         job = self.job(job_key)
         known = ",".join([*job.known_ids, job_id]) if job_id not in job.known_ids else ",".join(job.known_ids)
         now = time.time()
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             self._conn.execute(
                 "UPDATE jobs SET phase = ?, executor_job_id = ?, known_ids = ?, attempts = attempts + 1, "
                 "scheduler_state = 'PENDING', exit_code = NULL, reason = NULL, submitted_at = ?, updated_at = ? "
@@ -295,7 +298,7 @@ class Manifest:
         job = self.job(job_key)
         if (job.phase, job.scheduler_state, job.exit_code, job.reason) == (phase, scheduler_state, exit_code, reason):
             return False
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             self._conn.execute(
                 "UPDATE jobs SET phase = ?, scheduler_state = ?, exit_code = ?, reason = ?, updated_at = ? "
                 "WHERE job_key = ?", (phase.value, scheduler_state, exit_code, reason, time.time(), job_key))
@@ -312,7 +315,7 @@ class Manifest:
         value = None if outcome is None else outcome.value
         if (row["outcome"], row["exit_code"]) == (value, exit_code):
             return False
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             runs = "runs + 1" if outcome is not None else "runs"
             self._conn.execute(f"UPDATE steps SET outcome = ?, exit_code = ?, runs = {runs}, updated_at = ? "
                                "WHERE step_key = ?", (value, exit_code, time.time(), step_key))
@@ -322,7 +325,7 @@ class Manifest:
 
     def note(self, kind: str, detail: str, *, job_key: str | None = None) -> None:
         """Append a free event (e.g. a reconcile finding or a scheduler error)."""
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             _event(self._conn, job_key, None, kind, detail)
 
 
@@ -397,11 +400,26 @@ def _event(conn: sqlite3.Connection, job_key: str | None, step_key: str | None, 
 
 
 @contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN IMMEDIATE")
+def _transaction(conn: sqlite3.Connection, path: Path | None = None) -> Iterator[None]:
+    """One write; SQLite's disk faults (full, read-only, unopenable) become ManifestError."""
     try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        raise _storage_error(exc, path) from exc
+
+
+def _storage_error(exc: sqlite3.OperationalError, path: Path | None) -> ManifestError:
+    text = str(exc)
+    if "full" in text:
+        hint = "free space on that file system, then run the command again: it continues"
+    elif "readonly" in text or "read-only" in text or "unable to open" in text:
+        hint = "check the permissions of the campaign folder, or that its file system is writable"
+    else:
+        hint = "another program may hold the manifest; run the command again"
+    return ManifestError(f"cannot write the manifest: {text}", path=path, hint=hint)
