@@ -189,16 +189,14 @@ class Manifest:
         """
         path = Path(path)
         _require(path)
-        source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
         try:
-            _check_schema(source, path)
-            memory = sqlite3.connect(":memory:", isolation_level=None)
-            source.backup(memory)
-        except sqlite3.DatabaseError as exc:
-            raise ManifestError(f"cannot read the manifest ({exc})", path=path,
-                                hint="check the file's permissions; 'ncclbot-sweep status' only reads it") from exc
-        finally:
-            source.close()
+            memory = _copy_read_only(path, immutable=not Path(f"{path}-wal").exists())
+        except sqlite3.DatabaseError:  # a runner started meanwhile: read through its write-ahead log
+            try:
+                memory = _copy_read_only(path, immutable=False)
+            except sqlite3.DatabaseError as exc:
+                raise ManifestError(f"cannot read the manifest ({exc})", path=path,
+                                    hint="check the file's permissions; 'ncclbot-sweep status' only reads it") from exc
         memory.row_factory = sqlite3.Row
         return cls(path, memory)
 
@@ -329,6 +327,26 @@ class Manifest:
             _event(self._conn, job_key, None, kind, detail)
 
 
+def _read_only_uri(path: Path, *, immutable: bool) -> str:
+    return f"{path.resolve().as_uri()}?{'mode=ro&immutable=1' if immutable else 'mode=ro'}"
+
+
+def _copy_read_only(path: Path, *, immutable: bool) -> sqlite3.Connection:
+    """An in-memory copy of the manifest at ``path``, opened so that nothing is written.
+
+    With no runner active (no ``-wal`` file) the file is read as immutable, so SQLite does not
+    create its ``-wal``/``-shm`` companions either; with one, through the runner's WAL.
+    """
+    source = sqlite3.connect(_read_only_uri(path, immutable=immutable), uri=True, timeout=30)
+    try:
+        _check_schema(source, path)
+        memory = sqlite3.connect(":memory:", isolation_level=None)
+        source.backup(memory)
+        return memory
+    finally:
+        source.close()
+
+
 def recorded_job_state(step_dir: Path) -> JobState | None:
     """The final scheduler state the manifest holds for the job of a step folder; None if unknown.
 
@@ -346,7 +364,8 @@ def recorded_job_state(step_dir: Path) -> JobState | None:
     if not path.is_file():
         return None
     try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)
+        conn = sqlite3.connect(_read_only_uri(path, immutable=not Path(f"{path}-wal").exists()), uri=True,
+                               timeout=5)
         try:
             row = conn.execute("SELECT scheduler_state FROM jobs WHERE job_key = ?", (job_key,)).fetchone()
         finally:
