@@ -44,6 +44,8 @@ from ncclbot_sweep.names import (
     all_arms,
     arm_invalid_reason,
     canonical_collective,
+    human_size,
+    parse_size,
 )
 from ncclbot_sweep.specfile import SpecModel, load_spec, parse_spec
 
@@ -74,28 +76,6 @@ Axis = Literal["collective", "nodes", "arm", "policy", "variant", "repeat"]
 STOCK = "stock"
 #: The most steps one campaign may expand into (a large real sweep has tens of thousands).
 MAX_STEPS = 200_000
-
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
-          "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
-
-
-def parse_size(value: int | str) -> int:
-    """Bytes from ``4096``, ``"512B"``, ``"1M"`` or ``"16GiB"`` (binary units, as nccl-tests)."""
-    if isinstance(value, bool):
-        raise ValueError(f"size must be bytes or a string like '16GiB', but got {value!r}")
-    if isinstance(value, int):
-        number, unit = value, ""
-    else:
-        match = _SIZE_RE.match(str(value))
-        if not match or match.group(2).upper() not in _UNITS:
-            raise ValueError(f"size must be bytes or a string like '512B', '1M', '16GiB', but got {value!r}")
-        number, unit = int(match.group(1)), match.group(2)
-    size = number * _UNITS[unit.upper()]
-    if size < 0:
-        raise ValueError(f"size must not be negative, but got {value!r}")
-    return size
-
 
 def content_key(payload: Any) -> str:
     """A stable 16-hex-digit key: SHA-256 of the canonical JSON of ``payload``."""
@@ -697,14 +677,6 @@ def iter_scenarios(plan: Plan) -> Iterable[tuple[str, int, list[Step]]]:
         groups.setdefault((step.collective, step.nodes), []).append(step)
     for (collective, nodes), members in groups.items():
         yield collective, nodes, members
-
-
-def human_size(size: int) -> str:
-    """``16 GiB`` for 17179869184, ``512 B`` for 512 (binary units, exact multiples only)."""
-    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor} {unit}"
-    return f"{size} B"
 
 
 def describe_plan(plan: Plan) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 from ncclbot_sweep import datasets
 from ncclbot_sweep.errors import DatasetError
 from ncclbot_sweep.manifest import recorded_job_state
+from ncclbot_sweep.names import is_synthetic_fabric
 from ncclbot_sweep.outcomes import (
     StepOutcome,
     classify_step,
@@ -461,7 +462,7 @@ def _batches(items: list[Any]) -> Iterator[Any]:
 def _clean_run(run: dict[str, Any], source: SourceInfo) -> dict[str, Any]:
     out = {k: v for k, v in run.items() if not k.startswith("_")}
     out.setdefault("fabric", source.fabric)
-    out["synthetic"] = datasets.is_synthetic_fabric(out.get("fabric"))
+    out["synthetic"] = is_synthetic_fabric(out.get("fabric"))
     if out.get("nodes") and out.get("ranks") and not out.get("gpus_per_node"):
         out["gpus_per_node"] = out["ranks"] // out["nodes"]
     return out

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ncclbot_sweep.errors import InventoryError
-from ncclbot_sweep.names import PROTOCOLS, FabricOffer, canonical_protocol
+from ncclbot_sweep.names import PROTOCOLS, FabricOffer, canonical_protocol, is_synthetic_fabric
 from ncclbot_sweep.specfile import SpecModel, load_spec, parse_spec
 
 __all__ = [
@@ -336,8 +336,8 @@ class Inventory(SpecModel):
 
     @property
     def synthetic(self) -> bool:
-        """Simulated fabrics are named ``sim-*`` and their data are labelled synthetic."""
-        return self.name.startswith("sim-")
+        """Simulated fabrics' data are labelled synthetic (:func:`names.is_synthetic_fabric`)."""
+        return is_synthetic_fabric(self.name)
 
     def offer(self) -> FabricOffer:
         return self.algorithms.offer()

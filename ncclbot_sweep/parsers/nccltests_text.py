@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ncclbot_sweep.names import BINARY_COLLECTIVE
+from ncclbot_sweep.names import BINARY_COLLECTIVE, collective_in_text
 from ncclbot_sweep.outcomes import mentions_invalid_arm
 from ncclbot_sweep.parsers import textblock
 from ncclbot_sweep.parsers.common import (
@@ -721,22 +721,9 @@ def _collective(run: _Run, meta: Any, path: str) -> str | None:
     return collective_from_name(path)
 
 
-_FILE_HINTS = [
-    ("reduce_scatter", "ReduceScatter"), ("reducescatter", "ReduceScatter"),
-    ("all_reduce", "AllReduce"), ("allreduce", "AllReduce"), ("all_gather", "AllGather"),
-    ("allgather", "AllGather"), ("alltoall", "AlltoAll"), ("all_to_all", "AlltoAll"),
-    ("sendrecv", "SendRecv"), ("broadcast", "Broadcast"), ("hypercube", "HyperCube"),
-    ("scatter", "Scatter"), ("gather", "Gather"), ("reduce", "Reduce"),
-]
-
-
 def collective_from_name(path: str) -> str | None:
     """A collective named in a file name (``nccl_allgather.log``), or None."""
-    name = path.replace("\\", "/").rsplit("/", 1)[-1].lower().replace("-", "_")
-    for hint, coll in _FILE_HINTS:
-        if hint in name:
-            return coll
-    return None
+    return collective_in_text(path.replace("\\", "/").rsplit("/", 1)[-1])
 
 
 # ------------------------------------------------------------------ numeric block conversion

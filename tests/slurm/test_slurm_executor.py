@@ -30,7 +30,7 @@ def make_job(tmp_path: Path, body: str, *, nodes: int = 4, sbatch: tuple[str, ..
     (local / "job.sh").write_text("\n".join(lines) + "\n")
     (local / "steps" / "s1" / "step.json").write_text("{}\n")
     return JobSpec(campaign_key=campaign, job_key=key, local_dir=local, remote_dir=PurePosixPath(run),
-                   nodes=nodes, time_limit_s=300)
+                   nodes=nodes, time_limit_s=300, name=f"{campaign}-AllReduce-{nodes}n")
 
 
 HOSTS_STEP = ('srun --nodes=4 --ntasks=4 bash -c \'echo "$SLURMD_NODENAME"\' >"$STEP/stdout.txt"; '
@@ -77,7 +77,7 @@ def test_four_node_job_runs_tagged_and_comes_back(executor, slurm_cluster, tmp_p
     job = make_job(tmp_path, HOSTS_STEP, remote=executor.kind == "ssh")
     job_id = executor.submit(job)
     named = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%j %k").stdout.split()
-    assert named == [job.tag, job.tag]
+    assert named == [job.name, job.tag]  # a readable name; the tag in the comment finds it again
     assert executor.find_tagged("camp")[job.tag] == job_id
     assert executor.find_tagged("other") == {}
     status = wait_final(executor, [job_id])[job_id]
