@@ -481,7 +481,7 @@ def _check_exclusions(campaign: Campaign) -> None:
                 try:
                     _canon_axis(axis, option)
                 except ValueError as exc:
-                    raise CampaignError(f"exclude[{i}].{axis}: {exc}") from None
+                    raise CampaignError(f"exclude[{i}].{axis}: {exc}") from exc
 
 
 def _select_arms(campaign: Campaign, inventory: Inventory, collective: str, nodes: int,

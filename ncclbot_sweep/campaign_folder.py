@@ -112,7 +112,7 @@ def _take_lock(root: Path, command: str, wait_s: float) -> IO[str]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
-        except BlockingIOError:
+        except BlockingIOError as exc:
             if time.monotonic() >= deadline:
                 holder = _holder(path)
                 fh.close()
@@ -120,7 +120,7 @@ def _take_lock(root: Path, command: str, wait_s: float) -> IO[str]:
                     f"another ncclbot-sweep {holder} is running this campaign", path=root,
                     hint="wait for it to end, follow it with 'ncclbot-sweep status DIR', or stop it "
                          "(Ctrl-C, or 'ncclbot-sweep cancel DIR'); only one submit or resume runs a "
-                         "campaign at a time") from None
+                         "campaign at a time") from exc
             time.sleep(_LOCK_POLL_S)
     fh.seek(0)
     fh.truncate()
