@@ -74,6 +74,12 @@ def _sbatch_word(value: str | None) -> str | None:
     return value
 
 
+def _sbatch_words(values: list[str]) -> list[str]:
+    for value in values:
+        _sbatch_word(value)
+    return values
+
+
 def _sbatch_text(value: str | None) -> str | None:
     if value is not None and (problem := sbatch_value_problem(value)):
         raise ValueError(problem)
@@ -133,12 +139,7 @@ class Scheduler(SpecModel):
     _words = field_validator("partition", "account", "qos", "reservation")(_sbatch_word)
     _constraint = field_validator("constraint")(_sbatch_text)
 
-    @field_validator("exclude")
-    @classmethod
-    def _hosts(cls, values: list[str]) -> list[str]:
-        for value in values:
-            _sbatch_word(value)
-        return values
+    _hosts = field_validator("exclude")(_sbatch_words)
 
     @field_validator("extra_sbatch")
     @classmethod
@@ -194,12 +195,7 @@ class NodeSet(SpecModel):
     _nodelist = field_validator("nodelist")(_sbatch_word)
     _constraint = field_validator("constraint")(_sbatch_text)
 
-    @field_validator("exclude")
-    @classmethod
-    def _hosts(cls, values: list[str]) -> list[str]:
-        for value in values:
-            _sbatch_word(value)
-        return values
+    _hosts = field_validator("exclude")(_sbatch_words)
 
     def segment(self, nodes: int) -> int | None:
         """The ``--segment`` for a job of ``nodes`` nodes: its largest divisor that fits a block."""

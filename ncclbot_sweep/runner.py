@@ -27,13 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep import campaign_folder
-from ncclbot_sweep.campaign import Plan
 from ncclbot_sweep.campaign_folder import CampaignFolder
 from ncclbot_sweep.errors import ExecutorError
 from ncclbot_sweep.executors import Executor, JobSpec, JobState, JobStatus, StepOutcome, make_executor
-from ncclbot_sweep.manifest import JobPhase, Manifest
+from ncclbot_sweep.manifest import JobPhase
 from ncclbot_sweep.outcomes import classify_step, last_error_line, read_exit_marker, step_mentions_invalid_arm
-from ncclbot_sweep.paths import CampaignPaths
 
 __all__ = ["CampaignSummary", "Progress", "cancel", "open_campaign", "prepare", "reconcile", "resume",
            "status", "submit"]
@@ -87,22 +85,6 @@ class _Campaign:
     folder: CampaignFolder
     executor: Executor
 
-    @property
-    def root(self) -> Path:
-        return self.folder.root
-
-    @property
-    def plan(self) -> Plan:
-        return self.folder.plan
-
-    @property
-    def manifest(self) -> Manifest:
-        return self.folder.manifest
-
-    @property
-    def paths(self) -> CampaignPaths:
-        return self.folder.paths
-
     def close(self) -> None:
         try:
             self.executor.close()
@@ -150,7 +132,7 @@ def _spec(camp: _Campaign, job_key: str) -> JobSpec:
 def _step_outcome(camp: _Campaign, job_key: str, step_key: str, job_state: JobState | None) -> tuple[
         StepOutcome | None, int | None]:
     """A step's outcome from its folder; ``job_state`` is the job's final state (None: still running)."""
-    files = camp.paths.step_files(job_key, step_key)
+    files = camp.folder.paths.step_files(job_key, step_key)
     code = read_exit_marker(files.exit_marker)
     invalid = code not in (None, 0) and step_mentions_invalid_arm(files)
     outcome = classify_step(code, job_state=job_state, started=Path(files.stdout).exists(), invalid_arm=invalid)
@@ -158,35 +140,35 @@ def _step_outcome(camp: _Campaign, job_key: str, step_key: str, job_state: JobSt
 
 
 def _classify_steps(camp: _Campaign, job_key: str, job_state: JobState | None) -> None:
-    for step in camp.manifest.steps(job_key):
+    for step in camp.folder.manifest.steps(job_key):
         outcome, code = _step_outcome(camp, job_key, step.step_key, job_state)
         if outcome is None and step.outcome is not None and job_state is None:
             continue  # a running job re-runs an old failed step: keep the old outcome until it ends
         if outcome is None and step.outcome is StepOutcome.OK:
             continue
-        camp.manifest.record_step(step.step_key, outcome, exit_code=code)
+        camp.folder.manifest.record_step(step.step_key, outcome, exit_code=code)
 
 
 def _adopt(camp: _Campaign) -> None:
     """Adopt jobs the executor has under our tags that the manifest does not know of (crash window)."""
     try:
-        tagged = camp.executor.find_tagged(camp.plan.campaign_key)
+        tagged = camp.executor.find_tagged(camp.folder.plan.campaign_key)
     except ExecutorError as exc:  # retried on the next reconcile, like a failed poll
         log.warning("could not list the campaign's jobs on the scheduler, will retry: %s", exc)
-        camp.manifest.note("find_tagged_failed", str(exc))
+        camp.folder.manifest.note("find_tagged_failed", str(exc))
         return
-    for job in camp.manifest.jobs():
+    for job in camp.folder.manifest.jobs():
         job_id = tagged.get(_spec(camp, job.job_key).tag) if camp.folder.in_plan(job.job_key) else None
         if job_id is None or job_id in job.known_ids:
             continue
         log.warning("adopting job %s (executor id %s) submitted before a crash", job.job_key, job_id)
-        camp.manifest.mark_submitted(job.job_key, job_id, adopted=True)
+        camp.folder.manifest.mark_submitted(job.job_key, job_id, adopted=True)
 
 
 def reconcile(camp: _Campaign, unknown_polls: dict[str, int] | None = None) -> bool:
     """Bring the manifest in line with the executor (one batched poll). Returns True if anything changed."""
     _adopt(camp)
-    open_jobs = [j for j in camp.manifest.jobs([JobPhase.SUBMITTED]) if j.executor_job_id]
+    open_jobs = [j for j in camp.folder.manifest.jobs([JobPhase.SUBMITTED]) if j.executor_job_id]
     if not open_jobs:
         return False
     ids = [j.executor_job_id for j in open_jobs]
@@ -194,7 +176,7 @@ def reconcile(camp: _Campaign, unknown_polls: dict[str, int] | None = None) -> b
         statuses = camp.executor.poll(ids) if camp.folder.writable else camp.executor.peek(ids)
     except ExecutorError as exc:  # scheduler trouble is logged and retried, never fatal
         log.warning("poll failed, will retry: %s", exc)
-        camp.manifest.note("poll_failed", str(exc))
+        camp.folder.manifest.note("poll_failed", str(exc))
         return False
     changed = False
     unknown_polls = {} if unknown_polls is None else unknown_polls
@@ -209,7 +191,7 @@ def reconcile(camp: _Campaign, unknown_polls: dict[str, int] | None = None) -> b
         if st.state.finished:
             changed |= _finish(camp, job.job_key, st)
         else:
-            changed |= camp.manifest.update_job(job.job_key, JobPhase.SUBMITTED, scheduler_state=st.state.value,
+            changed |= camp.folder.manifest.update_job(job.job_key, JobPhase.SUBMITTED, scheduler_state=st.state.value,
                                                 reason=st.reason or None)
             _classify_steps(camp, job.job_key, None)
     return changed
@@ -222,11 +204,11 @@ def _finish(camp: _Campaign, job_key: str, st: JobStatus) -> bool:
             camp.executor.fetch(_spec(camp, job_key))
         except ExecutorError as exc:
             log.warning("fetching job %s failed, will retry: %s", job_key, exc)
-            camp.manifest.note("fetch_failed", str(exc), job_key=job_key)
+            camp.folder.manifest.note("fetch_failed", str(exc), job_key=job_key)
             return False
     _classify_steps(camp, job_key, st.state)
     phase = JobPhase.CANCELLED if st.state is JobState.CANCELLED else JobPhase.FINISHED
-    return camp.manifest.update_job(job_key, phase, scheduler_state=st.state.value, exit_code=st.exit_code,
+    return camp.folder.manifest.update_job(job_key, phase, scheduler_state=st.state.value, exit_code=st.exit_code,
                                     reason=st.reason or None)
 
 
@@ -235,16 +217,16 @@ def _finish(camp: _Campaign, job_key: str, st: JobStatus) -> bool:
 
 def _submit_ready(camp: _Campaign, *, retry: bool) -> list[str]:
     """Submit planned jobs (only never-submitted ones unless ``retry``) within the queue limit."""
-    limit = camp.plan.inventory.scheduler.max_jobs_in_queue
-    open_count = len(camp.manifest.jobs([JobPhase.SUBMITTED]))
+    limit = camp.folder.plan.inventory.scheduler.max_jobs_in_queue
+    open_count = len(camp.folder.manifest.jobs([JobPhase.SUBMITTED]))
     submitted = []
-    for job in camp.manifest.jobs([JobPhase.PLANNED]):
+    for job in camp.folder.manifest.jobs([JobPhase.PLANNED]):
         if open_count >= limit:
             break
         if (job.attempts and not retry) or not camp.folder.in_plan(job.job_key):
             continue
         job_id = camp.executor.submit(_spec(camp, job.job_key))
-        camp.manifest.mark_submitted(job.job_key, job_id)
+        camp.folder.manifest.mark_submitted(job.job_key, job_id)
         open_count += 1
         submitted.append(job.job_key)
     return submitted
@@ -258,19 +240,19 @@ def _requeue_unfinished(camp: _Campaign, already: set[str]) -> int:
     itself is not retried again (a deterministic failure must not loop).
     """
     count = 0
-    for job in camp.manifest.jobs([JobPhase.FINISHED, JobPhase.CANCELLED]):
+    for job in camp.folder.manifest.jobs([JobPhase.FINISHED, JobPhase.CANCELLED]):
         if job.job_key in already or not camp.folder.in_plan(job.job_key):
             continue
-        if all(s.outcome is StepOutcome.OK for s in camp.manifest.steps(job.job_key)):
+        if all(s.outcome is StepOutcome.OK for s in camp.folder.manifest.steps(job.job_key)):
             continue
-        camp.manifest.update_job(job.job_key, JobPhase.PLANNED, reason="re-queued by resume")
+        camp.folder.manifest.update_job(job.job_key, JobPhase.PLANNED, reason="re-queued by resume")
         count += 1
     return count
 
 
 def _watch(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: bool) -> None:
     """Submit, poll and reconcile until no job is open and none is left to submit."""
-    sched = camp.plan.inventory.scheduler
+    sched = camp.folder.plan.inventory.scheduler
     interval = sched.poll_interval_s
     unknown: dict[str, int] = {}
     submitted_here: set[str] = set()
@@ -285,7 +267,7 @@ def _watch(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: boo
         if progress:
             done = summary.total_steps - summary.steps.get("pending", 0)
             progress(done, summary.total_steps, _progress_message(summary))
-        waiting = [j for j in camp.manifest.jobs([JobPhase.PLANNED]) if retry or not j.attempts]
+        waiting = [j for j in camp.folder.manifest.jobs([JobPhase.PLANNED]) if retry or not j.attempts]
         if not wait or (summary.open_jobs == 0 and not waiting):
             return
         interval = sched.poll_interval_s if changed else min(interval * 2, sched.poll_interval_max_s)
@@ -304,20 +286,20 @@ def _summarise(camp: _Campaign) -> CampaignSummary:
     steps: dict[str, int] = {}
     failed = []
     ok_per_job: dict[str, int] = {}
-    plan_steps = {s.key for s in camp.plan.steps}
-    for step in camp.manifest.steps():
+    plan_steps = {s.key for s in camp.folder.plan.steps}
+    for step in camp.folder.manifest.steps():
         if step.step_key not in plan_steps:
             continue
         key = "pending" if step.outcome is None else step.outcome.value
         steps[key] = steps.get(key, 0) + 1
         ok_per_job[step.job_key] = ok_per_job.get(step.job_key, 0) + (step.outcome is StepOutcome.OK)
         if step.outcome not in (None, StepOutcome.OK):
-            files = camp.paths.step_files(step.job_key, step.step_key)
+            files = camp.folder.paths.step_files(step.job_key, step.step_key)
             failed.append({"job_key": step.job_key, "step_key": step.step_key, "label": step.label,
                            "outcome": step.outcome.value, "exit_code": step.exit_code,
                            "last_error": last_error_line(files)})
     rows = []
-    for job in camp.manifest.jobs():
+    for job in camp.folder.manifest.jobs():
         if not camp.folder.in_plan(job.job_key):
             continue
         jobs[job.phase.value] = jobs.get(job.phase.value, 0) + 1
@@ -325,8 +307,8 @@ def _summarise(camp: _Campaign) -> CampaignSummary:
                      "scheduler_state": job.scheduler_state, "executor_job_id": job.executor_job_id,
                      "attempts": job.attempts, "steps_ok": ok_per_job.get(job.job_key, 0), "steps": job.n_steps,
                      "reason": job.reason})
-    meta = camp.manifest.meta()
-    return CampaignSummary(root=camp.root, campaign=meta.get("campaign", ""), campaign_key=camp.plan.campaign_key,
+    meta = camp.folder.manifest.meta()
+    return CampaignSummary(root=camp.folder.root, campaign=meta.get("campaign", ""), campaign_key=camp.folder.plan.campaign_key,
                            fabric=meta.get("fabric", ""), jobs=jobs, steps=steps, total_steps=len(plan_steps),
                            failed=failed, job_rows=rows)
 
@@ -387,14 +369,14 @@ def cancel(workdir: Path | str, *, executor: Executor | None = None) -> Campaign
     camp = open_campaign(workdir, executor=executor, writable=True)
     try:
         reconcile(camp)
-        open_jobs = camp.manifest.jobs([JobPhase.SUBMITTED])
+        open_jobs = camp.folder.manifest.jobs([JobPhase.SUBMITTED])
         ids = [j.executor_job_id for j in open_jobs if j.executor_job_id]
         if ids:
             camp.executor.cancel(ids)
         for job in open_jobs:
             _finish(camp, job.job_key, JobStatus(JobState.CANCELLED, reason="cancelled by the user"))
-        for job in camp.manifest.jobs([JobPhase.PLANNED]):
-            camp.manifest.update_job(job.job_key, JobPhase.CANCELLED, reason="cancelled before submission")
+        for job in camp.folder.manifest.jobs([JobPhase.PLANNED]):
+            camp.folder.manifest.update_job(job.job_key, JobPhase.CANCELLED, reason="cancelled before submission")
         return _summarise(camp)
     finally:
         camp.close()

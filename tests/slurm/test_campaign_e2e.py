@@ -73,7 +73,7 @@ def summary(setup: Setup) -> dict:
 def manifest_jobs(setup: Setup) -> list:
     camp = runner.open_campaign(setup.workdir)  # a read-only snapshot of the manifest
     try:
-        return camp.manifest.jobs()
+        return camp.folder.manifest.jobs()
     finally:
         camp.close()
 
