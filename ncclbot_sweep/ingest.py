@@ -30,7 +30,7 @@ from ncclbot_sweep.names import is_synthetic_fabric
 from ncclbot_sweep.outcomes import StepOutcome, classify_step, last_error_line, read_exit_marker, step_mentions_invalid_arm
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
-from ncclbot_sweep.paths import CampaignPaths, StepFiles
+from ncclbot_sweep.paths import STEP_META, CampaignPaths, StepFiles
 
 __all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
 
@@ -85,10 +85,10 @@ def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
         if path.is_file():
             yield _Unit("file", path)
             continue
-        if (path / "step.json").is_file():
+        if (path / STEP_META).is_file():
             yield _Unit("step", path)
             continue
-        step_dirs = sorted(p.parent for p in path.rglob("step.json"))
+        step_dirs = sorted(p.parent for p in path.rglob(STEP_META))
         inside = set(step_dirs)
         for step in step_dirs:
             yield _Unit("step", step)
