@@ -27,7 +27,8 @@ from ncclbot_sweep import datasets
 from ncclbot_sweep.errors import DatasetError
 from ncclbot_sweep.manifest import recorded_job_state
 from ncclbot_sweep.names import is_synthetic_fabric
-from ncclbot_sweep.outcomes import StepOutcome, classify_step, last_error_line, read_exit_marker, step_mentions_invalid_arm
+from ncclbot_sweep.outcomes import StepOutcome, classify_step, last_error_line, read_exit_marker
+from ncclbot_sweep.outcomes import step_mentions_invalid_arm
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
 from ncclbot_sweep.paths import STEP_META, CampaignPaths, StepFiles

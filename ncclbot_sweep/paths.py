@@ -8,9 +8,10 @@
 
 ``.runner.lock`` is held by the one ``submit``/``resume`` that runs the campaign
 (:mod:`ncclbot_sweep.campaign_folder`); ``.executor/`` is the local executor's state. A
-download in progress is ``<file>.ncclbot-part`` (:data:`PART_SUFFIX`). ``step.json`` is written when the job is rendered and says what the step is (campaign,
-fabric, kind, collective, nodes, ranks, arm or policy, environment); ingest reads it so a
-step folder explains itself. ``result.json`` is nccl-tests' ``-J`` output.
+download in progress is ``<file>.ncclbot-part`` (:data:`PART_SUFFIX`). ``step.json`` is
+written when the job is rendered and says what the step is (campaign, fabric, kind,
+collective, nodes, ranks, arm or policy, environment); ingest reads it so a step folder
+explains itself. ``result.json`` is nccl-tests' ``-J`` output.
 
 The same layout holds locally and on the cluster; only the root differs. Nothing else in
 the package spells these file names.

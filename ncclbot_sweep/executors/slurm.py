@@ -3,9 +3,9 @@
 It implements the four operations of :class:`~ncclbot_sweep.executors.base.Executor` and
 keeps the runner's guarantees on a real scheduler:
 
-* **submit** uploads the rendered inputs (``job.sh``, ``step.json``; over SSH) and runs ``sbatch --parsable`` with a
-  readable ``--job-name`` (campaign, collective, nodes), the job tag in ``--comment`` and ``--no-requeue`` (Slurm must never re-run
-  a job's steps on its own). A refusal for a QOS or submit limit, or a controller that is
+* **submit** uploads the rendered inputs (``job.sh``, ``step.json``; over SSH) and runs
+  ``sbatch --parsable`` with a readable ``--job-name`` (campaign, collective, nodes), the job
+  tag in ``--comment`` and ``--no-requeue`` (Slurm must never re-run a job's steps on its own). A refusal for a QOS or submit limit, or a controller that is
   restarting, is retried with doubling backoff; before each retry the tag is looked up, so
   a job that was queued although ``sbatch`` failed is adopted, never submitted twice.
 * **poll** is one ``squeue`` call for all open jobs (reusing the listing ``find_tagged``

@@ -344,7 +344,8 @@ class LogParser:
             self._last_choice = (key, last[1], text)
             return
         base = self.base()
-        row = {**base, "seq": self.seq - 1, "collective": coll, "size_bytes": full_buffer_bytes(coll, size, base["ranks"]),
+        row = {**base, "seq": self.seq - 1, "collective": coll,
+               "size_bytes": full_buffer_bytes(coll, size, base["ranks"]),
                "log_bytes": size, "arm": arm,
                "channels": channels, "channel_lo": int(lo) if lo else None, "channel_hi": int(hi) if hi else None,
                "predicted_us": predicted, "kind": "algo", "line": lineno, "calls": 1}

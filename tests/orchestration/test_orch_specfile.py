@@ -68,7 +68,8 @@ def test_expansion_size_is_checked_before_steps_are_built():
         _fast(lambda: plan_campaign(campaign, inventory), 1.0)
     many = ", ".join(str(1024 + i) for i in range(20_000))
     with pytest.raises(CampaignError, match="sizes.list: Tuple should have at most 4096 items"):
-        _fast(lambda: parse_campaign_text(SMALL_CAMPAIGN.replace("sizes: {min: 1K, max: 64K}", f"sizes: {{list: [{many}]}}")))
+        text = SMALL_CAMPAIGN.replace("sizes: {min: 1K, max: 64K}", f"sizes: {{list: [{many}]}}")
+        _fast(lambda: parse_campaign_text(text))
 
 
 @pytest.mark.parametrize(("extra", "line", "needle"), [

@@ -37,9 +37,10 @@ HOSTS_STEP = ('srun --nodes=4 --ntasks=4 bash -c \'echo "$SLURMD_NODENAME"\' >"$
               'echo $? >"$STEP/exit"')
 
 
-def ids_named(cluster, name: str) -> list[str]:
-    """Every job id Slurm has under this name (to prove nothing was submitted twice)."""
-    return cluster.run("squeue", "-h", "-t", "all", "-n", name, "-o", "%i").stdout.split()
+def ids_tagged(cluster, tag: str) -> list[str]:
+    """Every job id Slurm has under this tag, kept in the comment (to prove nothing was submitted twice)."""
+    rows = (line.split("|", 1) for line in cluster.run("squeue", "-h", "-t", "all", "-o", "%i|%k").stdout.splitlines())
+    return [job_id for job_id, comment in rows if comment.strip() == tag]
 
 
 def wait_final(executor: SlurmExecutor, ids: list[str], timeout: float = 60) -> dict:
@@ -166,7 +167,7 @@ def test_submit_waits_for_a_restarting_controller(ssh_settings, slurm_cluster, t
         job_id = ex.submit(job)
     finally:
         restart.join()
-    assert ids_named(slurm_cluster, job.tag) == [job_id]  # one job, not two
+    assert ids_tagged(slurm_cluster, job.tag) == [job_id]  # one job, not two
     assert wait_final(ex, [job_id])[job_id].state is JobState.COMPLETED
     ex.close()
 
@@ -185,7 +186,7 @@ def test_refused_while_the_partition_drains_then_resubmitted(slurm_cluster, tmp_
         slurm_cluster.run("scontrol", "update", "partitionname=debug", "state=up")
     assert ex.calls.count("sbatch") >= 2
     assert any("resubmitting in" in r.getMessage() for r in caplog.records)
-    assert ids_named(slurm_cluster, job.tag) == [job_id]
+    assert ids_tagged(slurm_cluster, job.tag) == [job_id]
     assert wait_final(ex, [job_id])[job_id].state is JobState.COMPLETED
 
 
