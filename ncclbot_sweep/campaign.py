@@ -30,17 +30,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ncclbot_sweep.errors import CampaignError, PlanError
-from ncclbot_sweep.inventory import (
-    Inventory,
-    env_mapping,
-    load_yaml_marked,
-    parse_yaml_marked,
-    validation_problem,
-)
+from ncclbot_sweep.inventory import Inventory, env_mapping
 from ncclbot_sweep.names import (
     AUTO,
     COLLECTIVE_BINARY,
@@ -51,7 +44,10 @@ from ncclbot_sweep.names import (
     all_arms,
     arm_invalid_reason,
     canonical_collective,
+    human_size,
+    parse_size,
 )
+from ncclbot_sweep.specfile import SpecModel, load_spec, parse_spec
 
 __all__ = [
     "AXES",
@@ -78,28 +74,8 @@ AXES = ("collective", "nodes", "arm", "policy", "variant", "repeat")
 Axis = Literal["collective", "nodes", "arm", "policy", "variant", "repeat"]
 #: The policy name for "stock NCCL, no plugin loaded".
 STOCK = "stock"
-
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
-          "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
-
-
-def parse_size(value: int | str) -> int:
-    """Bytes from ``4096``, ``"512B"``, ``"1M"`` or ``"16GiB"`` (binary units, as nccl-tests)."""
-    if isinstance(value, bool):
-        raise ValueError(f"size must be bytes or a string like '16GiB', but got {value!r}")
-    if isinstance(value, int):
-        number, unit = value, ""
-    else:
-        match = _SIZE_RE.match(str(value))
-        if not match or match.group(2).upper() not in _UNITS:
-            raise ValueError(f"size must be bytes or a string like '512B', '1M', '16GiB', but got {value!r}")
-        number, unit = int(match.group(1)), match.group(2)
-    size = number * _UNITS[unit.upper()]
-    if size < 0:
-        raise ValueError(f"size must not be negative, but got {value!r}")
-    return size
-
+#: The most steps one campaign may expand into (a large real sweep has tens of thousands).
+MAX_STEPS = 200_000
 
 def content_key(payload: Any) -> str:
     """A stable 16-hex-digit key: SHA-256 of the canonical JSON of ``payload``."""
@@ -107,17 +83,13 @@ def content_key(payload: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SizeSpec(_Model):
+class SizeSpec(SpecModel):
     """Message sizes: ``min``/``max``/``factor`` (nccl-tests ``-b -e -f``) or an explicit ``list``."""
 
     min: int | str | None = None
     max: int | str | None = None
     factor: int = Field(2, ge=2)
-    list: tuple[int | str, ...] | None = None
+    list: tuple[int | str, ...] | None = Field(None, max_length=4096)
 
     @model_validator(mode="after")
     def _shape(self) -> SizeSpec:
@@ -154,13 +126,13 @@ class SizeSpec(_Model):
         return [{"min": s, "max": s, "factor": self.factor} for s in self.values()]
 
 
-class ArmExclusion(_Model):
+class ArmExclusion(SpecModel):
     """Every valid arm except these."""
 
     exclude: list[str]
 
 
-class Variant(_Model):
+class Variant(SpecModel):
     """A named set of extra environment variables (e.g. one rung of the overhead ladder)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -169,7 +141,7 @@ class Variant(_Model):
     _env = field_validator("env", mode="before")(lambda cls, v: env_mapping(v))
 
 
-class PluginSettings(_Model):
+class PluginSettings(SpecModel):
     """``NCCLBOT_*`` settings exported for every plugin step (names: ``plugin/README.md``)."""
 
     env: dict[str, str] = Field(default_factory=dict)
@@ -177,7 +149,7 @@ class PluginSettings(_Model):
     _env = field_validator("env", mode="before")(lambda cls, v: env_mapping(v))
 
 
-class Packing(_Model):
+class Packing(SpecModel):
     """How steps share allocations."""
 
     steps_per_job: int = Field(8, ge=1)
@@ -186,7 +158,7 @@ class Packing(_Model):
     separate_repeats: bool = True
 
 
-class Campaign(_Model):
+class Campaign(SpecModel):
     """One campaign spec; see the module docstring for the expansion rules."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -272,10 +244,29 @@ class Campaign(_Model):
             if seen & set(group):
                 raise ValueError(f"an axis may appear in one zip group only, but {sorted(seen & set(group))} repeat")
             seen |= set(group)
-            lengths = {axis: len(self._axis_values(axis)) for axis in group}
+            lengths = {axis: self._axis_length(axis) for axis in group}
             if len(set(lengths.values())) > 1:
                 raise ValueError(f"zipped axes must have the same length, but got {lengths}")
         return self
+
+    def _axis_length(self, axis: str) -> int:
+        """How many values an axis has, without building them (``repeats`` may be huge)."""
+        return self.repeats if axis == "repeat" else len(self._axis_values(axis))
+
+    def expansion_bound(self, arms_per_scenario: int) -> int:
+        """An upper bound of the step count, computed before any step is built.
+
+        Zipped axes count once per group; forced campaigns multiply by ``arms_per_scenario``
+        (plus the baseline step). :func:`plan_campaign` refuses a campaign above MAX_STEPS.
+        """
+        grouped = {axis for group in self.zip for axis in group}
+        bound = math.prod(self._axis_length(group[0]) for group in self.zip if group)
+        for axis in ("collective", "nodes", "policy", "variant", "repeat"):
+            if axis not in grouped:
+                bound *= self._axis_length(axis)
+        if self.kind == "forced":
+            bound *= arms_per_scenario + (1 if self.baseline else 0)
+        return bound * len(self.sizes.ranges())
 
     def _axis_values(self, axis: str) -> list[Any]:
         if axis == "collective":
@@ -380,6 +371,16 @@ class Plan:
     def node_hours(self) -> float:
         return sum(job.node_hours for job in self.jobs)
 
+    def job_name(self, job_key: str) -> str:
+        """A job's readable scheduler name: campaign, collectives and nodes (``demo-AllReduce-4n``).
+
+        For people reading ``squeue``; the job is identified by its tag (in the comment).
+        """
+        job = next(j for j in self.jobs if j.key == job_key)
+        collectives = list(dict.fromkeys(s.collective for s in job.steps))
+        what = "+".join(collectives) if len(collectives) <= 3 else f"{len(collectives)}-collectives"
+        return f"{self.campaign.name}-{what}-{job.nodes}n"
+
     def summary(self) -> dict[str, Any]:
         """A JSON-ready description (what ``plan --json`` prints)."""
         return {
@@ -407,17 +408,18 @@ class Plan:
 # --------------------------------------------------------------------------- loading
 
 
+_HINT = "fix the field named above; 'ncclbot-sweep plan FILE --inventory INV' re-checks it"
+
+
 def parse_campaign_text(text: str, path: str | Path = "<campaign>") -> Campaign:
     """Validate campaign YAML text; raises CampaignError with file, line, field and allowed values."""
-    data, node = parse_yaml_marked(text, path, CampaignError)
-    return _validate(data, node, path)
+    return parse_spec(text, path, Campaign, CampaignError, what="campaign", hint=_HINT)
 
 
 def load_campaign(path: str | Path) -> Campaign:
     """Load and validate a campaign file (a path, or a name shipped in ``campaigns/``)."""
     path = resolve_campaign_path(Path(path))
-    data, node = load_yaml_marked(path, CampaignError)
-    return _validate(data, node, path)
+    return load_spec(path, Campaign, CampaignError, what="campaign", hint=_HINT)
 
 
 def resolve_campaign_path(path: Path) -> Path:
@@ -428,15 +430,6 @@ def resolve_campaign_path(path: Path) -> Path:
 
     shipped = resource_path("campaigns", path.name if path.suffix else f"{path.name}.yaml")
     return shipped if shipped.exists() else path
-
-
-def _validate(data: Any, node: Any, path: str | Path) -> Campaign:
-    try:
-        return Campaign.model_validate(data)
-    except pydantic.ValidationError as exc:
-        message, line = validation_problem(exc, node, Campaign)
-        raise CampaignError(f"invalid campaign: {message}", path=path, line=line,
-                            hint="fix the field named above; 'ncclbot-sweep plan FILE --inventory INV' re-checks it") from None
 
 
 # --------------------------------------------------------------------------- expansion
@@ -488,7 +481,7 @@ def _check_exclusions(campaign: Campaign) -> None:
                 try:
                     _canon_axis(axis, option)
                 except ValueError as exc:
-                    raise CampaignError(f"exclude[{i}].{axis}: {exc}") from None
+                    raise CampaignError(f"exclude[{i}].{axis}: {exc}") from exc
 
 
 def _select_arms(campaign: Campaign, inventory: Inventory, collective: str, nodes: int,
@@ -649,6 +642,11 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
     estimate exceeds ``budget_node_hours`` (unless ``enforce_budget`` is False).
     """
     _check_exclusions(campaign)
+    bound = campaign.expansion_bound(len(all_arms()))
+    if bound > MAX_STEPS:
+        raise PlanError(f"campaign {campaign.name!r} would expand into up to {bound:,} steps, more than "
+                        f"{MAX_STEPS:,}", hint="lower repeats, or split the sizes, node counts or collectives "
+                        "into several campaigns")
     steps, pruned, excluded = _expand_steps(campaign, inventory)
     if not steps:
         raise PlanError(f"campaign {campaign.name!r} has no step to run on {inventory.name!r}",
@@ -680,14 +678,6 @@ def iter_scenarios(plan: Plan) -> Iterable[tuple[str, int, list[Step]]]:
         groups.setdefault((step.collective, step.nodes), []).append(step)
     for (collective, nodes), members in groups.items():
         yield collective, nodes, members
-
-
-def human_size(size: int) -> str:
-    """``16 GiB`` for 17179869184, ``512 B`` for 512 (binary units, exact multiples only)."""
-    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor} {unit}"
-    return f"{size} B"
 
 
 def describe_plan(plan: Plan) -> str:

@@ -70,7 +70,6 @@ __all__ = [
     "table_dir",
     "source_done",
     "SourceWriter",
-    "is_synthetic_fabric",
 ]
 
 log = logging.getLogger(__name__)
@@ -157,11 +156,6 @@ def partition_columns(name: str) -> tuple[str, ...]:
     """The partition keys a table has (a subset of ``fabric``, ``collective``, ``nodes``)."""
     names = set(_schema_of(name).names)
     return tuple(k for k in PARTITION_KEYS if k in names)
-
-
-def is_synthetic_fabric(fabric: str | None) -> bool:
-    """Fabrics whose name starts with ``sim-`` are the simulator's (architecture section 7)."""
-    return bool(fabric) and str(fabric).startswith("sim-")
 
 
 def _schema_of(name: str) -> pa.Schema:

@@ -8,6 +8,7 @@ the job/step key) and how to fix it.
 from __future__ import annotations
 
 import enum
+import errno
 from pathlib import Path
 
 __all__ = [
@@ -21,9 +22,11 @@ __all__ = [
     "SchedulerError",
     "TransportError",
     "ManifestError",
+    "CampaignBusyError",
     "ParseError",
     "DatasetError",
     "AnalysisError",
+    "from_os_error",
 ]
 
 
@@ -83,11 +86,24 @@ class SchedulerError(ExecutorError):
 
 
 class TransportError(ExecutorError):
-    """The local shell or SSH transport failed (connection, authentication, transfer)."""
+    """The local shell or SSH transport failed (connection, authentication, transfer).
+
+    ``retryable`` marks failures worth another attempt (a refused or dropped connection);
+    authentication and host-key problems never are.
+    """
+
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None,
+                 hint: str | None = None, retryable: bool = False) -> None:
+        super().__init__(message, path=path, line=line, hint=hint)
+        self.retryable = retryable
 
 
 class ManifestError(NcclbotError):
     """The campaign manifest is missing, of another schema version, or inconsistent."""
+
+
+class CampaignBusyError(ManifestError):
+    """Another ``submit``/``resume`` holds the campaign folder's runner lock."""
 
 
 class ParseError(NcclbotError):
@@ -100,3 +116,30 @@ class DatasetError(NcclbotError):
 
 class AnalysisError(NcclbotError):
     """The analysis cannot run on the given dataset (missing tables, no contexts, ...)."""
+
+
+_WRITABLE = "check the permissions of that path, or choose a folder you can write to"
+_SPACE = "free space on that file system (or choose another folder), then run the command again: it continues"
+_OS_FIXES = {
+    errno.EACCES: _WRITABLE,
+    errno.EPERM: _WRITABLE,
+    errno.EROFS: "that file system is mounted read-only: choose a folder on a writable one",
+    errno.ENOSPC: _SPACE,
+    errno.EDQUOT: "your disk quota is used up; " + _SPACE,
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of that path is a file, not a folder: choose another path",
+    errno.EISDIR: "that path is a folder: give a file",
+    errno.EEXIST: "that path exists already and is in the way: remove it or choose another",
+}
+
+
+def from_os_error(exc: OSError) -> NcclbotError:
+    """An operating-system fault (permissions, read-only or full disk) as an error naming the path and the fix.
+
+    Called at the CLI boundary, so that such faults print one ``Error:`` line, never a traceback.
+    """
+    path = exc.filename if exc.filename is not None else None
+    what = exc.strerror or str(exc)
+    if exc.filename2 is not None:
+        what += f" (and {exc.filename2})"
+    return NcclbotError(what, path=path, hint=_OS_FIXES.get(exc.errno, "check the path and the file system"))

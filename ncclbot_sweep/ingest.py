@@ -25,10 +25,13 @@ from typing import Any
 
 from ncclbot_sweep import datasets
 from ncclbot_sweep.errors import DatasetError
-from ncclbot_sweep.executors.base import StepOutcome
+from ncclbot_sweep.manifest import recorded_job_state
+from ncclbot_sweep.names import is_synthetic_fabric
+from ncclbot_sweep.outcomes import StepOutcome, classify_step, last_error_line, read_exit_marker
+from ncclbot_sweep.outcomes import step_mentions_invalid_arm
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
-from ncclbot_sweep.paths import CampaignPaths, StepFiles
+from ncclbot_sweep.paths import STEP_META, CampaignPaths, StepFiles
 
 __all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
 
@@ -83,10 +86,10 @@ def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
         if path.is_file():
             yield _Unit("file", path)
             continue
-        if (path / "step.json").is_file():
+        if (path / STEP_META).is_file():
             yield _Unit("step", path)
             continue
-        step_dirs = sorted(p.parent for p in path.rglob("step.json"))
+        step_dirs = sorted(p.parent for p in path.rglob(STEP_META))
         inside = set(step_dirs)
         for step in step_dirs:
             yield _Unit("step", step)
@@ -278,8 +281,8 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
                 result.tables[name] = log_result.tables[name]
         result.issues.extend(i for i in log_result.issues if i.line is not None)
     _parse_traces(files, source, result)
-    _step_run_columns(run, meta, files, source)
     _apply_log_facts([run], facts, meta.get("arm"), result)
+    _step_run_columns(run, meta, files, source)  # after the log facts: it decides the outcome
     result.tables["runs"] = [run]
     return result
 
@@ -325,45 +328,31 @@ def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFile
     run["source_format"] = run.get("source_format") or "step"
     if meta.get("env") is not None:
         run["env"] = json.dumps(meta["env"], sort_keys=True)
-    exit_path = Path(files.exit_marker)
-    code = None
-    if exit_path.is_file():
-        try:
-            code = int(exit_path.read_text().strip().split()[0])
-        except (ValueError, IndexError):
-            code = None
+    code = read_exit_marker(files.exit_marker)
     run["exit_code"] = code
-    if code is None:
-        outcome, why = StepOutcome.FAILED, "no exit marker: the step did not finish"
-    elif code == 0:
-        outcome, why = StepOutcome(run.get("outcome") or "ok"), run.get("failure")
-        if run.get("_rows_missing"):
-            outcome = StepOutcome.FAILED
-    elif code == 124:
-        outcome, why = StepOutcome.TIMEOUT, f"exit code {code} (timeout)"
+    invalid = run.get("outcome") == StepOutcome.INVALID_ARM.value or (
+        code not in (None, 0) and step_mentions_invalid_arm(files))
+    output_ok = run.get("outcome") != StepOutcome.FAILED.value and not run.get("_rows_missing")
+    outcome = classify_step(code, job_state=recorded_job_state(Path(files.root)), started=Path(files.stdout).exists(),
+                            invalid_arm=invalid, output_ok=output_ok) or StepOutcome.FAILED
+    if outcome is StepOutcome.OK:
+        why = run.get("failure")
+    elif code is None:
+        why = "no exit marker: the step did not finish"
+    elif outcome is StepOutcome.TIMEOUT:
+        why = f"exit code {code} (timeout)"
+    elif outcome is StepOutcome.INVALID_ARM:
+        why = run.get("failure") or f"exit code {code}: NCCL refused the forced arm"
     else:
-        outcome, why = StepOutcome.FAILED, run.get("failure") or _last_error(files, code)
-    if run.get("outcome") == StepOutcome.INVALID_ARM.value:
-        outcome = StepOutcome.INVALID_ARM
+        why = run.get("failure") or _last_error(files, code)
     run["outcome"] = outcome.value
     run["failure"] = why
 
 
-_ERROR_WORDS = ("fatal", "error", "failure", "failed", "killed", "abort", "denied", "cannot", "not found")
-
-
 def _last_error(files: StepFiles, code: int) -> str:
-    """``exit code N``, plus the last line of stderr/stdout that looks like the reason."""
-    for path in (Path(files.stderr), Path(files.stdout)):
-        if not path.is_file():
-            continue
-        with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - 65536))
-            lines = fh.read().decode("utf-8", "replace").splitlines()
-        for line in reversed(lines):
-            if any(word in line.lower() for word in _ERROR_WORDS):
-                return f"exit code {code}: {line.strip()[:300]}"
-    return f"exit code {code}"
+    """``exit code N``, plus the line of stderr/stdout that looks like the reason."""
+    line = last_error_line(files)
+    return f"exit code {code}: {line}" if line else f"exit code {code}"
 
 
 def _apply_log_facts(runs: list[dict], facts: Any, forced_arm: str | None, result: ParseResult) -> None:
@@ -468,7 +457,7 @@ def _batches(items: list[Any]) -> Iterator[Any]:
 def _clean_run(run: dict[str, Any], source: SourceInfo) -> dict[str, Any]:
     out = {k: v for k, v in run.items() if not k.startswith("_")}
     out.setdefault("fabric", source.fabric)
-    out["synthetic"] = datasets.is_synthetic_fabric(out.get("fabric"))
+    out["synthetic"] = is_synthetic_fabric(out.get("fabric"))
     if out.get("nodes") and out.get("ranks") and not out.get("gpus_per_node"):
         out["gpus_per_node"] = out["ranks"] // out["nodes"]
     return out

@@ -8,8 +8,7 @@ It is read by ``plan`` (validity, estimate), ``render`` (job scripts) and the ex
 
 Loading never shows a traceback for a bad file: :func:`load_inventory` raises
 :class:`~ncclbot_sweep.errors.InventoryError` naming the file, the line, the field and what
-is allowed. The YAML helpers here (:func:`load_yaml_marked`, :func:`validation_problem`)
-are shared with the campaign loader.
+is allowed (the shared spec-file loader, :mod:`ncclbot_sweep.specfile`).
 """
 
 from __future__ import annotations
@@ -17,19 +16,15 @@ from __future__ import annotations
 import logging
 import math
 import re
-import types
-import typing
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import pydantic
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ncclbot_sweep import pluginbuild
-from ncclbot_sweep.errors import InventoryError, NcclbotError
-from ncclbot_sweep.names import PROTOCOLS, FabricOffer, canonical_protocol
+from ncclbot_sweep.errors import InventoryError
+from ncclbot_sweep.names import PROTOCOLS, FabricOffer, canonical_protocol, is_synthetic_fabric
+from ncclbot_sweep.specfile import SpecModel, load_spec, parse_spec
 
 __all__ = [
     "Access",
@@ -47,10 +42,9 @@ __all__ = [
     "describe_inventory",
     "env_mapping",
     "load_inventory",
-    "load_yaml_marked",
     "parse_inventory_text",
     "resolve_inventory_path",
-    "validation_problem",
+    "sbatch_value_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,24 +53,41 @@ log = logging.getLogger(__name__)
 SIM_BIN_DIR = "sim"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What an #SBATCH value may not hold: line breaks, quotes, '$', backquotes, backslashes.
+_SBATCH_UNSAFE = re.compile(r"[\x00-\x1f\"'\\`$]")
+# Slurm names (partition, account, qos, reservation) and host lists are single words.
+_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.:@+\-\[\],]+$")
 _VERSION = re.compile(r"^\d+(\.\d+){0,3}([.+-][0-9A-Za-z.+-]*)?$")
-# Values placed on #SBATCH lines cannot be shell-quoted safely everywhere; refuse line breaks.
-_NO_NEWLINE = re.compile(r"^[^\r\n\x00]*$")
 
 
-class _Model(BaseModel):
-    """Base: unknown keys are errors (STYLE habit 8), values are immutable once loaded."""
+def sbatch_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot go on an ``#SBATCH`` line, or None (the rule ``render`` applies too)."""
+    if _SBATCH_UNSAFE.search(value):
+        return "must be a single line without quotes, '$', backquotes or backslashes (it goes on an #SBATCH line)"
+    return None
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-
-def _one_line(value: str | None) -> str | None:
-    if value is not None and not _NO_NEWLINE.match(value):
-        raise ValueError("must be a single line (no line breaks or NUL bytes)")
+def _sbatch_word(value: str | None) -> str | None:
+    if value is not None:
+        problem = sbatch_value_problem(value)
+        if problem or not _SLURM_WORD.match(value):
+            raise ValueError(problem or f"must be one word of letters, digits and ._:@+-[], but got {value!r}")
     return value
 
 
-class Access(_Model):
+def _sbatch_words(values: list[str]) -> list[str]:
+    for value in values:
+        _sbatch_word(value)
+    return values
+
+
+def _sbatch_text(value: str | None) -> str | None:
+    if value is not None and (problem := sbatch_value_problem(value)):
+        raise ValueError(problem)
+    return value
+
+
+class Access(SpecModel):
     """How to reach the machine that runs the scheduler: this one, or a login node over SSH."""
 
     kind: Literal["local", "ssh"] = "local"
@@ -98,7 +109,7 @@ class Access(_Model):
         return self
 
 
-class Scheduler(_Model):
+class Scheduler(SpecModel):
     """How jobs are queued: the local executor, or Slurm (partition, account, limits)."""
 
     kind: Literal["local", "slurm"] = "local"
@@ -129,17 +140,33 @@ class Scheduler(_Model):
     poll_interval_s: float = Field(0.2, gt=0)
     poll_interval_max_s: float = Field(30.0, gt=0)
 
-    _single = field_validator("partition", "account", "qos", "reservation", "constraint")(_one_line)
+    _words = field_validator("partition", "account", "qos", "reservation")(_sbatch_word)
+    _constraint = field_validator("constraint")(_sbatch_text)
 
-    @field_validator("exclude", "extra_sbatch")
+    _hosts = field_validator("exclude")(_sbatch_words)
+
+    @field_validator("extra_sbatch")
     @classmethod
-    def _lines(cls, values: list[str]) -> list[str]:
+    def _options(cls, values: list[str]) -> list[str]:
         for value in values:
-            _one_line(value)
+            _sbatch_text(value)
+            if not value.startswith("-"):
+                raise ValueError(f"each line is an sbatch option such as '--exclusive', without '#SBATCH', "
+                                 f"but got {value!r}")
         return values
 
+    @model_validator(mode="after")
+    def _bounds(self) -> Scheduler:
+        if self.min_time_limit_min > self.time_limit_min:
+            raise ValueError(f"min_time_limit_min ({self.min_time_limit_min}) must not exceed time_limit_min "
+                             f"({self.time_limit_min})")
+        if self.poll_interval_s > self.poll_interval_max_s:
+            raise ValueError(f"poll_interval_s ({self.poll_interval_s:g}) must not exceed poll_interval_max_s "
+                             f"({self.poll_interval_max_s:g})")
+        return self
 
-class Container(_Model):
+
+class Container(SpecModel):
     """A Pyxis/enroot container for every rank (``srun --container-image``)."""
 
     image: str
@@ -147,7 +174,7 @@ class Container(_Model):
     flags: list[str] = Field(default_factory=list)
 
 
-class Launcher(_Model):
+class Launcher(SpecModel):
     """How ranks start inside the allocation: ``srun`` (with PMIx, Pyxis) or ``mpirun``."""
 
     kind: Literal["srun", "mpirun"] = "srun"
@@ -160,7 +187,7 @@ class Launcher(_Model):
     mpirun_flags: list[str] = Field(default_factory=list)
 
 
-class NodeSet(_Model):
+class NodeSet(SpecModel):
     """A named group of nodes: an explicit list, a constraint, and NVL72 block placement."""
 
     nodelist: str | None = None
@@ -169,7 +196,10 @@ class NodeSet(_Model):
     #: Nodes per NVLink block (18 for NVL72); jobs then ask ``--segment`` to stay inside blocks.
     block_nodes: int | None = Field(None, ge=1)
 
-    _single = field_validator("nodelist", "constraint")(_one_line)
+    _nodelist = field_validator("nodelist")(_sbatch_word)
+    _constraint = field_validator("constraint")(_sbatch_text)
+
+    _hosts = field_validator("exclude")(_sbatch_words)
 
     def segment(self, nodes: int) -> int | None:
         """The ``--segment`` for a job of ``nodes`` nodes: its largest divisor that fits a block."""
@@ -178,7 +208,7 @@ class NodeSet(_Model):
         return max(d for d in range(1, min(nodes, self.block_nodes) + 1) if nodes % d == 0)
 
 
-class NcclTests(_Model):
+class NcclTests(SpecModel):
     """Where the nccl-tests binaries are and which version (it decides the measurement flags)."""
 
     #: Folder holding ``all_reduce_perf`` etc., or ``sim`` for the simulated fabric's binaries.
@@ -206,21 +236,13 @@ class NcclTests(_Model):
     def resolved_bin_dir(self) -> Path:
         """The folder of the executables; ``sim`` asks the simulator to install and return them.
 
-        Raises InventoryError when ``sim`` is asked for but the simulator is not available.
+        The simulator is part of the distribution, imported here only when asked for.
         """
         if self.bin_dir != SIM_BIN_DIR:
             return Path(self.bin_dir).expanduser()
-        try:
-            from ncclbot_sweep import sim
-        except ImportError as exc:  # the simulator package is part of the distribution
-            raise InventoryError(f"the simulated fabric cannot be imported: {exc}") from exc
-        bin_dir = getattr(sim, "bin_dir", None)
-        if bin_dir is None:
-            raise InventoryError(
-                "nccl_tests.bin_dir is 'sim' but the simulated fabric does not provide its binaries yet",
-                hint="point nccl_tests.bin_dir at a folder holding all_reduce_perf and friends",
-            )
-        return Path(bin_dir())
+        from ncclbot_sweep import sim
+
+        return Path(sim.bin_dir())
 
 
 def value_head(version: str) -> str:
@@ -229,14 +251,14 @@ def value_head(version: str) -> str:
     return match.group(0) if match else "0"
 
 
-class NcclInstall(_Model):
+class NcclInstall(SpecModel):
     """The NCCL library the jobs load (prepended to ``LD_LIBRARY_PATH`` when ``lib_dir`` is set)."""
 
     version: str | None = None
     lib_dir: str | None = None
 
 
-class Plugin(_Model):
+class Plugin(SpecModel):
     """The ncclbot tuner+profiler plugin used by live campaigns (``plugin/README.md``)."""
 
     #: The shared library, loaded as both ``NCCL_TUNER_PLUGIN`` and ``NCCL_PROFILER_PLUGIN``.
@@ -260,7 +282,7 @@ def _resolve_bundled(value: str | None, name: str, what: str) -> str | None:
     return str(pluginbuild.bundled_file(name, what=what))
 
 
-class Algorithms(_Model):
+class Algorithms(SpecModel):
     """Which algorithm families and protocols the fabric offers, and how NCCL sees its nodes."""
 
     families: list[Literal["tree", "ring", "collnet", "nvls", "pat"]] = Field(
@@ -281,7 +303,7 @@ class Algorithms(_Model):
                            pat_multi_gpu=self.pat_multi_gpu)
 
 
-class Estimate(_Model):
+class Estimate(SpecModel):
     """Rough cost model for the node-hour estimate of ``plan`` (not used for any decision)."""
 
     #: Seconds one step spends outside the timed loop (launch, NCCL init, connection set-up).
@@ -295,7 +317,7 @@ class Estimate(_Model):
         return self.latency_us + size_bytes / (self.busbw_gbs * 1e3)
 
 
-class Inventory(_Model):
+class Inventory(SpecModel):
     """One fabric: see the module docstring. ``name`` is the ``fabric`` column in datasets."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
@@ -328,8 +350,8 @@ class Inventory(_Model):
 
     @property
     def synthetic(self) -> bool:
-        """Simulated fabrics are named ``sim-*`` and their data are labelled synthetic."""
-        return self.name.startswith("sim-")
+        """Simulated fabrics' data are labelled synthetic (:func:`names.is_synthetic_fabric`)."""
+        return is_synthetic_fabric(self.name)
 
     def offer(self) -> FabricOffer:
         return self.algorithms.offer()
@@ -372,116 +394,18 @@ def _env_value(value: Any) -> Any:
     return value
 
 
-# --------------------------------------------------------------------------- YAML with line marks
-
-
-def load_yaml_marked(path: Path, error_cls: type[NcclbotError]) -> tuple[Any, yaml.Node | None]:
-    """Read a YAML file into (data, node tree); the node tree maps error locations to lines.
-
-    Raises ``error_cls`` with the file and line for a missing file or a syntax error.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error_cls("file not found", path=path, hint="check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error_cls(f"cannot read the file: {exc}", path=path) from None
-    return parse_yaml_marked(text, path, error_cls)
-
-
-def parse_yaml_marked(text: str, path: str | Path, error_cls: type[NcclbotError]) -> tuple[Any, yaml.Node | None]:
-    """Parse YAML text; see :func:`load_yaml_marked`."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise error_cls(f"invalid YAML: {problem}", path=path, line=line,
-                        hint="check indentation and quoting on that line") from None
-    if not isinstance(data, dict):
-        raise error_cls("the file must hold a mapping of keys to values", path=path, line=1)
-    return data, node
-
-
-def _line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
-    """The line of the deepest YAML node along ``loc`` (pydantic error locations)."""
-    line = None if node is None else node.start_mark.line + 1
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            found = next(((k, v) for k, v in node.value if k.value == part), None)
-            if found is None:
-                continue  # a union tag or a missing key: stay at the parent
-            key_node, node = found
-            line = (node if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode))
-                    else key_node).start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-    return line
-
-
-def _unwrap(annotation: Any) -> list[Any]:
-    """The concrete types inside Optional/Union/list/dict annotations."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return [t for arg in typing.get_args(annotation) for t in _unwrap(arg)]
-    return [annotation]
-
-
-def _model_at(model: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | None:
-    """The pydantic model class that owns the mapping at ``loc`` (to list its valid keys)."""
-    current: Any = model
-    for part in loc:
-        models = [t for t in _unwrap(current) if isinstance(t, type) and issubclass(t, BaseModel)]
-        containers = [t for t in _unwrap(current) if typing.get_origin(t) in (list, dict)]
-        if models and isinstance(part, str) and part in models[0].model_fields:
-            current = models[0].model_fields[part].annotation
-        elif containers:
-            current = typing.get_args(containers[0])[-1]
-        # anything else is a union tag in the location: stay where we are
-    models = [t for t in _unwrap(current) if isinstance(t, type) and issubclass(t, BaseModel)]
-    return models[0] if models else None
-
-
-def validation_problem(exc: pydantic.ValidationError, node: yaml.Node | None,
-                       model: type[BaseModel]) -> tuple[str, int | None]:
-    """Turn a pydantic error into (message listing every problem with field and line, first line)."""
-    lines: list[tuple[int | None, str]] = []
-    first_line: int | None = None
-    for err in exc.errors(include_url=False):
-        loc = [p for p in err["loc"]]
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        line = _line_of(node, loc)
-        if first_line is None:
-            first_line = line
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            owner = _model_at(model, loc[:-1])
-            allowed = ", ".join(owner.model_fields) if owner else "see the documentation"
-            message = f"unknown key; allowed keys here: {allowed}"
-        elif err["type"] == "missing":
-            message = "required field is missing"
-        elif message.startswith("Value error, "):
-            message = message[len("Value error, "):]
-        lines.append((line, f"{field}: {message}"))
-    if len(lines) == 1:
-        return lines[0][1], first_line
-    return "".join(f"\n    line {ln}: {text}" if ln else f"\n    {text}" for ln, text in lines), first_line
+_HINT = "fix the field named above; 'ncclbot-sweep inventory check FILE' re-checks it"
 
 
 def parse_inventory_text(text: str, path: str | Path = "<inventory>") -> Inventory:
     """Validate inventory YAML text; raises InventoryError with file, line, field and allowed values."""
-    data, node = parse_yaml_marked(text, path, InventoryError)
-    return _validate(data, node, path)
+    return parse_spec(text, path, Inventory, InventoryError, what="inventory", hint=_HINT)
 
 
 def load_inventory(path: str | Path) -> Inventory:
     """Load and validate an inventory file (a path, or a name shipped in ``inventories/``)."""
     path = resolve_inventory_path(Path(path))
-    data, node = load_yaml_marked(path, InventoryError)
-    inventory = _validate(data, node, path)
+    inventory = load_spec(path, Inventory, InventoryError, what="inventory", hint=_HINT)
     log.debug("loaded inventory %s from %s", inventory.name, path)
     return inventory
 
@@ -494,15 +418,6 @@ def resolve_inventory_path(path: Path) -> Path:
 
     shipped = resource_path("inventories", path.name if path.suffix else f"{path.name}.yaml")
     return shipped if shipped.exists() else path
-
-
-def _validate(data: Any, node: yaml.Node | None, path: str | Path) -> Inventory:
-    try:
-        return Inventory.model_validate(data)
-    except pydantic.ValidationError as exc:
-        message, line = validation_problem(exc, node, Inventory)
-        raise InventoryError(f"invalid inventory: {message}", path=path, line=line,
-                             hint="fix the field named above; 'ncclbot-sweep inventory check FILE' re-checks it") from None
 
 
 def describe_inventory(inventory: Inventory, path: str | Path | None = None) -> str:

@@ -6,7 +6,8 @@ appends a row to ``events``, which triggers keep append-only. The file records i
 version and the version of ncclbot-sweep that created it; opening a file of another schema
 version fails with a message naming both (STYLE habit 17).
 
-Only the campaign runner writes here; ``status`` may read while a runner writes (WAL mode).
+Only the campaign runner (and ``cancel``) write here; ``status`` reads a snapshot
+(:meth:`Manifest.snapshot`) while a runner writes (WAL mode), and never writes the file.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from typing import Any
 
 from ncclbot_sweep import __version__
 from ncclbot_sweep.errors import ManifestError
-from ncclbot_sweep.executors.base import StepOutcome
+from ncclbot_sweep.outcomes import JobState, StepOutcome
+from ncclbot_sweep.paths import CampaignPaths
 
-__all__ = ["SCHEMA_VERSION", "JobPhase", "JobRow", "Manifest", "StepRow"]
+__all__ = ["SCHEMA_VERSION", "JobPhase", "JobRow", "Manifest", "StepRow", "recorded_job_state"]
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +132,13 @@ class Manifest:
 
     @classmethod
     def _connect(cls, path: Path) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA foreign_keys=ON")
+        try:
+            conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.OperationalError as exc:
+            raise _storage_error(exc, path) from exc
         return conn
 
     @classmethod
@@ -159,7 +164,7 @@ class Manifest:
         conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
         values = dict(meta, schema_version=str(SCHEMA_VERSION), writer_version=__version__,
                       created_at=str(time.time()))
-        with _transaction(conn):
+        with _transaction(conn, path):
             conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", sorted(values.items()))
             _event(conn, None, None, "created", json.dumps(meta, sort_keys=True))
         log.info("created manifest %s", path)
@@ -169,24 +174,31 @@ class Manifest:
     def open(cls, path: Path) -> Manifest:
         """Open an existing manifest; raises ManifestError if missing or of another schema version."""
         path = Path(path)
-        if not path.exists():
-            raise ManifestError("no manifest here", path=path,
-                                hint="run 'ncclbot-sweep submit CAMPAIGN --inventory INV --workdir DIR' first")
+        _require(path)
         conn = cls._connect(path)
-        try:
-            rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise ManifestError(f"not a campaign manifest ({exc})", path=path) from None
-        version = rows.get("schema_version")
-        if version != str(SCHEMA_VERSION):
-            conn.close()
-            raise ManifestError(
-                f"manifest schema version {version} (written by ncclbot-sweep {rows.get('writer_version')}) "
-                f"cannot be read by ncclbot-sweep {__version__}, which reads schema version {SCHEMA_VERSION}",
-                path=path, hint=f"finish this campaign with ncclbot-sweep {rows.get('writer_version')}, "
-                "or start a new campaign folder (there is no migration yet)")
+        _check_schema(conn, path)
         return cls(path, conn)
+
+    @classmethod
+    def snapshot(cls, path: Path) -> Manifest:
+        """A private in-memory copy of an existing manifest, for read-only commands (``status``).
+
+        The file is opened read-only and copied; the copy can be reconciled like the real
+        manifest (so ``status`` shows what the scheduler says) without changing the file.
+        Raises ManifestError like :meth:`open`.
+        """
+        path = Path(path)
+        _require(path)
+        try:
+            memory = _copy_read_only(path, immutable=not Path(f"{path}-wal").exists())
+        except sqlite3.DatabaseError:  # a runner started meanwhile: read through its write-ahead log
+            try:
+                memory = _copy_read_only(path, immutable=False)
+            except sqlite3.DatabaseError as exc:
+                raise ManifestError(f"cannot read the manifest ({exc})", path=path,
+                                    hint="check the file's permissions; 'ncclbot-sweep status' only reads it") from exc
+        memory.row_factory = sqlite3.Row
+        return cls(path, memory)
 
     def close(self) -> None:
         self._conn.close()
@@ -205,7 +217,7 @@ class Manifest:
         self._check_packing(jobs)
         now = time.time()
         added = 0
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             start = self._conn.execute("SELECT COALESCE(MAX(position), -1) + 1 FROM jobs").fetchone()[0]
             for offset, job in enumerate(jobs):
                 cur = self._conn.execute(
@@ -271,7 +283,7 @@ class Manifest:
         job = self.job(job_key)
         known = ",".join([*job.known_ids, job_id]) if job_id not in job.known_ids else ",".join(job.known_ids)
         now = time.time()
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             self._conn.execute(
                 "UPDATE jobs SET phase = ?, executor_job_id = ?, known_ids = ?, attempts = attempts + 1, "
                 "scheduler_state = 'PENDING', exit_code = NULL, reason = NULL, submitted_at = ?, updated_at = ? "
@@ -284,7 +296,7 @@ class Manifest:
         job = self.job(job_key)
         if (job.phase, job.scheduler_state, job.exit_code, job.reason) == (phase, scheduler_state, exit_code, reason):
             return False
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             self._conn.execute(
                 "UPDATE jobs SET phase = ?, scheduler_state = ?, exit_code = ?, reason = ?, updated_at = ? "
                 "WHERE job_key = ?", (phase.value, scheduler_state, exit_code, reason, time.time(), job_key))
@@ -301,7 +313,7 @@ class Manifest:
         value = None if outcome is None else outcome.value
         if (row["outcome"], row["exit_code"]) == (value, exit_code):
             return False
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             runs = "runs + 1" if outcome is not None else "runs"
             self._conn.execute(f"UPDATE steps SET outcome = ?, exit_code = ?, runs = {runs}, updated_at = ? "
                                "WHERE step_key = ?", (value, exit_code, time.time(), step_key))
@@ -311,8 +323,84 @@ class Manifest:
 
     def note(self, kind: str, detail: str, *, job_key: str | None = None) -> None:
         """Append a free event (e.g. a reconcile finding or a scheduler error)."""
-        with _transaction(self._conn):
+        with _transaction(self._conn, self.path):
             _event(self._conn, job_key, None, kind, detail)
+
+
+def _read_only_uri(path: Path, *, immutable: bool) -> str:
+    return f"{path.resolve().as_uri()}?{'mode=ro&immutable=1' if immutable else 'mode=ro'}"
+
+
+def _copy_read_only(path: Path, *, immutable: bool) -> sqlite3.Connection:
+    """An in-memory copy of the manifest at ``path``, opened so that nothing is written.
+
+    With no runner active (no ``-wal`` file) the file is read as immutable, so SQLite does not
+    create its ``-wal``/``-shm`` companions either; with one, through the runner's WAL.
+    """
+    source = sqlite3.connect(_read_only_uri(path, immutable=immutable), uri=True, timeout=30)
+    try:
+        _check_schema(source, path)
+        memory = sqlite3.connect(":memory:", isolation_level=None)
+        source.backup(memory)
+        return memory
+    finally:
+        source.close()
+
+
+def recorded_job_state(step_dir: Path) -> JobState | None:
+    """The final scheduler state the manifest holds for the job of a step folder; None if unknown.
+
+    Ingest calls it so that a step's outcome in ``runs`` follows the same rule, with the same
+    job state, as in the manifest. Reads only; a step folder outside a campaign folder, or a
+    manifest that cannot be read, gives None.
+    """
+    step_dir = Path(step_dir).resolve()
+    if len(step_dir.parents) < 4 or step_dir.parents[0].name != "steps":
+        return None
+    root, job_key = step_dir.parents[3], step_dir.parents[1].name
+    if CampaignPaths.local(root).job_dir(job_key) != step_dir.parents[1]:
+        return None
+    path = Path(CampaignPaths.local(root).manifest)
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(_read_only_uri(path, immutable=not Path(f"{path}-wal").exists()), uri=True,
+                               timeout=5)
+        try:
+            row = conn.execute("SELECT scheduler_state FROM jobs WHERE job_key = ?", (job_key,)).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        log.info("cannot read the job state of %s from %s: %s", step_dir, path, exc)
+        return None
+    try:
+        state = JobState(row[0]) if row and row[0] else None
+    except ValueError:
+        return None
+    return state if state is not None and state.finished else None
+
+
+def _require(path: Path) -> None:
+    if not path.exists():
+        raise ManifestError("no manifest here", path=path,
+                            hint="run 'ncclbot-sweep submit CAMPAIGN --inventory INV --workdir DIR' first")
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise ManifestError (closing ``conn``) unless ``conn`` holds a manifest of our schema version."""
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise ManifestError(f"not a campaign manifest ({exc})", path=path) from exc
+    version = rows.get("schema_version")
+    if version != str(SCHEMA_VERSION):
+        conn.close()
+        raise ManifestError(
+            f"manifest schema version {version} (written by ncclbot-sweep {rows.get('writer_version')}) "
+            f"cannot be read by ncclbot-sweep {__version__}, which reads schema version {SCHEMA_VERSION}",
+            path=path, hint=f"finish this campaign with ncclbot-sweep {rows.get('writer_version')}, "
+            "or start a new campaign folder (there is no migration yet)")
 
 
 def manifest_name(key: str | None, meta: dict[str, str]) -> str:
@@ -331,11 +419,26 @@ def _event(conn: sqlite3.Connection, job_key: str | None, step_key: str | None, 
 
 
 @contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN IMMEDIATE")
+def _transaction(conn: sqlite3.Connection, path: Path | None = None) -> Iterator[None]:
+    """One write; SQLite's disk faults (full, read-only, unopenable) become ManifestError."""
     try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        raise _storage_error(exc, path) from exc
+
+
+def _storage_error(exc: sqlite3.OperationalError, path: Path | None) -> ManifestError:
+    text = str(exc)
+    if "full" in text:
+        hint = "free space on that file system, then run the command again: it continues"
+    elif "readonly" in text or "read-only" in text or "unable to open" in text:
+        hint = "check the permissions of the campaign folder, or that its file system is writable"
+    else:
+        hint = "another program may hold the manifest; run the command again"
+    return ManifestError(f"cannot write the manifest: {text}", path=path, hint=hint)

@@ -30,6 +30,9 @@ __all__ = [
     "AUTO",
     "BINARY_COLLECTIVE",
     "COLLECTIVE_BINARY",
+    "FULL_BUFFER_COLLECTIVES",
+    "NCCL_DATATYPES",
+    "SYNTHETIC_FABRIC_PREFIX",
     "Arm",
     "FabricOffer",
     "PrunedArm",
@@ -38,9 +41,17 @@ __all__ = [
     "arm_invalid_reason",
     "canonical_algorithm",
     "canonical_collective",
+    "canonical_dtype",
     "canonical_protocol",
+    "collective_in_text",
+    "dtype_bytes",
+    "full_buffer_bytes",
+    "human_size",
+    "is_synthetic_fabric",
     "log_algorithm_name",
     "log_protocol_name",
+    "nccl_datatype",
+    "parse_size",
     "prune_arms",
     "valid_arms",
 ]
@@ -339,3 +350,110 @@ def valid_arms(
 ) -> list[Arm]:
     """The arms a context offers, in NCCL's scan order."""
     return prune_arms(collective, nodes=nodes, gpus_per_node=gpus_per_node, offer=offer)[0]
+
+
+# --------------------------------------------------------------------------- sizes and buffers
+
+#: Collectives whose nccl-tests ``size`` (and the tuner's ``nBytes``) is the whole buffer of all
+#: ranks, while NCCL's own log lines and counts are per rank (architecture section 3).
+FULL_BUFFER_COLLECTIVES = frozenset({"AllGather", "ReduceScatter"})
+
+
+def full_buffer_bytes(collective: str | None, per_rank_bytes: int, ranks: int | None) -> int | None:
+    """``size_bytes`` from the bytes one rank handles: ranks x bytes for AllGather/ReduceScatter.
+
+    None when the collective needs the rank count and it is not known.
+    """
+    if collective not in FULL_BUFFER_COLLECTIVES:
+        return per_rank_bytes
+    return per_rank_bytes * ranks if ranks else None
+
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+          "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from ``4096``, ``"512B"``, ``"1M"``, ``"4KB"`` or ``"16GiB"`` (binary units, as nccl-tests)."""
+    if isinstance(value, bool):
+        raise ValueError(f"size must be bytes or a string like '16GiB', but got {value!r}")
+    if isinstance(value, int):
+        number, unit = value, ""
+    else:
+        match = _SIZE_RE.match(str(value))
+        if not match or match.group(2).upper() not in _UNITS:
+            raise ValueError(f"size must be bytes or a string like '512B', '1M', '16GiB', but got {value!r}")
+        number, unit = int(match.group(1)), match.group(2)
+    size = number * _UNITS[unit.upper()]
+    if size < 0:
+        raise ValueError(f"size must not be negative, but got {value!r}")
+    return size
+
+
+def human_size(size: int) -> str:
+    """``16 GiB`` for 17179869184, ``512 B`` for 512 (binary units, exact multiples only)."""
+    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
+
+
+# --------------------------------------------------------------------------- data types
+
+#: NCCL's data types in ``ncclDataType_t`` order (index 0..11), by their nccl-tests ``-d`` name,
+#: with bytes per element.
+NCCL_DATATYPES: tuple[tuple[str, int], ...] = (
+    ("int8", 1), ("uint8", 1), ("int32", 4), ("uint32", 4), ("int64", 8), ("uint64", 8),
+    ("half", 2), ("float", 4), ("double", 8), ("bfloat16", 2), ("f8e4m3", 1), ("f8e5m2", 1))
+# Types that traces name but NCCL has no enum for, with their widths.
+_OTHER_WIDTHS = {"int16": 2}
+_DTYPE_WIDTH = dict(NCCL_DATATYPES) | _OTHER_WIDTHS
+# PyTorch, kernel-name and C spellings of a data type -> the nccl-tests name.
+_DTYPE_ALIASES = {name: name for name in _DTYPE_WIDTH} | {
+    "float32": "float", "f32": "float", "fp32": "float", "float16": "half", "c10::half": "half", "f16": "half",
+    "fp16": "half", "c10::bfloat16": "bfloat16", "bf16": "bfloat16", "float64": "double", "f64": "double",
+    "fp64": "double", "long": "int64", "i64": "int64", "int": "int32", "i32": "int32", "signed char": "int8",
+    "char": "int8", "i8": "int8", "unsigned char": "uint8", "byte": "uint8", "u8": "uint8", "u32": "uint32",
+    "u64": "uint64", "bool": "uint8", "short": "int16"}
+
+
+def nccl_datatype(index: int) -> tuple[str, int] | None:
+    """(name, bytes per element) of NCCL's datatype index (an NCCL log's ``datatype N``), or None."""
+    return NCCL_DATATYPES[index] if 0 <= index < len(NCCL_DATATYPES) else None
+
+
+def canonical_dtype(name: str) -> str | None:
+    """The nccl-tests name of a data type spelled as PyTorch, a kernel or C does; None if unknown."""
+    return _DTYPE_ALIASES.get(name.strip().lower())
+
+
+def dtype_bytes(name: str) -> int | None:
+    """Bytes per element of a data type in any known spelling; None if unknown."""
+    canon = canonical_dtype(name)
+    return None if canon is None else _DTYPE_WIDTH[canon]
+
+
+# --------------------------------------------------------------------------- collectives in text
+
+_BY_LENGTH = sorted(_CANON_COLL.items(), key=lambda item: -len(item[0]))
+
+
+def collective_in_text(text: str) -> str | None:
+    """The collective a name mentions (``nccl_allgather.log`` -> ``AllGather``), or None.
+
+    Longer spellings are tried first, so ``reduce_scatter`` is not read as ``Reduce``.
+    """
+    lowered = text.lower().replace("-", "_")
+    return next((coll for alias, coll in _BY_LENGTH if alias in lowered), None)
+
+
+# --------------------------------------------------------------------------- synthetic data
+
+#: Fabric names of the simulator's inventories (architecture section 7).
+SYNTHETIC_FABRIC_PREFIX = "sim-"
+
+
+def is_synthetic_fabric(fabric: str | None) -> bool:
+    """True for the simulator's fabrics: their data are labelled synthetic."""
+    return bool(fabric) and str(fabric).startswith(SYNTHETIC_FABRIC_PREFIX)

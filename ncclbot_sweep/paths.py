@@ -1,14 +1,17 @@
 """The campaign folder layout, in one place (architecture section 4).
 
 ```
-<campaign>/campaign.yaml  inventory.yaml  manifest.sqlite
-<campaign>/jobs/<job-key>/job.sh  job.log  provenance.json
+<campaign>/campaign.yaml  inventory.yaml  manifest.sqlite  .runner.lock  .executor/
+<campaign>/jobs/<job-key>/job.sh  job.log  provenance.json  coordinator.log  slurm-<id>.out
 <campaign>/jobs/<job-key>/steps/<step-key>/{step.json, stdout.txt, stderr.txt, nccl.log, result.json, exit, trace/}
 ```
 
-``step.json`` is written when the job is rendered and says what the step is (campaign,
-fabric, kind, collective, nodes, ranks, arm or policy, environment); ingest reads it so a
-step folder explains itself. ``result.json`` is nccl-tests' ``-J`` output.
+``.runner.lock`` is held by the one ``submit``/``resume`` that runs the campaign
+(:mod:`ncclbot_sweep.campaign_folder`); ``.executor/`` is the local executor's state. A
+download in progress is ``<file>.ncclbot-part`` (:data:`PART_SUFFIX`). ``step.json`` is
+written when the job is rendered and says what the step is (campaign, fabric, kind,
+collective, nodes, ranks, arm or policy, environment); ingest reads it so a step folder
+explains itself. ``result.json`` is nccl-tests' ``-J`` output.
 
 The same layout holds locally and on the cluster; only the root differs. Nothing else in
 the package spells these file names.
@@ -19,7 +22,19 @@ from __future__ import annotations
 import dataclasses
 from pathlib import PurePath, Path
 
-__all__ = ["CampaignPaths", "StepFiles"]
+__all__ = ["COORDINATOR_LOG", "JOB_SCRIPT", "PART_SUFFIX", "SLURM_OUTPUT", "STEP_META", "CampaignPaths",
+           "StepFiles"]
+
+#: The job script, in every job folder (the executors submit it).
+JOB_SCRIPT = "job.sh"
+#: What a step is, in every step folder (ingest finds steps by it).
+STEP_META = "step.json"
+#: Suffix of a download in progress; the remote listing and the mirror ignore such files.
+PART_SUFFIX = ".ncclbot-part"
+#: The coordinator's log in a live job's folder.
+COORDINATOR_LOG = "coordinator.log"
+#: Slurm's own output of a batch job (``sbatch --output``; ``%j`` is the job id).
+SLURM_OUTPUT = "slurm-%j.out"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +46,7 @@ class StepFiles:
     @property
     def meta(self) -> PurePath:
         """What the step is, written at render time (see the module docstring)."""
-        return self.root / "step.json"
+        return self.root / STEP_META
 
     @property
     def stdout(self) -> PurePath:
@@ -83,6 +98,16 @@ class CampaignPaths:
         return self.root / "manifest.sqlite"
 
     @property
+    def runner_lock(self) -> PurePath:
+        """Held (``flock``) by the one command that runs the campaign; holds that command's pid."""
+        return self.root / ".runner.lock"
+
+    @property
+    def executor_state(self) -> PurePath:
+        """Where an executor may keep state of its own (the local executor's job records)."""
+        return self.root / ".executor"
+
+    @property
     def jobs_dir(self) -> PurePath:
         return self.root / "jobs"
 
@@ -90,11 +115,17 @@ class CampaignPaths:
         return self.jobs_dir / job_key
 
     def job_script(self, job_key: str) -> PurePath:
-        return self.job_dir(job_key) / "job.sh"
+        return self.job_dir(job_key) / JOB_SCRIPT
 
     def job_log(self, job_key: str) -> PurePath:
         """The job script's own log (step starts and ends, provenance warnings)."""
         return self.job_dir(job_key) / "job.log"
+
+    def coordinator_log(self, job_key: str) -> PurePath:
+        return self.job_dir(job_key) / COORDINATOR_LOG
+
+    def slurm_output(self, job_key: str) -> PurePath:
+        return self.job_dir(job_key) / SLURM_OUTPUT
 
     def provenance(self, job_key: str) -> PurePath:
         return self.job_dir(job_key) / "provenance.json"

@@ -40,6 +40,7 @@ from ncclbot_sweep import __version__, pluginbuild
 from ncclbot_sweep.campaign import Job, Plan, Step
 from ncclbot_sweep.errors import RenderError
 from ncclbot_sweep.executors.base import job_tag
+from ncclbot_sweep.inventory import sbatch_value_problem
 from ncclbot_sweep.paths import CampaignPaths, StepFiles
 from ncclbot_sweep.resources import resource_dir
 
@@ -78,9 +79,9 @@ def _sbatch(value: Any, what: str) -> _Raw:
     text = str(value)
     if _SBATCH_PLAIN.match(text):
         return _Raw(text)
-    if re.search(r"[\x00-\x1f\"'\\`$]", text):
-        raise RenderError(f"{what} {text!r} cannot go on an #SBATCH line (line break, quote, '$' or backslash)",
-                          hint=f"fix {what} in the inventory")
+    problem = sbatch_value_problem(text)
+    if problem:
+        raise RenderError(f"{what} {text!r} {problem}", hint=f"fix {what} in the inventory")
     return _Raw(f'"{text}"')
 
 
@@ -105,7 +106,7 @@ def _sbatch_lines(plan: Plan, job: Job) -> list[_Raw]:
     inv, sched = plan.inventory, plan.inventory.scheduler
     node_set = inv.node_set(job.node_set)
     tag = job_tag(plan.campaign_key, job.key)
-    lines = [f"--job-name={_sbatch(tag, 'job tag')}", f"--comment={_sbatch(tag, 'job tag')}",
+    lines = [f"--job-name={_sbatch(plan.job_name(job.key), 'job name')}", f"--comment={_sbatch(tag, 'job tag')}",
              f"--nodes={job.nodes}", f"--ntasks-per-node={inv.gpus_per_node}"]
     if sched.request_gpus:
         lines.append(f"--gpus-per-node={inv.gpus_per_node}")
@@ -193,7 +194,7 @@ def _file_names() -> dict[str, _Raw]:
     job = CampaignPaths(PurePath("."))
     names = {"exit": step.exit_marker, "stdout": step.stdout, "stderr": step.stderr, "nccl_log": step.nccl_log,
              "result": step.result_json, "trace": step.trace_dir, "job_log": job.job_log("j"),
-             "provenance": job.provenance("j")}
+             "provenance": job.provenance("j"), "coordinator_log": job.coordinator_log("j")}
     out = {}
     for key, path in names.items():
         if not re.match(r"^[A-Za-z0-9._-]+$", path.name):

@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ncclbot_sweep.errors import TransportError
+from ncclbot_sweep.paths import PART_SUFFIX
 
 if TYPE_CHECKING:  # paramiko is heavy: imported only when an SSH transport is opened
     from ncclbot_sweep.inventory import Access
@@ -89,9 +90,9 @@ def sha256_file(path: Path) -> str:
 _SUMS_MARKER = "--ncclbot-sums--"
 _LIST_SCRIPT = (
     'cd "$1" 2>/dev/null || exit 0; '
-    "find . -type f ! -name '*.ncclbot-part' -printf '%s\\t%P\\n'; "
+    f"find . -type f ! -name '*{PART_SUFFIX}' -printf '%s\\t%P\\n'; "
     f"echo '{_SUMS_MARKER}'; "
-    "find . -type f ! -name '*.ncclbot-part' -print0 | xargs -0 -r sha256sum"
+    f"find . -type f ! -name '*{PART_SUFFIX}' -print0 | xargs -0 -r sha256sum"
 )
 
 
@@ -197,11 +198,11 @@ class LocalTransport(Transport):
         try:
             proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
                                   env=full_env, check=False)
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
             raise TransportError(f"command not found: {argv[0]}",
-                                 hint="install it or add its folder to PATH") from None
-        except subprocess.TimeoutExpired:
-            raise TransportError(f"command timed out after {timeout:.0f} s: {shlex.join(argv)}") from None
+                                 hint="install it or add its folder to PATH") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise TransportError(f"command timed out after {timeout:.0f} s: {shlex.join(argv)}") from exc
         return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
 
     def put_file(self, local: Path, remote: PurePosixPath) -> None:
@@ -299,16 +300,16 @@ class SshTransport(Transport):
                     or "private key" in str(exc).lower() or "invalid key" in str(exc).lower():
                 raise TransportError(
                     f"cannot use the SSH key {s.key_path} for {self.where}: {type(exc).__name__}",
-                    hint=f"check access.key_path and the passphrase in ${PASSPHRASE_ENV}") from None
+                    hint=f"check access.key_path and the passphrase in ${PASSPHRASE_ENV}") from exc
             if "not found in known_hosts" in str(exc):
                 raise TransportError(
                     f"{s.host}:{s.port} is not in {known}; refusing an unknown host key",
                     hint="add it with 'ssh-keyscan' after checking its fingerprint, or set "
-                         "access.accept_new_host_key: true in the inventory") from None
-            raise _as_transport_error(exc, self.where, retryable=True) from None
+                         "access.accept_new_host_key: true in the inventory") from exc
+            raise _as_transport_error(exc, self.where, retryable=True) from exc
         except (OSError, EOFError) as exc:
             client.close()
-            raise _as_transport_error(exc, self.where, retryable=True) from None
+            raise _as_transport_error(exc, self.where, retryable=True) from exc
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(15)
@@ -353,7 +354,7 @@ class SshTransport(Transport):
             try:
                 return action()
             except TransportError as exc:
-                if not getattr(exc, "retryable", False) or attempt == attempts:
+                if not exc.retryable or attempt == attempts:
                     raise
                 error: Exception = exc
             except (OSError, EOFError) as exc:
@@ -364,7 +365,7 @@ class SshTransport(Transport):
                 error = exc
             self._drop()
             if attempt == attempts:
-                raise _as_transport_error(error, self.where, what) from None
+                raise _as_transport_error(error, self.where, what) from error
             log.warning("%s on %s failed (%s); retrying in %.1f s (attempt %d of %d)",
                         what, self.where, type(error).__name__, delay, attempt + 1, attempts)
             time.sleep(delay)
@@ -429,7 +430,7 @@ class SshTransport(Transport):
     def put_file(self, local: Path, remote: PurePosixPath) -> None:
         def once() -> None:
             sftp = self._sftp_client()
-            tmp = f"{remote}.ncclbot-part"
+            tmp = f"{remote}{PART_SUFFIX}"
             sftp.put(str(local), tmp)
             sftp.chmod(tmp, local.stat().st_mode & 0o7777)
             sftp.posix_rename(tmp, str(remote))
@@ -486,10 +487,9 @@ def _as_transport_error(exc: BaseException, where: str, what: str = "connecting"
                                    f"in ${PASSPHRASE_ENV} if it has one)")
     if isinstance(exc, TransportError):
         return exc
-    error = TransportError(f"{what} on {where} failed: {type(exc).__name__}: {exc}",
-                           hint="check that the host is reachable; the command can be run again")
-    error.retryable = retryable  # type: ignore[attr-defined]
-    return error
+    return TransportError(f"{what} on {where} failed: {type(exc).__name__}: {exc}",
+                          hint="check that the host is reachable; the command can be run again",
+                          retryable=retryable)
 
 
 def make_transport(access: Access) -> Transport:

@@ -79,3 +79,43 @@ def test_collective_spellings():
     assert canonical_collective("all_gather") == "AllGather"
     with pytest.raises(ValueError, match="collective must be one of"):
         canonical_collective("allscatter")
+
+
+def test_sizes_round_trip_in_binary_units():
+    from ncclbot_sweep.names import human_size, parse_size
+
+    assert [parse_size(v) for v in ("512B", "4KB", "1M", "16GiB", 4096)] == [512, 4096, 2**20, 16 * 2**30, 4096]
+    assert human_size(16 * 2**30) == "16 GiB" and human_size(1000) == "1000 B"
+    with pytest.raises(ValueError, match="like '512B', '1M', '16GiB'"):
+        parse_size("12 parsecs")
+
+
+def test_full_buffer_rule_needs_the_rank_count_for_allgather_and_reducescatter():
+    from ncclbot_sweep.names import full_buffer_bytes
+
+    assert full_buffer_bytes("AllGather", 1024, 16) == 16384
+    assert full_buffer_bytes("ReduceScatter", 1024, None) is None
+    assert full_buffer_bytes("AllReduce", 1024, None) == 1024
+
+
+def test_dtype_spellings_and_widths():
+    from ncclbot_sweep.names import canonical_dtype, dtype_bytes, nccl_datatype
+
+    assert nccl_datatype(7) == ("float", 4) and nccl_datatype(9) == ("bfloat16", 2) and nccl_datatype(12) is None
+    assert canonical_dtype("c10::BFloat16") == "bfloat16" and canonical_dtype("fp32") == "float"
+    assert dtype_bytes("f16") == 2 and dtype_bytes("short") == 2 and dtype_bytes("quaternion") is None
+
+
+def test_collective_in_text_prefers_the_longest_spelling():
+    from ncclbot_sweep.names import collective_in_text
+
+    assert collective_in_text("logs/nccl-reduce_scatter-8n.log") == "ReduceScatter"
+    assert collective_in_text("ALL_GATHER.txt") == "AllGather" and collective_in_text("reduce.txt") == "Reduce"
+    assert collective_in_text("notes.txt") is None
+
+
+def test_synthetic_fabrics():
+    from ncclbot_sweep.names import is_synthetic_fabric
+
+    assert is_synthetic_fabric("sim-h100") and not is_synthetic_fabric("h100-spectrumx")
+    assert not is_synthetic_fabric(None)

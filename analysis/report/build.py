@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError
+from ncclbot_sweep.names import is_synthetic_fabric
 
 from ..audit import run_audit
 from ..inputs import load_problem
@@ -89,7 +90,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "title": f"NCCL-BOT analysis of {Path(dataset).name}",
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "dataset": str(dataset), "fabrics": sorted(problem.contexts["fabric"].unique()),
-        "synthetic": any(str(f).startswith("sim-") for f in problem.contexts["fabric"].unique()),
+        "synthetic": any(is_synthetic_fabric(f) for f in problem.contexts["fabric"].unique()),
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order,
         "headline": _headline(summary), "live": live,

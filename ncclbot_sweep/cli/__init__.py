@@ -1,7 +1,8 @@
 """The ``ncclbot-sweep`` command: a thin shell over the library (STYLE habit 1).
 
 Each area keeps its commands in its own module here and is registered below. Library
-errors (:class:`~ncclbot_sweep.errors.NcclbotError`) become ``Error: ...`` with exit 1;
+errors (:class:`~ncclbot_sweep.errors.NcclbotError`) and OS faults (a full disk, a read-only
+file system, missing permissions) become ``Error: ...`` with exit 1;
 Ctrl-C exits 130. Heavy libraries are imported inside the commands that need them.
 """
 
@@ -13,7 +14,7 @@ import sys
 import click
 
 from ncclbot_sweep import __version__
-from ncclbot_sweep.errors import ExitCode, NcclbotError
+from ncclbot_sweep.errors import ExitCode, NcclbotError, from_os_error
 
 __all__ = ["main"]
 
@@ -26,6 +27,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except NcclbotError as exc:
             raise click.ClickException(str(exc)) from exc
+        except OSError as exc:  # the boundary for OS faults (EACCES, EROFS, ENOSPC): one Error: line
+            logging.getLogger(__name__).debug("OS error", exc_info=True)
+            raise click.ClickException(str(from_os_error(exc))) from exc
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             sys.exit(ExitCode.INTERRUPTED)

@@ -70,7 +70,7 @@ def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget:
     from ncclbot_sweep.campaign import load_campaign, plan_campaign
     from ncclbot_sweep.inventory import load_inventory
     from ncclbot_sweep.render import render_campaign
-    from ncclbot_sweep.runner import run_root_for
+    from ncclbot_sweep.campaign_folder import run_root_for
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
                          enforce_budget=not ignore_budget)
@@ -88,7 +88,10 @@ def _echo_summary(summary, as_json: bool, *, job_table: bool = False) -> None:
     click.echo(f"  jobs:  {jobs}")
     click.echo(f"  steps: {summary.steps_ok}/{summary.total_steps} ok ({steps})")
     for bad in summary.failed[:20]:
-        click.echo(f"  {bad['outcome']:<11} {bad['label']}  (jobs/{bad['job_key']}/steps/{bad['step_key']})")
+        code = "" if bad["exit_code"] is None else f" exit {bad['exit_code']}"
+        click.echo(f"  {bad['outcome']:<11} {bad['label']}{code}  (jobs/{bad['job_key']}/steps/{bad['step_key']})")
+        if bad.get("last_error"):
+            click.echo(f"              {bad['last_error']}")
     if len(summary.failed) > 20:
         click.echo(f"  ... and {len(summary.failed) - 20} more")
     if job_table:
@@ -108,6 +111,9 @@ def _finish(summary, as_json: bool, waited: bool) -> None:
 
 _WAIT = click.option("--wait/--no-wait", default=True, show_default=True,
                      help="Stay until every job has ended (else return after submitting).")
+_WAIT_LOCK = click.option("--wait-lock", "lock_wait_s", type=click.FloatRange(min=0), default=0, show_default=True,
+                          metavar="SECONDS", help="How long to wait for another submit/resume of this campaign "
+                          "to end before refusing.")
 
 
 @click.command("submit")
@@ -116,10 +122,11 @@ _WAIT = click.option("--wait/--no-wait", default=True, show_default=True,
 @click.option("--workdir", "-w", required=True, type=click.Path(file_okay=False),
               help="The campaign folder (created, or continued if it exists).")
 @_WAIT
+@_WAIT_LOCK
 @_JSON
 @_BUDGET
-def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool, as_json: bool,
-               ignore_budget: bool) -> None:
+def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool, lock_wait_s: float,
+               as_json: bool, ignore_budget: bool) -> None:
     """Plan, render and run a campaign; jobs already submitted are never submitted again.
 
     Example: ncclbot-sweep submit campaigns/demo.yaml -i sim-h100 --workdir runs/demo
@@ -129,29 +136,39 @@ def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool
 
     with progress_reporter() as progress:
         summary = submit(campaign_path, inventory_path, workdir=workdir, wait=wait, progress=progress,
-                         enforce_budget=not ignore_budget)
+                         enforce_budget=not ignore_budget, lock_wait_s=lock_wait_s)
     _finish(summary, as_json, wait)
 
 
 @click.command("status")
 @click.argument("workdir", type=click.Path(file_okay=False))
 @click.option("--jobs", "job_table", is_flag=True, help="Also print one line per job.")
+@click.option("--check", is_flag=True, help="Exit 1 unless every step is ok (a step failed, or some have not run).")
 @_JSON
-def status_cmd(workdir: str, job_table: bool, as_json: bool) -> None:
-    """Reconcile a campaign folder with the scheduler and print job and step states.
+def status_cmd(workdir: str, job_table: bool, check: bool, as_json: bool) -> None:
+    """Print job and step states as the scheduler sees them now; writes nothing.
+
+    Failed steps are listed with their exit code and last error line. 'resume' records
+    what status shows and re-runs what failed. With --check it exits 1 unless every
+    step is ok, for scripts.
 
     Example: ncclbot-sweep status runs/demo --jobs
     """
+    from ncclbot_sweep.errors import ExitCode
     from ncclbot_sweep.runner import status
 
-    _echo_summary(status(workdir), as_json, job_table=job_table)
+    summary = status(workdir)
+    _echo_summary(summary, as_json, job_table=job_table)
+    if check and not summary.complete:
+        raise SystemExit(ExitCode.USER_ERROR)
 
 
 @click.command("resume")
 @click.argument("workdir", type=click.Path(file_okay=False))
 @_WAIT
+@_WAIT_LOCK
 @_JSON
-def resume_cmd(workdir: str, wait: bool, as_json: bool) -> None:
+def resume_cmd(workdir: str, wait: bool, lock_wait_s: float, as_json: bool) -> None:
     """Finish a campaign: adopt running jobs, re-run only steps that are missing or failed.
 
     Example: ncclbot-sweep resume runs/demo
@@ -160,7 +177,7 @@ def resume_cmd(workdir: str, wait: bool, as_json: bool) -> None:
     from ncclbot_sweep.runner import resume
 
     with progress_reporter() as progress:
-        summary = resume(workdir, wait=wait, progress=progress)
+        summary = resume(workdir, wait=wait, progress=progress, lock_wait_s=lock_wait_s)
     _finish(summary, as_json, wait)
 
 

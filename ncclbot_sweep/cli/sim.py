@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
+from ncclbot_sweep.names import COLLECTIVES
+
 __all__ = ["sim_group"]
 
 _FABRICS = ("sim-h100", "sim-gb200-mnnvl-on", "sim-gb200-mnnvl-off")
-_COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 
 
 @click.group("sim")
@@ -43,7 +44,7 @@ def _size(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
 @sim_group.command("cost-table")
 @click.option("--fabric", "fabric_name", type=click.Choice(_FABRICS), default="sim-h100", show_default=True,
               help="Simulated fabric.")
-@click.option("--collective", type=click.Choice(_COLLECTIVES, case_sensitive=False), required=True,
+@click.option("--collective", type=click.Choice(COLLECTIVES, case_sensitive=False), required=True,
               help="NCCL collective.")
 @click.option("--nodes", type=click.IntRange(min=1), required=True, help="Number of nodes.")
 @click.option("--size", "size_bytes", callback=_size, required=True,

@@ -9,42 +9,14 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import enum
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 
+from ncclbot_sweep.mirror import CollectReport
+from ncclbot_sweep.outcomes import JobState, StepOutcome
+from ncclbot_sweep.paths import JOB_SCRIPT
+
 __all__ = ["Executor", "JobSpec", "JobState", "JobStatus", "StepOutcome", "job_tag"]
-
-
-class JobState(str, enum.Enum):
-    """Scheduler-level state of a job (Slurm's names; the local executor uses the same)."""
-
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    TIMEOUT = "TIMEOUT"
-    NODE_FAIL = "NODE_FAIL"
-    CANCELLED = "CANCELLED"
-    PREEMPTED = "PREEMPTED"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    UNKNOWN = "UNKNOWN"
-
-    @property
-    def finished(self) -> bool:
-        """True when the job will not change state again."""
-        return self not in (JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN)
-
-
-class StepOutcome(str, enum.Enum):
-    """Outcome of one step (one nccl-tests process), as recorded in the manifest and ``runs``."""
-
-    OK = "ok"
-    FAILED = "failed"
-    TIMEOUT = "timeout"
-    INVALID_ARM = "invalid_arm"
-    NODE_FAIL = "node_fail"
-    CANCELLED = "cancelled"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +29,7 @@ class JobStatus:
 
 
 def job_tag(campaign_key: str, job_key: str) -> str:
-    """The tag a job carries on the scheduler (job name, comment) so a crash can be reconciled."""
+    """The tag a job carries on the scheduler (its comment) so a crash can be reconciled."""
     return f"ncclbot:{campaign_key}:{job_key}"
 
 
@@ -71,6 +43,9 @@ class JobSpec:
     remote_dir: PurePath
     nodes: int
     time_limit_s: int
+    #: A readable name for the scheduler's listings (campaign, collective, nodes); the tag
+    #: identifies the job, the name is for people.
+    name: str = ""
 
     @property
     def tag(self) -> str:
@@ -78,7 +53,7 @@ class JobSpec:
 
     @property
     def script_name(self) -> str:
-        return "job.sh"
+        return JOB_SCRIPT
 
 
 class Executor(abc.ABC):
@@ -98,13 +73,25 @@ class Executor(abc.ABC):
     def poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         """Return the status of every id in one scheduler call; unknown ids map to UNKNOWN."""
 
+    def peek(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        """Like :meth:`poll`, for read-only commands (``status``): changes nothing the campaign sees.
+
+        The default is :meth:`poll`; an executor whose poll also acts (the local executor
+        starts pending jobs) overrides it.
+        """
+        return self.poll(job_ids)
+
     @abc.abstractmethod
     def cancel(self, job_ids: Sequence[str]) -> None:
         """Cancel these jobs (and only these); cancelling a finished job is not an error."""
 
     @abc.abstractmethod
-    def fetch(self, job: JobSpec) -> None:
-        """Bring ``job``'s remote folder into ``job.local_dir``; idempotent, resumable."""
+    def fetch(self, job: JobSpec, *, ended: bool = True) -> CollectReport:
+        """Bring ``job``'s remote folder into ``job.local_dir``; idempotent, resumable.
+
+        While the job may still run (``ended`` False) only its finished steps are copied.
+        Raises TransportError when a file cannot be fetched or does not verify.
+        """
 
     @abc.abstractmethod
     def find_tagged(self, campaign_key: str) -> Mapping[str, str]:

@@ -46,6 +46,9 @@ from pathlib import Path
 
 from ncclbot_sweep.errors import ExecutorError
 from ncclbot_sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
+from ncclbot_sweep.mirror import CollectReport
+from ncclbot_sweep.outcomes import job_state_for_exit
+from ncclbot_sweep.paths import JOB_SCRIPT
 
 __all__ = ["LocalExecutor", "session_members"]
 
@@ -236,8 +239,13 @@ class LocalExecutor(Executor):
                 (record / "rc").write_text(_CANCELLED)
                 log.info("local job %s cancelled", job_id)
 
-    def fetch(self, job: JobSpec) -> None:
+    def peek(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        """Report every id without starting pending jobs (for ``status``, which writes nothing)."""
+        return {job_id: self._status(job_id) for job_id in job_ids}
+
+    def fetch(self, job: JobSpec, *, ended: bool = True) -> CollectReport:
         """Nothing to copy: local jobs write straight into the campaign folder."""
+        return CollectReport()
 
     def find_tagged(self, campaign_key: str) -> Mapping[str, str]:
         """``{tag: id}`` of every job of this campaign the executor has seen (the latest per tag)."""
@@ -279,11 +287,10 @@ class LocalExecutor(Executor):
             if text == _CANCELLED:
                 return JobStatus(JobState.CANCELLED, reason="cancelled")
             code = int(text) if text.lstrip("-").isdigit() else -1
-            if code == 0:
-                return JobStatus(JobState.COMPLETED, 0)
-            if code in (124, 137):
-                return JobStatus(JobState.TIMEOUT, code, reason="job time limit reached")
-            return JobStatus(JobState.FAILED, code, reason=f"job script exited with {code}")
+            state = job_state_for_exit(code)
+            reason = {JobState.COMPLETED: "", JobState.TIMEOUT: "job time limit reached"}.get(
+                state, f"job script exited with {code}")
+            return JobStatus(state, code, reason=reason)
         if alive:
             return JobStatus(JobState.RUNNING)
         if not (record / "claim").exists():
@@ -357,7 +364,7 @@ class LocalExecutor(Executor):
         (record / "claim").write_text(str(os.getpid()))
         with open(record / "output.txt", "ab") as out:
             child = subprocess.Popen(
-                ["bash", "-c", _WRAPPER, "ncclbot-local-job", str(job_dir / "job.sh"), str(record / "rc"),
+                ["bash", "-c", _WRAPPER, "ncclbot-local-job", str(job_dir / JOB_SCRIPT), str(record / "rc"),
                  str(record / "pid"), str(max(1, int(spec["time_limit_s"])))],
                 cwd=job_dir, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)

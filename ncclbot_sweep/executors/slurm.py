@@ -3,9 +3,9 @@
 It implements the four operations of :class:`~ncclbot_sweep.executors.base.Executor` and
 keeps the runner's guarantees on a real scheduler:
 
-* **submit** uploads the rendered inputs (``job.sh``, ``step.json``; over SSH) and runs ``sbatch --parsable`` with the
-  job tag in ``--job-name`` and ``--comment`` and ``--no-requeue`` (Slurm must never re-run
-  a job's steps on its own). A refusal for a QOS or submit limit, or a controller that is
+* **submit** uploads the rendered inputs (``job.sh``, ``step.json``; over SSH) and runs
+  ``sbatch --parsable`` with a readable ``--job-name`` (campaign, collective, nodes), the job
+  tag in ``--comment`` and ``--no-requeue`` (Slurm must never re-run a job's steps on its own). A refusal for a QOS or submit limit, or a controller that is
   restarting, is retried with doubling backoff; before each retry the tag is looked up, so
   a job that was queued although ``sbatch`` failed is adopted, never submitted twice.
 * **poll** is one ``squeue`` call for all open jobs (reusing the listing ``find_tagged``
@@ -17,7 +17,9 @@ keeps the runner's guarantees on a real scheduler:
 * **cancel** runs ``scancel`` on the given ids only (the campaign's jobs).
 * **fetch** mirrors the ended job's folder back, verified by checksum (:mod:`ncclbot_sweep.collect`).
 * **find_tagged** lists the user's jobs (``squeue --me``, and ``sacct`` on the first call
-  when accounting is on) and keeps those whose name carries the campaign's tag.
+  when accounting is on) and keeps those whose comment carries the campaign's tag (sacct
+  knows comments when slurmdbd has ``AccountingStoreFlags=job_comment``; squeue always does,
+  and keeps ended jobs for ``MinJobAge``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from typing import TYPE_CHECKING
 from ncclbot_sweep.errors import SchedulerError, TransportError
 from ncclbot_sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
 from ncclbot_sweep.executors import slurm_parse as sp
-from ncclbot_sweep.paths import StepFiles
+from ncclbot_sweep.mirror import CollectReport, sync_tree
+from ncclbot_sweep.paths import SLURM_OUTPUT, STEP_META
 from ncclbot_sweep.transport import CommandResult, Transport, make_transport
 
 if TYPE_CHECKING:
@@ -42,7 +45,6 @@ __all__ = ["SlurmExecutor", "SlurmPolicy"]
 
 log = logging.getLogger(__name__)
 
-_STEP_META = StepFiles(PurePosixPath(".")).meta.name
 _ACCOUNTING_OFF = ("accounting storage is disabled", "slurmdbd", "accounting_storage/none")
 _CONTROLLER_DOWN = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
                     "Zero Bytes were transmitted", "Communication connection failure")
@@ -116,8 +118,9 @@ class SlurmExecutor(Executor):
 
     def _sbatch_argv(self, job: JobSpec) -> list[str]:
         remote = PurePosixPath(job.remote_dir)
-        return ["sbatch", "--parsable", f"--job-name={job.tag}", f"--comment={job.tag}", "--no-requeue",
-                f"--chdir={remote}", f"--output={remote / 'slurm-%j.out'}", str(remote / job.script_name)]
+        return ["sbatch", "--parsable", f"--job-name={job.name or job.tag}", f"--comment={job.tag}",
+                "--no-requeue", f"--chdir={remote}", f"--output={remote / SLURM_OUTPUT}",
+                str(remote / job.script_name)]
 
     def submit(self, job: JobSpec) -> str:
         """Upload and ``sbatch`` the job; retry limits with backoff; adopt rather than duplicate.
@@ -165,7 +168,7 @@ class SlurmExecutor(Executor):
         local, remote = Path(job.local_dir), PurePosixPath(job.remote_dir)
         if self.transport.same_path(local, remote):
             return
-        inputs = [local / job.script_name, *sorted(local.glob(f"steps/*/{_STEP_META}"))]
+        inputs = [local / job.script_name, *sorted(local.glob(f"steps/*/{STEP_META}"))]
         for path in inputs:
             target = remote / path.relative_to(local).as_posix()
             self.transport.makedirs(target.parent)
@@ -268,13 +271,12 @@ class SlurmExecutor(Executor):
                                  hint="run 'ncclbot-sweep cancel' again, or scancel the ids by hand")
         log.info("cancelled Slurm jobs %s", ", ".join(ids))
 
-    def fetch(self, job: JobSpec) -> None:
-        """Mirror the ended job's folder back, verified by checksum; idempotent, resumable."""
-        from ncclbot_sweep.collect import sync_tree
-
-        report = sync_tree(self.transport, PurePosixPath(job.remote_dir), Path(job.local_dir), job_ended=True)
+    def fetch(self, job: JobSpec, *, ended: bool = True) -> CollectReport:
+        """Mirror the job's folder back (only finished steps while it runs), verified by checksum."""
+        report = sync_tree(self.transport, PurePosixPath(job.remote_dir), Path(job.local_dir), job_ended=ended)
         log.info("job %s: fetched %d files (%d bytes), %d unchanged", job.job_key, report.files_fetched,
                  report.bytes_fetched, report.files_unchanged)
+        return report
 
     def find_tagged(self, campaign_key: str) -> Mapping[str, str]:
         """``{tag: job id}`` of the campaign's jobs Slurm knows; the newest id wins per tag.
@@ -294,8 +296,9 @@ class SlurmExecutor(Executor):
             found.update(self._history(prefix))
         self._searched_history = True
         for row in rows.values():
-            if row.name.startswith(prefix) and _newer(row.job_id, found.get(row.name)):
-                found[row.name] = row.job_id
+            tag = _tag_of(row, prefix)
+            if tag and _newer(row.job_id, found.get(tag)):
+                found[tag] = row.job_id
         return found
 
     def _history(self, prefix: str) -> dict[str, str]:
@@ -308,12 +311,21 @@ class SlurmExecutor(Executor):
         self._accounting = True
         found: dict[str, str] = {}
         for row in sp.parse_sacct(out.stdout).values():
-            if row.name.startswith(prefix) and _newer(row.job_id, found.get(row.name)):
-                found[row.name] = row.job_id
+            tag = _tag_of(row, prefix)
+            if tag and _newer(row.job_id, found.get(tag)):
+                found[tag] = row.job_id
         return found
 
     def close(self) -> None:
         self.transport.close()
+
+
+def _tag_of(row: sp.QueueRow, prefix: str) -> str | None:
+    """The campaign tag a job carries: in its comment, or (jobs of older versions) its name."""
+    for text in (row.comment, row.name):
+        if text.startswith(prefix):
+            return text
+    return None
 
 
 def _newer(job_id: str, than: str | None) -> bool:

@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 SEP = "|"
 #: squeue -o: job id, state (long), reason, job name, comment (last, may hold anything).
 SQUEUE_FORMAT = SEP.join(["%i", "%T", "%r", "%j", "%k"])
-#: sacct --format (with -P, fields are separated by '|').
-SACCT_FIELDS = "JobIDRaw,State,ExitCode,Reason,JobName"
+#: sacct --format (with -P, fields are separated by '|'); the comment last, as in squeue.
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,Reason,JobName,Comment"
 
 _STATE_MAP = {
     "PENDING": JobState.PENDING,
@@ -166,12 +166,14 @@ def parse_sacct(text: str) -> dict[str, QueueRow]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = line.split(SEP, 4)
-        if len(parts) != 5 or not parts[0].strip():
+        parts = line.split(SEP, 5)
+        if len(parts) not in (5, 6) or not parts[0].strip():
             log.warning("ignoring unexpected sacct line %r", line)
             continue
-        job_id, state, exit_code, reason, name = (p.strip() for p in parts)
-        rows[job_id] = QueueRow(job_id, state, reason, name, exit_code=parse_exit_code(exit_code))
+        job_id, state, exit_code, reason, name = (p.strip() for p in parts[:5])
+        comment = parts[5].strip() if len(parts) == 6 else ""  # empty unless slurmdbd stores comments
+        rows[job_id] = QueueRow(job_id, state, reason, name, "" if comment == "(null)" else comment,
+                                exit_code=parse_exit_code(exit_code))
     return rows
 
 

@@ -26,15 +26,12 @@ import math
 import re
 from typing import Any
 
+from ncclbot_sweep.names import canonical_dtype, dtype_bytes
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, to_float
 from ncclbot_sweep.parsers.jsonfix import load_truncated
 
 __all__ = ["parse_kineto", "kernel_collective", "torch_collective", "dtype_name"]
 
-_WIDTH = {"float": 4, "float32": 4, "half": 2, "float16": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2,
-          "double": 8, "float64": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "signed char": 1, "char": 1,
-          "byte": 1, "unsigned char": 1, "uint8": 1, "int8": 1, "bool": 1, "short": 2, "int16": 2,
-          "f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i8": 1, "u8": 1, "i32": 4, "u32": 4, "i64": 8, "u64": 8}
 _KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _TORCH_COLL = [("allreduce", "AllReduce"), ("allgather", "AllGather"), ("reducescatter", "ReduceScatter"),
                ("alltoall", "AlltoAll"), ("broadcast", "Broadcast"), ("reduce", "Reduce"),
@@ -62,32 +59,22 @@ def torch_collective(name: str) -> str | None:
     return None
 
 
-# PyTorch, kernel-name and C spellings of a dtype -> the nccl-tests name (``-d``).
-_DTYPE_NAME = {"float": "float", "float32": "float", "f32": "float", "half": "half", "float16": "half",
-               "c10::half": "half", "f16": "half", "bfloat16": "bfloat16", "c10::bfloat16": "bfloat16",
-               "bf16": "bfloat16", "double": "double", "float64": "double", "f64": "double", "long": "int64",
-               "int64": "int64", "i64": "int64", "int": "int32", "int32": "int32", "i32": "int32",
-               "signed char": "int8", "char": "int8", "int8": "int8", "i8": "int8", "unsigned char": "uint8",
-               "byte": "uint8", "uint8": "uint8", "u8": "uint8", "u32": "uint32", "u64": "uint64",
-               "bool": "uint8", "short": "int16", "int16": "int16"}
-
-
 def dtype_name(dtype: Any) -> str | None:
     """The nccl-tests spelling of a dtype (``c10::BFloat16``, ``bf16`` -> ``bfloat16``)."""
     if dtype is None:
         return None
     key = str(dtype).strip().lower()
-    return _DTYPE_NAME.get(key, key or None)
+    return canonical_dtype(key) or key or None
 
 
 def _width(dtype: Any) -> int | None:
-    return _WIDTH.get(str(dtype).strip().lower()) if dtype is not None else None
+    return dtype_bytes(str(dtype)) if dtype is not None else None
 
 
 def _kernel_dtype(name: str) -> str | None:
     head = name.split("(", 1)[0].split("_")
     for tok in reversed(head):
-        if tok.lower() in _WIDTH:
+        if dtype_bytes(tok) is not None:
             return tok
     return None
 

@@ -33,10 +33,13 @@ from ncclbot_sweep.names import (
     canonical_algorithm,
     canonical_collective,
     canonical_protocol,
+    full_buffer_bytes,
+    nccl_datatype,
 )
+from ncclbot_sweep.outcomes import mentions_invalid_arm
 from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, strip_prefix
 
-__all__ = ["LogFacts", "LogParser", "parse_nccl_log", "DATATYPE_BYTES", "INFO_OF_INTEREST"]
+__all__ = ["LogFacts", "LogParser", "parse_nccl_log", "INFO_OF_INTEREST"]
 
 _MSG_RE = re.compile(r"NCCL (INFO|WARN|TRACE|ERROR) ?(.*)$")
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)(\S*)")
@@ -56,7 +59,6 @@ _CHANNELS_RE = re.compile(r"^(\d+) coll channels")
 _CHANNEL_RING_RE = re.compile(r"^Channel \d+/(\d+) :")
 _ENV_RE = re.compile(r"NCCL_(ALGO|PROTO) set by environment to (\S+)")
 _PLUGIN_RE = re.compile(r"^(?:(TUNER|PROFILER|NET|ENV|Net)/Plugin|NET/\w+ ?: ?Using|Using network|.*plugin).*", re.I)
-_NO_ALGO_RE = re.compile(r"no algorithm/protocol available", re.I)
 _CELL_RE = re.compile(r"^\s*(" + FLOAT_RE + r")\s*/\s*(" + FLOAT_RE + r")\s*$")
 
 #: What makes an ``NCCL INFO`` line worth a look, for every test in :meth:`LogParser.line`
@@ -64,10 +66,6 @@ _CELL_RE = re.compile(r"^\s*(" + FLOAT_RE + r")\s*/\s*(" + FLOAT_RE + r")\s*$")
 INFO_OF_INTEREST = (r"\||Bytes -> |opCount|NCCL version|set by environment|Enabled NCCL|nRanks|coll channels"
                     r"|Channel \d|/Plugin|lgorithm/protocol")
 
-#: NCCL datatype index -> bytes per element (ncclInt8 .. ncclFloat8e5m2).
-DATATYPE_BYTES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
-_DATATYPE_NAMES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "half",
-                   7: "float", 8: "double", 9: "bfloat16", 10: "f8e4m3", 11: "f8e5m2"}
 
 
 @dataclasses.dataclass
@@ -200,7 +198,7 @@ class LogParser:
                 return
             level, msg = m.group(1), m.group(2)
         self.any_nccl = True
-        if "lgorithm/protocol" in msg and _NO_ALGO_RE.search(msg):
+        if mentions_invalid_arm(msg):
             self.facts.invalid_arm = msg.strip()[:300]
         if level == "WARN":
             return
@@ -346,7 +344,8 @@ class LogParser:
             self._last_choice = (key, last[1], text)
             return
         base = self.base()
-        row = {**base, "seq": self.seq - 1, "collective": coll, "size_bytes": _full_buffer(coll, size, base["ranks"]),
+        row = {**base, "seq": self.seq - 1, "collective": coll,
+               "size_bytes": full_buffer_bytes(coll, size, base["ranks"]),
                "log_bytes": size, "arm": arm,
                "channels": channels, "channel_lo": int(lo) if lo else None, "channel_hi": int(hi) if hi else None,
                "predicted_us": predicted, "kind": "algo", "line": lineno, "calls": 1}
@@ -360,17 +359,18 @@ class LogParser:
             coll = m.group("coll")
         count, dt = int(m.group("count")), int(m.group("dt"))
         nranks = int(m.group("nranks")) if m.group("nranks") else None
-        width = DATATYPE_BYTES.get(dt)
-        size = count * width if width is not None else None
+        datatype = nccl_datatype(dt)
         # nccl-tests' size column is the full buffer for AllGather/ReduceScatter (section 3),
-        # while NCCL's count there is per rank.
-        if size is not None and coll in ("AllGather", "ReduceScatter") and nranks:
-            size *= nranks
+        # while NCCL's count there is per rank; an unknown rank count keeps the per-rank bytes.
+        size = None
+        if datatype is not None:
+            per_rank = count * datatype[1]
+            size = full_buffer_bytes(coll, per_rank, nranks) if nranks else per_rank
         base = self.base()
         base["ranks"] = base["ranks"] or nranks
         self.result.add("choices", {
             **base, "seq": self.seq, "collective": coll, "size_bytes": size, "count": count,
-            "datatype": _DATATYPE_NAMES.get(dt, str(dt)), "op_count": int(m.group("op"), 16),
+            "datatype": datatype[0] if datatype else str(dt), "op_count": int(m.group("op"), 16),
             "comm": m.group("comm"), "kind": "coll", "line": lineno, "calls": 1,
         })
         self._last_choice = None
@@ -388,15 +388,3 @@ def parse_nccl_log(lines: Iterable[str] | str, source: SourceInfo) -> tuple[Pars
     for lineno, raw in enumerate(lines, 1):
         parser.line(raw, lineno)
     return parser.finish()
-
-
-def _full_buffer(collective: str | None, log_bytes: int, ranks: int | None) -> int | None:
-    """``size_bytes`` of a choice line: NCCL logs one rank's bytes, the dataset the full buffer.
-
-    For AllGather and ReduceScatter the nccl-tests size and the tuner's ``nBytes`` are the
-    whole buffer (ranks x per-rank bytes); NCCL's choice line prints the per-rank bytes.
-    None when the rank count is unknown, since the full buffer then cannot be known.
-    """
-    if collective not in ("AllGather", "ReduceScatter"):
-        return log_bytes
-    return log_bytes * ranks if ranks else None

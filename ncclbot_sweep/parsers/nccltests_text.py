@@ -33,7 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ncclbot_sweep.names import BINARY_COLLECTIVE
+from ncclbot_sweep.names import BINARY_COLLECTIVE, collective_in_text
+from ncclbot_sweep.outcomes import mentions_invalid_arm
 from ncclbot_sweep.parsers import textblock
 from ncclbot_sweep.parsers.common import (
     FLOAT_RE,
@@ -74,7 +75,6 @@ _BINARY_RE = re.compile(r"\b(" + "|".join(sorted(BINARY_COLLECTIVE, key=len, rev
 _FAILURE_RE = re.compile(r"Test (?:CUDA |NCCL |NVML )?failure\b.*")
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 _AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(" + FLOAT_RE + r"|nan|inf)")
-_NO_ALGO_RE = re.compile(r"no algorithm/protocol available", re.I)
 
 # Column names as printed, normalised to ours.
 _NAME_MAP = {
@@ -409,7 +409,7 @@ class TextParser:
         if "NCCL INFO" in core or "NCCL WARN" in core:
             if "NCCL version" in core and run is not None and (m := _NCCL_VERSION_RE.search(core)):
                 run.nccl_version = run.nccl_version or m.group(1)
-            elif "lgorithm/protocol" in core and _NO_ALGO_RE.search(core):
+            elif mentions_invalid_arm(core):
                 run = self._ensure_run(lineno)
                 run.invalid_arm = True
                 run.failures.append(core[:300])
@@ -442,7 +442,7 @@ class TextParser:
             if run is not None:
                 run.avg_busbw = float(m.group(1))
             self._layout = None
-        elif "lgorithm/protocol" in core and _NO_ALGO_RE.search(core):
+        elif mentions_invalid_arm(core):
             run = self._ensure_run(lineno)
             run.invalid_arm = True
             run.failures.append(core[:300])
@@ -721,22 +721,9 @@ def _collective(run: _Run, meta: Any, path: str) -> str | None:
     return collective_from_name(path)
 
 
-_FILE_HINTS = [
-    ("reduce_scatter", "ReduceScatter"), ("reducescatter", "ReduceScatter"),
-    ("all_reduce", "AllReduce"), ("allreduce", "AllReduce"), ("all_gather", "AllGather"),
-    ("allgather", "AllGather"), ("alltoall", "AlltoAll"), ("all_to_all", "AlltoAll"),
-    ("sendrecv", "SendRecv"), ("broadcast", "Broadcast"), ("hypercube", "HyperCube"),
-    ("scatter", "Scatter"), ("gather", "Gather"), ("reduce", "Reduce"),
-]
-
-
 def collective_from_name(path: str) -> str | None:
     """A collective named in a file name (``nccl_allgather.log``), or None."""
-    name = path.replace("\\", "/").rsplit("/", 1)[-1].lower().replace("-", "_")
-    for hint, coll in _FILE_HINTS:
-        if hint in name:
-            return coll
-    return None
+    return collective_in_text(path.replace("\\", "/").rsplit("/", 1)[-1])
 
 
 # ------------------------------------------------------------------ numeric block conversion

@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from ncclbot_sweep.names import Arm, canonical_algorithm, canonical_collective, canonical_protocol
+from ncclbot_sweep.names import Arm, canonical_algorithm, canonical_collective, canonical_protocol, parse_size
 from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, to_float
 from ncclbot_sweep.parsers.jsonfix import load_lenient, load_truncated
 
@@ -222,12 +222,9 @@ def parse_inspector_json(text: str, source: SourceInfo) -> ParseResult:
 
 _PROM_RE = re.compile(r'^(nccl_\w+)\{(.*)\}\s+(' + FLOAT_RE + r'|NaN|[+-]Inf)\s*$')
 _LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-
-
 def _bucket_low(text: str | None) -> int | None:
     m = re.match(r"^(\d+)(?:-\d+)?\s*([KMGT]?B)$", text or "")
-    return int(m.group(1)) * _UNITS[m.group(2)] if m else None
+    return parse_size(m.group(1) + m.group(2)) if m else None
 
 
 def parse_inspector_prometheus(text: str, source: SourceInfo) -> ParseResult:

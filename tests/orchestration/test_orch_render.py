@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from conftest import FAKE, SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
 from ncclbot_sweep.campaign import load_campaign, parse_campaign_text, plan_campaign
 from ncclbot_sweep.cli import main
-from ncclbot_sweep.errors import RenderError
+from ncclbot_sweep.errors import InventoryError, RenderError
 from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
 from ncclbot_sweep.names import COLLECTIVE_BINARY
 from ncclbot_sweep.render import render_campaign, render_job_script
@@ -26,7 +27,9 @@ def test_forced_script_contract():
     plan = plan_campaign(load_campaign("forced-arm-h100"), load_inventory("h100-spectrumx"))
     job = plan.jobs[0]
     text = render_job_script(plan, job, run_root=Path("/shared/c"))
-    assert text.startswith("#!/bin/bash\n#SBATCH --job-name=ncclbot:")
+    collectives = "+".join(dict.fromkeys(s.collective for s in job.steps))
+    name = f"forced-arm-h100-{collectives}-{job.nodes}n"  # readable; the tag is the comment
+    assert text.startswith(f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --comment=ncclbot:")
     assert f"#SBATCH --nodes={job.nodes}\n" in text and "#SBATCH --partition=h100\n" in text
     assert "#SBATCH --exclusive\n" in text
     assert text.count("exec timeout --kill-after=30 3600 srun --nodes=4 --ntasks=32") == len(job.steps)
@@ -137,10 +140,20 @@ def test_hostile_values_are_never_executed(tmp_path: Path, fake_env: Path):
     assert bash_n.returncode == 0, bash_n.stderr
 
 
-def test_sbatch_values_with_shell_syntax_are_refused(tmp_path: Path):
+def test_sbatch_values_with_shell_syntax_are_refused_by_the_inventory(tmp_path: Path):
+    # Refused when the inventory is loaded ('inventory check', 'plan'), not first by 'submit'.
     text = local_inventory_text(Path("/opt/nt")).replace("kind: local\n  max", "kind: slurm\n  partition: \"$(touch PWNED)\"\n  max")
-    plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN), parse_inventory_text(text))
-    with pytest.raises(RenderError, match="cannot go on an #SBATCH line") as info:
+    with pytest.raises(InventoryError, match="scheduler.partition: must be a single line without quotes") as info:
+        parse_inventory_text(text)
+    assert info.value.line == 6
+
+
+def test_render_refuses_sbatch_values_with_shell_syntax():
+    plan = plan_campaign(parse_campaign_text(SMALL_CAMPAIGN), parse_inventory_text(local_inventory_text(Path("/opt/nt"))))
+    evil = plan.inventory.model_copy(update={"scheduler": plan.inventory.scheduler.model_copy(
+        update={"partition": "$(touch PWNED)"})})  # model_copy skips validation: render's own check remains
+    plan = dataclasses.replace(plan, inventory=evil)
+    with pytest.raises(RenderError, match="must be a single line without quotes") as info:
         render_job_script(plan, plan.jobs[0], run_root=Path("/c"))
     assert "scheduler.partition" in str(info.value) and info.value.hint == "fix scheduler.partition in the inventory"
 

@@ -173,7 +173,7 @@ def test_crash_between_submit_and_manifest_is_adopted(tmp_path, fake_bin, fake_e
     camp_obj = prepare(camp, inv, workdir=work)
     from ncclbot_sweep.runner import _spec  # the crash window is internal: submit without recording
 
-    job_key = camp_obj.plan.jobs[0].key
+    job_key = camp_obj.folder.plan.jobs[0].key
     job_id = camp_obj.executor.submit(_spec(camp_obj, job_key))
     camp_obj.close()
     summary = resume(work)

@@ -71,15 +71,16 @@ def summary(setup: Setup) -> dict:
 
 
 def manifest_jobs(setup: Setup) -> list:
-    camp = runner.open_campaign(setup.workdir)
+    camp = runner.open_campaign(setup.workdir)  # a read-only snapshot of the manifest
     try:
-        return camp.manifest.jobs()
+        return camp.folder.manifest.jobs()
     finally:
         camp.close()
 
 
-def squeue_names(cluster, prefix: str) -> list[str]:
-    out = cluster.run("squeue", "-h", "-t", "all", "-o", "%j").stdout.split()
+def squeue_tags(cluster, prefix: str) -> list[str]:
+    """The campaign tags Slurm holds: in each job's comment (the job name is the readable one)."""
+    out = cluster.run("squeue", "-h", "-t", "all", "-o", "%k").stdout.split()
     return [n for n in out if n.startswith(prefix)]
 
 
@@ -211,14 +212,14 @@ def test_cli_killed_right_after_sbatch_adopts_the_job(tmp_path, sshd, slurm_clus
     (job,) = manifest_jobs(s)
     assert not job.executor_job_id  # the crash window: Slurm has the job, the manifest does not
     tag_prefix = "ncclbot:"
-    queued = squeue_names(slurm_cluster, tag_prefix)
+    queued = squeue_tags(slurm_cluster, tag_prefix)
     assert len([n for n in queued if n.endswith(job.job_key)]) == 1
     state = summary(s)  # status adopts it
     assert state["jobs"].get("submitted", 0) + state["jobs"].get("finished", 0) == 1
     code, out = s.cli("resume", str(s.workdir), "--json")
     assert code == 0, out
     assert json.loads(out)["steps"] == {"ok": 2}
-    assert len([n for n in squeue_names(slurm_cluster, tag_prefix) if n.endswith(job.job_key)]) == 1
+    assert len([n for n in squeue_tags(slurm_cluster, tag_prefix) if n.endswith(job.job_key)]) == 1
     assert set(s.starts().values()) == {1}  # no step ran twice
 
 
@@ -248,7 +249,7 @@ def test_ssh_cut_during_collect_then_collect_again(tmp_path, sshd, slurm_cluster
     fragile = SshTransport(dataclasses.replace(ssh_settings, attempts=1))
     try:
         with pytest.raises(Exception):
-            collect(s.workdir, transport=fragile)
+            collect(s.workdir, executor=SlurmExecutor(fragile))
     finally:
         stop.set()
         thread.join()
@@ -276,7 +277,7 @@ def test_queue_cap_holds_jobs_back(tmp_path, sshd, slurm_cluster):
     seen, queries = [], []
 
     def sample(done: int, total: int, message: str) -> None:
-        out = slurm_cluster.run("squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING", "-o", "%j").stdout.split()
+        out = slurm_cluster.run("squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING", "-o", "%k").stdout.split()
         seen.append(len([n for n in out if n.startswith("ncclbot:")]))
         queries.append(sum(1 for c in executor.calls if c in ("squeue", "sacct")))
 

@@ -30,16 +30,17 @@ def make_job(tmp_path: Path, body: str, *, nodes: int = 4, sbatch: tuple[str, ..
     (local / "job.sh").write_text("\n".join(lines) + "\n")
     (local / "steps" / "s1" / "step.json").write_text("{}\n")
     return JobSpec(campaign_key=campaign, job_key=key, local_dir=local, remote_dir=PurePosixPath(run),
-                   nodes=nodes, time_limit_s=300)
+                   nodes=nodes, time_limit_s=300, name=f"{campaign}-AllReduce-{nodes}n")
 
 
 HOSTS_STEP = ('srun --nodes=4 --ntasks=4 bash -c \'echo "$SLURMD_NODENAME"\' >"$STEP/stdout.txt"; '
               'echo $? >"$STEP/exit"')
 
 
-def ids_named(cluster, name: str) -> list[str]:
-    """Every job id Slurm has under this name (to prove nothing was submitted twice)."""
-    return cluster.run("squeue", "-h", "-t", "all", "-n", name, "-o", "%i").stdout.split()
+def ids_tagged(cluster, tag: str) -> list[str]:
+    """Every job id Slurm has under this tag, kept in the comment (to prove nothing was submitted twice)."""
+    rows = (line.split("|", 1) for line in cluster.run("squeue", "-h", "-t", "all", "-o", "%i|%k").stdout.splitlines())
+    return [job_id for job_id, comment in rows if comment.strip() == tag]
 
 
 def wait_final(executor: SlurmExecutor, ids: list[str], timeout: float = 60) -> dict:
@@ -77,7 +78,7 @@ def test_four_node_job_runs_tagged_and_comes_back(executor, slurm_cluster, tmp_p
     job = make_job(tmp_path, HOSTS_STEP, remote=executor.kind == "ssh")
     job_id = executor.submit(job)
     named = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%j %k").stdout.split()
-    assert named == [job.tag, job.tag]
+    assert named == [job.name, job.tag]  # a readable name; the tag in the comment finds it again
     assert executor.find_tagged("camp")[job.tag] == job_id
     assert executor.find_tagged("other") == {}
     status = wait_final(executor, [job_id])[job_id]
@@ -166,7 +167,7 @@ def test_submit_waits_for_a_restarting_controller(ssh_settings, slurm_cluster, t
         job_id = ex.submit(job)
     finally:
         restart.join()
-    assert ids_named(slurm_cluster, job.tag) == [job_id]  # one job, not two
+    assert ids_tagged(slurm_cluster, job.tag) == [job_id]  # one job, not two
     assert wait_final(ex, [job_id])[job_id].state is JobState.COMPLETED
     ex.close()
 
@@ -185,7 +186,7 @@ def test_refused_while_the_partition_drains_then_resubmitted(slurm_cluster, tmp_
         slurm_cluster.run("scontrol", "update", "partitionname=debug", "state=up")
     assert ex.calls.count("sbatch") >= 2
     assert any("resubmitting in" in r.getMessage() for r in caplog.records)
-    assert ids_named(slurm_cluster, job.tag) == [job_id]
+    assert ids_tagged(slurm_cluster, job.tag) == [job_id]
     assert wait_final(ex, [job_id])[job_id].state is JobState.COMPLETED
 
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --job-name=ncclbot:76ee9938dde11764:99c63c8e3998cdf6
+#SBATCH --job-name=golden-forced-AllReduce-8n
 #SBATCH --comment=ncclbot:76ee9938dde11764:99c63c8e3998cdf6
 #SBATCH --nodes=8
 #SBATCH --ntasks-per-node=8

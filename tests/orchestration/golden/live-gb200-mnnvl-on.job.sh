@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --job-name=ncclbot:9ea449c6c056f786:aad42940fca7d361
+#SBATCH --job-name=golden-live-AllReduce-16n
 #SBATCH --comment=ncclbot:9ea449c6c056f786:aad42940fca7d361
 #SBATCH --nodes=16
 #SBATCH --ntasks-per-node=4

@@ -1,0 +1,176 @@
+"""Step outcomes and the one rule that decides them (architecture section 4).
+
+A leaf module (it imports nothing of the package but :mod:`ncclbot_sweep.paths`): the runner
+(``manifest.sqlite``), ingest (the ``runs`` table), the parsers (NCCL's invalid-arm warning)
+and the executors (a job script's exit code) all call it, so a step cannot be ``timeout`` in
+one place and ``failed`` in another.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from pathlib import Path, PurePath
+
+from ncclbot_sweep.paths import StepFiles
+
+__all__ = [
+    "INVALID_ARM_GUARD",
+    "INVALID_ARM_RE",
+    "TIMEOUT_EXIT_CODES",
+    "JobState",
+    "StepOutcome",
+    "classify_step",
+    "job_state_for_exit",
+    "last_error_line",
+    "mentions_invalid_arm",
+    "read_exit_marker",
+    "step_mentions_invalid_arm",
+]
+
+
+class JobState(str, enum.Enum):
+    """Scheduler-level state of a job (Slurm's names; the local executor uses the same)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    CANCELLED = "CANCELLED"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def finished(self) -> bool:
+        """True when the job will not change state again."""
+        return self not in (JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN)
+
+
+class StepOutcome(str, enum.Enum):
+    """Outcome of one step (one nccl-tests process), as recorded in the manifest and ``runs``."""
+
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    INVALID_ARM = "invalid_arm"
+    NODE_FAIL = "node_fail"
+    CANCELLED = "cancelled"
+
+
+#: ``timeout`` exits 124 when the limit hits, and 137 (128 + SIGKILL) when the process outlived
+#: the ``--kill-after`` grace: both mean the step ran out of time.
+TIMEOUT_EXIT_CODES = (124, 137)
+
+#: NCCL's warning when a forced NCCL_ALGO/NCCL_PROTO leaves no valid arm (``src/enqueue.cc``):
+#: ``No algorithm/protocol available for function X with datatype Y. NCCL_ALGO was set to Z.``
+INVALID_ARM_RE = re.compile(r"no algorithm/protocol available", re.I)
+#: A cheap substring test before the regex, for parsers that see millions of lines.
+INVALID_ARM_GUARD = "lgorithm/protocol"
+
+# What a job's final state says of a step the scheduler interrupted.
+_INTERRUPTED = {JobState.CANCELLED: StepOutcome.CANCELLED, JobState.NODE_FAIL: StepOutcome.NODE_FAIL,
+                JobState.TIMEOUT: StepOutcome.TIMEOUT, JobState.PREEMPTED: StepOutcome.CANCELLED}
+_SCAN_LIMIT = 4_000_000  # bytes of each step file searched for the invalid-arm warning
+
+
+def mentions_invalid_arm(text: str) -> bool:
+    """True when ``text`` holds NCCL's invalid-arm warning."""
+    return INVALID_ARM_GUARD in text and INVALID_ARM_RE.search(text) is not None
+
+
+def step_mentions_invalid_arm(files: StepFiles) -> bool:
+    """True when a step's stdout, NCCL log or stderr holds NCCL's invalid-arm warning."""
+    return any(mentions_invalid_arm(_head(Path(p))) for p in (files.stdout, files.nccl_log, files.stderr))
+
+
+def _head(path: Path) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(_SCAN_LIMIT)
+    except OSError:
+        return ""
+
+
+_ERROR_WORDS = ("fatal", "error", "failure", "failed", "killed", "abort", "denied", "cannot", "not found")
+_TAIL = 65536  # bytes read from the end of a step's stderr or stdout
+
+
+def last_error_line(files: StepFiles) -> str | None:
+    """The line that most likely says why a step failed (for ``status`` and the ``runs`` table).
+
+    The last line of stderr, then of stdout, that names an error; else stderr's last line.
+    """
+    tails = {name: _tail(Path(path)) for name, path in (("stderr", files.stderr), ("stdout", files.stdout))}
+    for lines in tails.values():
+        for line in reversed(lines):
+            if any(word in line.lower() for word in _ERROR_WORDS):
+                return line.strip()[:300]
+    return tails["stderr"][-1].strip()[:300] if tails["stderr"] else None
+
+
+def _tail(path: Path) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - _TAIL))
+            return [line for line in fh.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
+def read_exit_marker(path: str | PurePath) -> int | None:
+    """The exit code a step's ``exit`` marker holds; None when there is no marker.
+
+    A marker that does not hold a number (a truncated write) reads as -1: the step ended,
+    and not well.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return -1
+    head = text.split()[0] if text else ""
+    return int(head) if head.lstrip("-").isdigit() else -1
+
+
+def job_state_for_exit(code: int) -> JobState:
+    """A job's state from its batch script's exit code (the local executor's scheduler)."""
+    if code == 0:
+        return JobState.COMPLETED
+    if code in TIMEOUT_EXIT_CODES:
+        return JobState.TIMEOUT
+    return JobState.FAILED
+
+
+def classify_step(exit_code: int | None, *, job_state: JobState | None, started: bool,
+                  invalid_arm: bool, output_ok: bool = True) -> StepOutcome | None:
+    """The outcome of one step; None while it has not finished (it runs again on ``resume``).
+
+    ``exit_code`` is what the step's ``exit`` marker holds (None: no marker); ``job_state`` the
+    job's final state (None: still running, or not known); ``started`` whether the step wrote
+    its stdout; ``invalid_arm`` whether its output carries NCCL's invalid-arm warning;
+    ``output_ok`` (ingest only) whether a step that exited 0 printed a usable result.
+
+    The order is the rule: exit 0 is ``ok``; a timeout code is ``timeout``; a signal while
+    the scheduler ended the job takes the job's reason (node failure, cancel); NCCL's
+    refusal of the forced arm is ``invalid_arm``; anything else is ``failed``.
+    """
+    if exit_code is None:
+        if job_state is None or not job_state.finished or not started:
+            return None  # still running, or never ran: stays pending
+        return _INTERRUPTED.get(job_state, StepOutcome.FAILED)
+    if exit_code == 0:
+        if output_ok:
+            return StepOutcome.OK
+        return StepOutcome.INVALID_ARM if invalid_arm else StepOutcome.FAILED
+    if exit_code in TIMEOUT_EXIT_CODES:
+        return StepOutcome.TIMEOUT
+    if exit_code >= 128 and job_state in _INTERRUPTED:
+        return _INTERRUPTED[job_state]
+    if invalid_arm:
+        return StepOutcome.INVALID_ARM
+    return StepOutcome.FAILED
+

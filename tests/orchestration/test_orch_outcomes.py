@@ -1,0 +1,98 @@
+"""One outcome rule: every exit code / job state / log combination gives the same step outcome
+in ``manifest.sqlite`` (the runner) and in the ``runs`` table (ingest)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import local_inventory_text
+from ncclbot_sweep import campaign_folder, datasets, runner, sim
+from ncclbot_sweep.executors import JobState, JobStatus, make_executor
+from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.outcomes import StepOutcome, classify_step
+
+CODES = [None, 0, 1, 3, 124, 137, 139, 143, "garbage"]
+STATES = [JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.CANCELLED,
+          JobState.PREEMPTED]
+SIZES = [1024 * (i + 1) for i in range(len(CODES) * 2)]  # one step per (code, invalid-arm log)
+CAMPAIGN = f"""\
+name: outcomes
+kind: forced
+collectives: [AllReduce]
+nodes: [{", ".join(str(n) for n in range(1, len(STATES) + 1))}]
+sizes: {{list: {SIZES}}}
+arms: [Ring/Simple]
+packing: {{steps_per_job: {len(SIZES)}}}
+"""
+_WARN = ("h:1:1 [0] enqueue.cc:1 NCCL WARN No algorithm/protocol available for function AllReduce with "
+         "datatype ncclFloat32. NCCL_ALGO was set to Ring.\n")
+
+
+@pytest.fixture(scope="module")
+def nccltests_output() -> str:
+    """What the simulated all_reduce_perf prints: a well-formed result table."""
+    env = {**os.environ, "SLURM_NTASKS": "8", "SLURM_NNODES": "1", "SLURM_PROCID": "0"}
+    return subprocess.run([str(Path(sim.bin_dir()) / "all_reduce_perf"), "-b", "1K", "-e", "4K", "-n", "3"],
+                          env=env, capture_output=True, text=True, check=True, timeout=120).stdout
+
+
+def _write_step(files, code, invalid: bool, stdout: str) -> None:
+    Path(files.root).mkdir(parents=True, exist_ok=True)
+    Path(files.stdout).write_text(stdout)
+    Path(files.nccl_log).write_text("h:1:1 [0] NCCL INFO NCCL version 2.23.4+cuda12.6\n" + (_WARN if invalid else ""))
+    Path(files.stderr).write_text("test.cu:100 NCCL failure 'invalid usage'\n" if code not in (None, 0) else "")
+    if code is not None:
+        Path(files.exit_marker).write_text(f"{code}\n")
+
+
+def test_manifest_and_ingest_agree_on_every_combination(tmp_path, nccltests_output):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(local_inventory_text(tmp_path / "no-binaries-needed"))
+    camp_file = tmp_path / "campaign.yaml"
+    camp_file.write_text(CAMPAIGN)
+    root = tmp_path / "camp"
+    folder = campaign_folder.create(camp_file, inv, root)
+    camp = runner._Campaign(folder=folder, executor=make_executor(folder.plan.inventory,  # the runner's own pairing
+                                                                  state_dir=folder.executor_state))
+    expected = {}
+    try:
+        assert len(folder.plan.jobs) == len(STATES)
+        for job, state in zip(folder.plan.jobs, STATES):
+            combos = list(itertools.product([False, True], CODES))
+            for step, (invalid, code) in zip(job.steps, combos):
+                _write_step(folder.paths.step_files(job.key, step.key), code, invalid, nccltests_output)
+                expected[step.key] = (code, state, invalid)
+            folder.manifest.mark_submitted(job.key, f"id-{job.key}")
+            # _finish is how reconcile records an ended job: fetch (nothing, locally), classify, update.
+            runner._finish(camp, job.key, JobStatus(state))
+        manifest = {s.step_key: s.outcome for s in folder.manifest.steps()}
+    finally:
+        camp.close()
+    summary = ingest([root], tmp_path / "ds", include_unfinished=True)
+    assert not summary.quarantined
+    runs = datasets.read_table(tmp_path / "ds", "runs").set_index("step_key")
+    assert len(runs) == len(expected) == len(STATES) * len(CODES) * 2
+    mismatches = {key: (expected[key], manifest[key], runs.loc[key, "outcome"]) for key in expected
+                  if manifest[key] is None or manifest[key].value != runs.loc[key, "outcome"]}
+    assert not mismatches
+    seen = {expected[key]: manifest[key] for key in expected}
+    assert seen[(137, JobState.COMPLETED, False)] is StepOutcome.TIMEOUT  # killed after the timeout's grace
+    assert seen[(139, JobState.NODE_FAIL, False)] is StepOutcome.NODE_FAIL
+    assert seen[(143, JobState.CANCELLED, True)] is StepOutcome.CANCELLED
+    assert seen[(3, JobState.COMPLETED, True)] is StepOutcome.INVALID_ARM
+    assert seen[(0, JobState.FAILED, True)] is StepOutcome.OK
+    assert seen[("garbage", JobState.COMPLETED, False)] is StepOutcome.FAILED
+    assert seen[(None, JobState.PREEMPTED, False)] is StepOutcome.CANCELLED
+    assert seen[(None, JobState.FAILED, False)] is StepOutcome.FAILED
+
+
+def test_a_step_that_never_started_stays_pending():
+    for state in STATES:
+        assert classify_step(None, job_state=state, started=False, invalid_arm=False) is None
+    assert classify_step(None, job_state=None, started=True, invalid_arm=False) is None  # still running
+    assert classify_step(0, job_state=None, started=True, invalid_arm=True, output_ok=False) is StepOutcome.INVALID_ARM
