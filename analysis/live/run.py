@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ncclbot_sweep.datasets import is_synthetic_fabric
+from ncclbot_sweep.names import is_synthetic_fabric
 from ncclbot_sweep.errors import AnalysisError
 
 from ..audit import audit_auto
