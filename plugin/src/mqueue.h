@@ -12,6 +12,7 @@
 
 typedef struct {
   uint64_t key;   /* context key: collective << 58 | bytes */
+  uint64_t pull;  /* log index of the pull the collective was bound to at its start */
   float lat_us;   /* < 0: the sample was dropped (bad or missing timers) */
   uint8_t arm;
 } nb_meas;
