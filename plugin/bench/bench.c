@@ -2,7 +2,9 @@
  * bench.c: plugin performance on this machine, called as NCCL calls it.
  *   build/ncclbot-bench [calls] [local]   ("local": skip the 8-rank part)
  * Prints one line per figure:
- *   getCollInfo: ns per call on a warm context (median of 1000-call batches)
+ *   getCollInfo: ns per call on a warm context, untraced and with NCCLBOT_TRACE_DIR set
+ *     (each call timed on its own; the trace's rows are counted against the pulls)
+ *   first sight: allocations while 1000 new contexts are created (should be 0)
  *   profiler: ns per collective (coll start + 4 channels x start/stop-state/stop + coll stop)
  *   sync: us per round and us per collective, 8 ranks + coordinator on loopback, m = 64
  *   allocations: malloc/calloc/realloc calls inside the timed warm loops (should be 0)
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,13 +94,52 @@ static void one_collective(void *pctx, int arm, size_t bytes, uint64_t *clock, i
   *clock += 50000;
 }
 
-static void bench_local(long calls) {
+/* Rows of kind "pull" in the one trace file in dir (then removes the file and dir). */
+static long count_pull_rows(const char *dir) {
+  DIR *d = opendir(dir);
+  long rows = 0;
+  struct dirent *ent;
+  char path[4200], line[512];
+  while (d && (ent = readdir(d))) {
+    if (ent->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) rows += strncmp(line, "pull,", 5) == 0;
+    if (f) fclose(f);
+    unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+  return rows;
+}
+
+/* Allocations while `n` new contexts are seen for the first time (and each played). */
+static long first_sight_allocs(void *tctx, int n) {
+  float base[21], t[21];
+  table_init(base);
+  int nch = 0;
+  long a0 = g_allocs;
+  for (int i = 0; i < n; i++) {
+    memcpy(t, base, sizeof t);
+    ncclTunerPlugin_v6.getCollInfo(tctx, 2, (8u << 20) + 4096u * (unsigned)i, 1,
+                                   (float **)(void *)t, 7, 3, 0, &nch);
+  }
+  return g_allocs - a0;
+}
+
+/* getCollInfo and the profiler on one rank; trace_dir NULL: untraced. Returns the median. */
+static double bench_local(long calls, const char *trace_dir) {
   setenv("NCCLBOT_POLICY", "ucb1", 1);
   setenv("NCCLBOT_MIN_BYTES", "0", 1);
+  if (trace_dir)
+    setenv("NCCLBOT_TRACE_DIR", trace_dir, 1);
+  else
+    unsetenv("NCCLBOT_TRACE_DIR");
+  uint64_t id = trace_dir ? 43 : 42;
   void *pctx = NULL, *tctx = NULL;
   int mask = 0;
-  ncclProfiler_v6.init(&pctx, 42, &mask, "bench", 1, 1, 0, NULL);
-  ncclTunerPlugin_v6.init(&tctx, 42, 1, 1, NULL, NULL, NULL);
+  ncclProfiler_v6.init(&pctx, id, &mask, "bench", 1, 1, 0, NULL);
+  ncclTunerPlugin_v6.init(&tctx, id, 1, 1, NULL, NULL, NULL);
   float base[21], t[21];
   table_init(base);
   int nch = 0;
@@ -142,20 +184,34 @@ static void bench_local(long calls) {
   long allocs = g_allocs - allocs0;
   qsort(ns, (size_t)calls, sizeof *ns, cmp_d);
   qsort(pns, (size_t)calls, sizeof *pns, cmp_d);
-  printf("getCollInfo warm context: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, ucb1, 7 arms)\n",
-         ns[calls / 2], ns[calls * 9 / 10], ns[calls * 99 / 100], calls);
-  printf("profiler per collective: median %.1f ns (p90 %.1f; 4 channels: coll start/stop + 12 "
-         "channel callbacks)\n", pns[calls / 2], pns[calls * 9 / 10]);
-  printf("allocations on the hot path: %ld in %ld getCollInfo calls and collectives\n", allocs,
-         calls);
+  double median = ns[calls / 2];
   nb_comm *c = tctx;
-  printf("  (local: %llu timed pulls, %llu rewards applied, %llu missing, %llu unmatched samples)\n",
-         (unsigned long long)c->n_timed, (unsigned long long)c->n_applied,
-         (unsigned long long)c->n_missing, (unsigned long long)c->n_unmatched);
-  ncclTunerPlugin_v6.finalize(tctx);
-  ncclProfiler_v6.finalize(pctx);
+  if (trace_dir) {
+    unsigned long long pulls = c->n_timed;
+    ncclTunerPlugin_v6.finalize(tctx);
+    ncclProfiler_v6.finalize(pctx);
+    printf("getCollInfo warm context, traced: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls); "
+           "allocations %ld; trace: %ld pull rows for %llu pulls\n",
+           median, ns[calls * 9 / 10], ns[calls * 99 / 100], calls, allocs,
+           count_pull_rows(trace_dir), pulls);
+  } else {
+    printf("getCollInfo warm context: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, ucb1, 7 arms)\n",
+           median, ns[calls * 9 / 10], ns[calls * 99 / 100], calls);
+    printf("profiler per collective: median %.1f ns (p90 %.1f; 4 channels: coll start/stop + 12 "
+           "channel callbacks)\n", pns[calls / 2], pns[calls * 9 / 10]);
+    printf("allocations on the hot path: %ld in %ld getCollInfo calls and collectives\n", allocs,
+           calls);
+    printf("  (local: %llu timed pulls, %llu rewards applied, %llu missing, %llu unmatched samples)\n",
+           (unsigned long long)c->n_timed, (unsigned long long)c->n_applied,
+           (unsigned long long)c->n_missing, (unsigned long long)c->n_unmatched);
+    printf("allocations on first sight: %ld while 1000 new contexts were created\n",
+           first_sight_allocs(tctx, 1000));
+    ncclTunerPlugin_v6.finalize(tctx);
+    ncclProfiler_v6.finalize(pctx);
+  }
   free(ns);
   free(pns);
+  return median;
 }
 
 /* One rank of the sync benchmark: writes "round_us per_coll_us" to fd. */
@@ -273,7 +329,15 @@ static void bench_sync(long calls, int gpu_us) {
 int main(int argc, char **argv) {
   long calls = argc > 1 ? atol(argv[1]) : 200000;
   unsetenv("NCCLBOT_SYNC_ADDR");
-  bench_local(calls);
+  double plain = bench_local(calls, NULL);
+  const char *tmp = getenv("TMPDIR");
+  char tdir[4096];
+  snprintf(tdir, sizeof tdir, "%s/ncclbot-bench-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  if (mkdtemp(tdir)) {
+    double traced = bench_local(calls, tdir);
+    printf("tracing costs %.2fx the untraced median\n", plain > 0 ? traced / plain : 0.0);
+  }
+  unsetenv("NCCLBOT_TRACE_DIR");
   if (argc > 2 && strcmp(argv[2], "local") == 0) return 0; /* e.g. under callgrind */
   bench_sync(calls / 4 > 6400 ? calls / 4 : 6400, 0);
   bench_sync(6400, 20);

@@ -460,6 +460,7 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
   e->arm_idx = (uint8_t)idx;
   e->auto_arm = (uint8_t)auto_arm;
   e->state = NB_PULL_PENDING;
+  e->bound = 0;
   c->head++;
   c->n_timed++;
   return ncclSuccess;

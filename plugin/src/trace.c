@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "learn.h"
@@ -19,7 +20,7 @@
 enum { NB_ROW_PULL = 0, NB_ROW_SYNC = 1 };
 
 typedef struct {
-  uint64_t t_ns;
+  uint64_t stamp; /* stamp() when the row was made; the writer turns it into wall-clock ns */
   uint64_t key;
   int64_t round;
   double value; /* pull: merged reward (<0 none); sync: wall time in us */
@@ -31,14 +32,17 @@ typedef struct {
 struct nb_tracer {
   FILE *f;
   nb_trace_row *rows;
-  uint64_t head; /* written by the user thread (atomic) */
-  uint64_t tail; /* written by the writer (atomic) */
+  uint64_t head __attribute__((aligned(64))); /* written by the user thread (atomic) */
+  uint64_t tail_seen; /* user thread: the writer's tail when last looked at */
+  uint64_t tail __attribute__((aligned(64))); /* written by the writer (atomic) */
   int stop;      /* under mu */
   pthread_mutex_t mu;
   pthread_cond_t work;  /* writer: rows or stop */
   pthread_cond_t space; /* user thread: the ring has room */
   pthread_t thread;
   const nb_comm *c;
+  uint64_t cal_stamp, cal_ns; /* writer: the last (stamp, wall ns) pair it took ... */
+  double ns_per_stamp;        /* ... and the rate between the last two, 0 while unknown */
 };
 
 static unsigned long long wall_ns(void) {
@@ -47,9 +51,28 @@ static unsigned long long wall_ns(void) {
   return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
 }
 
-static void write_row(FILE *f, const nb_comm *c, const nb_trace_row *r) {
+/*
+ * A row's time costs the user thread one cycle-counter read where there is one (x86),
+ * not a wall-clock read (tens of ns); the writer converts stamps to wall-clock ns by
+ * interpolating between the (stamp, wall ns) pairs it takes at each drain.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+#define NB_STAMP_IS_WALL 0
+static inline uint64_t stamp(void) { return __builtin_ia32_rdtsc(); }
+#else
+#define NB_STAMP_IS_WALL 1
+static inline uint64_t stamp(void) { return wall_ns(); }
+#endif
+
+static uint64_t row_ns(const nb_tracer *t, uint64_t st, uint64_t now) {
+  if (NB_STAMP_IS_WALL) return st;
+  if (t->ns_per_stamp <= 0.0) return now;
+  return t->cal_ns + (uint64_t)((double)(int64_t)(st - t->cal_stamp) * t->ns_per_stamp);
+}
+
+static void write_row(FILE *f, const nb_comm *c, const nb_trace_row *r, uint64_t t_ns) {
   fprintf(f, "%s,%llu,%016llx,%d,%d,%d,", r->kind == NB_ROW_PULL ? "pull" : "sync",
-          (unsigned long long)r->t_ns, (unsigned long long)c->comm_id, c->rank, c->nranks,
+          (unsigned long long)t_ns, (unsigned long long)c->comm_id, c->rank, c->nranks,
           c->nnodes);
   if (r->kind == NB_ROW_SYNC) {
     fprintf(f, ",,,,,,,,%lld,%.3f\n", (long long)r->round, r->value);
@@ -75,10 +98,18 @@ static void write_row(FILE *f, const nb_comm *c, const nb_trace_row *r) {
     fputs(",\n", f);
 }
 
-/* Writes the rows queued so far; returns how many. */
+/* Writes the rows queued so far (writer thread, or the closer after the writer ended). */
 static uint64_t drain(nb_tracer *t) {
   uint64_t tail = t->tail, head = __atomic_load_n(&t->head, __ATOMIC_ACQUIRE);
-  for (uint64_t i = tail; i < head; i++) write_row(t->f, t->c, &t->rows[i % NB_TRACE_ROWS]);
+  uint64_t st = stamp(), now = wall_ns();
+  if (st - t->cal_stamp > 1000000 && now > t->cal_ns) /* a rate over at least 1M ticks */
+    t->ns_per_stamp = (double)(now - t->cal_ns) / (double)(st - t->cal_stamp);
+  for (uint64_t i = tail; i < head; i++) {
+    const nb_trace_row *r = &t->rows[i % NB_TRACE_ROWS];
+    write_row(t->f, t->c, r, row_ns(t, r->stamp, now));
+  }
+  t->cal_stamp = st;
+  t->cal_ns = now;
   if (head != tail) {
     __atomic_store_n(&t->tail, head, __ATOMIC_RELEASE);
     fflush(t->f);
@@ -123,7 +154,8 @@ void nb_trace_open(nb_comm *c) {
   char path[1200];
   snprintf(path, sizeof path, "%s/ncclbot-%016llx-r%d.csv", c->cfg.trace_dir,
            (unsigned long long)c->comm_id, c->rank);
-  nb_tracer *t = calloc(1, sizeof *t);
+  nb_tracer *t = aligned_alloc(64, (sizeof *t + 63) / 64 * 64);
+  if (t) memset(t, 0, sizeof *t);
   if (t) t->rows = malloc(NB_TRACE_ROWS * sizeof *t->rows);
   if (t && t->rows) t->f = fopen(path, "w");
   if (!t || !t->rows || !t->f) {
@@ -134,6 +166,8 @@ void nb_trace_open(nb_comm *c) {
   }
   fputs("# ncclbot-trace v1\n" NB_TRACE_HEADER, t->f);
   t->c = c;
+  t->cal_stamp = stamp();
+  t->cal_ns = wall_ns();
   pthread_mutex_init(&t->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -154,16 +188,18 @@ void nb_trace_open(nb_comm *c) {
 /* The next free row (waits for the writer when the ring is full: no row is dropped). */
 static nb_trace_row *next_row(nb_tracer *t) {
   uint64_t h = t->head;
-  if (h - __atomic_load_n(&t->tail, __ATOMIC_ACQUIRE) >= NB_TRACE_ROWS) {
+  if (h - t->tail_seen >= NB_TRACE_ROWS &&
+      h - (t->tail_seen = __atomic_load_n(&t->tail, __ATOMIC_ACQUIRE)) >= NB_TRACE_ROWS) {
     pthread_mutex_lock(&t->mu);
     while (h - __atomic_load_n(&t->tail, __ATOMIC_ACQUIRE) >= NB_TRACE_ROWS) {
       pthread_cond_signal(&t->work);
       pthread_cond_wait(&t->space, &t->mu);
     }
+    t->tail_seen = __atomic_load_n(&t->tail, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&t->mu);
   }
   nb_trace_row *r = &t->rows[h % NB_TRACE_ROWS];
-  r->t_ns = wall_ns();
+  r->stamp = stamp();
   return r;
 }
 
