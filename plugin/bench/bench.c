@@ -99,7 +99,7 @@ static long count_pull_rows(const char *dir) {
   DIR *d = opendir(dir);
   long rows = 0;
   struct dirent *ent;
-  char path[4200], line[512];
+  char path[4400], line[512];
   while (d && (ent = readdir(d))) {
     if (ent->d_name[0] == '.') continue;
     snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
@@ -127,91 +127,117 @@ static long first_sight_allocs(void *tctx, int n) {
   return g_allocs - a0;
 }
 
-/* getCollInfo and the profiler on one rank; trace_dir NULL: untraced. Returns the median. */
-static double bench_local(long calls, const char *trace_dir) {
-  setenv("NCCLBOT_POLICY", "ucb1", 1);
-  setenv("NCCLBOT_MIN_BYTES", "0", 1);
+/* One rank's communicator for the local figures, timed call by call. */
+typedef struct {
+  void *pctx, *tctx;
+  uint64_t clock;
+  double *ns, *pns;
+  long allocs;
+} local_rank;
+
+static void lr_open(local_rank *r, uint64_t id, const char *trace_dir, long calls) {
   if (trace_dir)
     setenv("NCCLBOT_TRACE_DIR", trace_dir, 1);
   else
     unsetenv("NCCLBOT_TRACE_DIR");
-  uint64_t id = trace_dir ? 43 : 42;
-  void *pctx = NULL, *tctx = NULL;
   int mask = 0;
-  ncclProfiler_v6.init(&pctx, id, &mask, "bench", 1, 1, 0, NULL);
-  ncclTunerPlugin_v6.init(&tctx, id, 1, 1, NULL, NULL, NULL);
-  float base[21], t[21];
-  table_init(base);
+  memset(r, 0, sizeof *r);
+  r->clock = 1000000;
+  ncclProfiler_v6.init(&r->pctx, id, &mask, "bench", 1, 1, 0, NULL);
+  ncclTunerPlugin_v6.init(&r->tctx, id, 1, 1, NULL, NULL, NULL);
+  r->ns = malloc(sizeof(double) * (size_t)calls);
+  r->pns = malloc(sizeof(double) * (size_t)calls);
+}
+
+/* One call and its collective, each timed on its own (timer overhead subtracted), as NCCL
+ * interleaves them: a call drains the previous collective's sample. i < 0: warm-up. */
+static void lr_step(local_rank *r, long i, double timer) {
+  float t[21];
   int nch = 0;
-  uint64_t clock = 1000000;
-  for (int i = 0; i < 1000; i++) { /* warm-up: context created, pull log cycled */
-    memcpy(t, base, sizeof t);
-    ncclTunerPlugin_v6.getCollInfo(tctx, 4, 4u << 20, 1, (float **)(void *)t, 7, 3, 0, &nch);
-    int arm = 5;
-    for (int k = 0; k < 21; k++)
-      if (t[k] == 0.0f) {
-        arm = k;
-        break;
-      }
-    one_collective(pctx, arm, 4u << 20, &clock, 4);
-  }
-  /* Each call and each collective timed on its own (timer overhead subtracted), as NCCL
-   * interleaves them: a call drains the previous collective's sample. */
-  double *ns = malloc(sizeof(double) * (size_t)calls), *pns = malloc(sizeof(double) * (size_t)calls);
+  table_init(t);
+  long a0 = g_allocs;
+  uint64_t t0 = now();
+  ncclTunerPlugin_v6.getCollInfo(r->tctx, 4, 4u << 20, 1, (float **)(void *)t, 7, 3, 0, &nch);
+  uint64_t t1 = now();
+  int arm = 5;
+  for (int k = 0; k < 21; k++)
+    if (t[k] == 0.0f) {
+      arm = k;
+      break;
+    }
+  uint64_t t2 = now();
+  one_collective(r->pctx, arm, 4u << 20, &r->clock, 4);
+  uint64_t t3 = now();
+  if (i < 0) return;
+  r->allocs += g_allocs - a0;
+  r->ns[i] = (double)(t1 - t0) - timer;
+  r->pns[i] = (double)(t3 - t2) - timer;
+}
+
+static void lr_close(local_rank *r) {
+  ncclTunerPlugin_v6.finalize(r->tctx);
+  ncclProfiler_v6.finalize(r->pctx);
+  free(r->ns);
+  free(r->pns);
+}
+
+static void warm_and_run(local_rank **r, int n, long calls) {
+  for (long i = 0; i < 1000; i++) /* warm-up: context created, pull log cycled */
+    for (int k = 0; k < n; k++) lr_step(r[k], -1, 0);
   double timer = 1e9;
   for (int i = 0; i < 1000; i++) {
     uint64_t a = now(), b = now();
     if ((double)(b - a) < timer) timer = (double)(b - a);
   }
-  long allocs0 = g_allocs;
-  for (long i = 0; i < calls; i++) {
-    memcpy(t, base, sizeof t);
-    uint64_t t0 = now();
-    ncclTunerPlugin_v6.getCollInfo(tctx, 4, 4u << 20, 1, (float **)(void *)t, 7, 3, 0, &nch);
-    uint64_t t1 = now();
-    int arm = 5;
-    for (int k = 0; k < 21; k++)
-      if (t[k] == 0.0f) {
-        arm = k;
-        break;
-      }
-    uint64_t t2 = now();
-    one_collective(pctx, arm, 4u << 20, &clock, 4);
-    uint64_t t3 = now();
-    ns[i] = (double)(t1 - t0) - timer;
-    pns[i] = (double)(t3 - t2) - timer;
+  for (long i = 0; i < calls; i++)
+    for (int k = 0; k < n; k++) lr_step(r[k], i, timer);
+  for (int k = 0; k < n; k++) {
+    qsort(r[k]->ns, (size_t)calls, sizeof *r[k]->ns, cmp_d);
+    qsort(r[k]->pns, (size_t)calls, sizeof *r[k]->pns, cmp_d);
   }
-  long allocs = g_allocs - allocs0;
-  qsort(ns, (size_t)calls, sizeof *ns, cmp_d);
-  qsort(pns, (size_t)calls, sizeof *pns, cmp_d);
-  double median = ns[calls / 2];
-  nb_comm *c = tctx;
-  if (trace_dir) {
-    unsigned long long pulls = c->n_timed;
-    ncclTunerPlugin_v6.finalize(tctx);
-    ncclProfiler_v6.finalize(pctx);
-    printf("getCollInfo warm context, traced: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls); "
-           "allocations %ld; trace: %ld pull rows for %llu pulls\n",
-           median, ns[calls * 9 / 10], ns[calls * 99 / 100], calls, allocs,
-           count_pull_rows(trace_dir), pulls);
-  } else {
-    printf("getCollInfo warm context: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, ucb1, 7 arms)\n",
-           median, ns[calls * 9 / 10], ns[calls * 99 / 100], calls);
-    printf("profiler per collective: median %.1f ns (p90 %.1f; 4 channels: coll start/stop + 12 "
-           "channel callbacks)\n", pns[calls / 2], pns[calls * 9 / 10]);
-    printf("allocations on the hot path: %ld in %ld getCollInfo calls and collectives\n", allocs,
-           calls);
-    printf("  (local: %llu timed pulls, %llu rewards applied, %llu missing, %llu unmatched samples)\n",
-           (unsigned long long)c->n_timed, (unsigned long long)c->n_applied,
-           (unsigned long long)c->n_missing, (unsigned long long)c->n_unmatched);
-    printf("allocations on first sight: %ld while 1000 new contexts were created\n",
-           first_sight_allocs(tctx, 1000));
-    ncclTunerPlugin_v6.finalize(tctx);
-    ncclProfiler_v6.finalize(pctx);
-  }
-  free(ns);
-  free(pns);
-  return median;
+}
+
+/*
+ * getCollInfo and the profiler on one rank; then an untraced and a traced (into
+ * trace_dir) communicator side by side: their calls alternate, so a loaded machine slows
+ * both alike and the ratio of their medians holds.
+ */
+static void bench_local(long calls, const char *trace_dir) {
+  setenv("NCCLBOT_POLICY", "ucb1", 1);
+  setenv("NCCLBOT_MIN_BYTES", "0", 1);
+  local_rank plain, traced, paired;
+  lr_open(&plain, 42, NULL, calls);
+  local_rank *one[] = {&plain};
+  warm_and_run(one, 1, calls);
+  double *ns = plain.ns, *pns = plain.pns;
+  printf("getCollInfo warm context: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, ucb1, 7 arms)\n",
+         ns[calls / 2], ns[calls * 9 / 10], ns[calls * 99 / 100], calls);
+  printf("profiler per collective: median %.1f ns (p90 %.1f; 4 channels: coll start/stop + 12 "
+         "channel callbacks)\n", pns[calls / 2], pns[calls * 9 / 10]);
+  printf("allocations on the hot path: %ld in %ld getCollInfo calls and collectives\n",
+         plain.allocs, calls);
+  nb_comm *c = plain.tctx;
+  printf("  (local: %llu timed pulls, %llu rewards applied, %llu missing, %llu unmatched samples)\n",
+         (unsigned long long)c->n_timed, (unsigned long long)c->n_applied,
+         (unsigned long long)c->n_missing, (unsigned long long)c->n_unmatched);
+  printf("allocations on first sight: %ld while 1000 new contexts were created\n",
+         first_sight_allocs(plain.tctx, 1000));
+  lr_close(&plain);
+
+  lr_open(&paired, 44, NULL, calls);
+  lr_open(&traced, 43, trace_dir, calls);
+  unsetenv("NCCLBOT_TRACE_DIR");
+  local_rank *two[] = {&paired, &traced};
+  warm_and_run(two, 2, calls);
+  unsigned long long pulls = ((nb_comm *)traced.tctx)->n_timed;
+  double base = paired.ns[calls / 2] > 0 ? paired.ns[calls / 2] : 1.0, *tns = traced.ns;
+  printf("getCollInfo warm context, traced: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, "
+         "alternating with untraced ones: median %.1f); allocations %ld; ",
+         tns[calls / 2], tns[calls * 9 / 10], tns[calls * 99 / 100], calls, base, traced.allocs);
+  lr_close(&paired);
+  lr_close(&traced);
+  printf("trace: %ld pull rows for %llu pulls\n", count_pull_rows(trace_dir), pulls);
+  printf("tracing costs %.2fx the untraced median\n", tns[calls / 2] / base);
 }
 
 /* One rank of the sync benchmark: writes "round_us per_coll_us" to fd. */
@@ -329,14 +355,14 @@ static void bench_sync(long calls, int gpu_us) {
 int main(int argc, char **argv) {
   long calls = argc > 1 ? atol(argv[1]) : 200000;
   unsetenv("NCCLBOT_SYNC_ADDR");
-  double plain = bench_local(calls, NULL);
   const char *tmp = getenv("TMPDIR");
   char tdir[4096];
   snprintf(tdir, sizeof tdir, "%s/ncclbot-bench-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-  if (mkdtemp(tdir)) {
-    double traced = bench_local(calls, tdir);
-    printf("tracing costs %.2fx the untraced median\n", plain > 0 ? traced / plain : 0.0);
+  if (!mkdtemp(tdir)) {
+    perror("mkdtemp");
+    return 1;
   }
+  bench_local(calls, tdir);
   unsetenv("NCCLBOT_TRACE_DIR");
   if (argc > 2 && strcmp(argv[2], "local") == 0) return 0; /* e.g. under callgrind */
   bench_sync(calls / 4 > 6400 ? calls / 4 : 6400, 0);

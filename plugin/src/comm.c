@@ -40,11 +40,16 @@ static nb_comm *create(uint64_t comm_id, int nranks, int nnodes) {
   c->nranks = nranks;
   c->nnodes = nnodes;
   c->rec_base = aligned_alloc(256, (size_t)NB_NREC * NB_REC_SIZE);
-  if (!c->rec_base || (uintptr_t)c->rec_base >> NB_GEN_SHIFT || nb_mq_init(&c->mq, 4096) != 0) {
+  c->rec_free = malloc(NB_NREC * sizeof *c->rec_free);
+  if (!c->rec_base || !c->rec_free || (uintptr_t)c->rec_base >> NB_GEN_SHIFT ||
+      nb_mq_init(&c->mq, 4096) != 0) {
     free(c->rec_base); /* (a record address using the top byte cannot carry a generation) */
+    free(c->rec_free);
     free(c);
     return NULL;
   }
+  for (uint32_t i = 0; i < NB_NREC; i++) c->rec_free[i] = (uint16_t)(NB_NREC - 1 - i);
+  c->rec_nfree = NB_NREC;
   memset(c->rec_base, 0, (size_t)NB_NREC * NB_REC_SIZE);
   for (int i = 0; i < NB_NREC; i++) ((nb_rec *)(c->rec_base + (size_t)i * NB_REC_SIZE))->comm = c;
   return c;
@@ -111,6 +116,7 @@ void nb_comm_release(nb_comm *c, int tuner_side) {
     nb_learn_teardown(c);
     nb_mq_free(&c->mq);
     free(c->rec_base);
+    free(c->rec_free);
     free(c);
   }
 }

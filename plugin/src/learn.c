@@ -34,6 +34,7 @@
 
 #include "log.h"
 #include "persist.h"
+#include "profiler.h"
 #include "static_table.h"
 #include "sync.h"
 #include "trace.h"
@@ -168,6 +169,7 @@ static void apply_local(nb_comm *c) {
 static void drain(nb_comm *c) {
   nb_meas m;
   while (nb_mq_pop(&c->mq, &m) == 0) {
+    nb_prof_reclaim(c, &m);
     nb_pull *e = &c->log[m.pull & c->log_mask];
     if (m.pull >= c->head || c->head - m.pull > c->log_mask + 1 || e->state != NB_PULL_PENDING ||
         e->arm != m.arm || c->tab.ctx[e->ctx].key != m.key) {

@@ -73,7 +73,8 @@ static int lookup(const nb_name *t, size_t n, const char *s) {
   if (!s) return -1;
   size_t len = strnlen(s, 32);
   for (size_t i = 0; i < n; i++)
-    if (t[i].len == len && memcmp(t[i].name, s, len) == 0) return t[i].value;
+    if (t[i].len == len && t[i].name[0] == s[0] && memcmp(t[i].name, s, len) == 0)
+      return t[i].value;
   return -1;
 }
 

@@ -14,6 +14,9 @@
  * later; every handle carries the record's generation in its top byte, so a
  * late event for an earlier use of the record is ignored. What cannot be
  * matched (no bound pull, a reused record, bad timers) is dropped and counted.
+ * A record comes back for reuse when the tuner takes its sample (nb_prof_reclaim): free
+ * records are reused last-freed first, so a GPU that keeps up touches a few warm ones;
+ * with none free (more than NB_NREC outstanding) the oldest use is taken over and dropped.
  */
 #include "profiler.h"
 
@@ -48,6 +51,18 @@ ncclResult_t nb_prof_init(void **context, uint64_t commId, int *eActivationMask,
 
 static nb_rec *rec_at(nb_comm *c, uint64_t i) {
   return (nb_rec *)(c->rec_base + (i % NB_NREC) * NB_REC_SIZE);
+}
+
+/* User thread: the most recently freed record, or (none free) the next in ring order. */
+static nb_rec *take_record(nb_comm *c) {
+  if (c->rec_nfree) return rec_at(c, c->rec_free[--c->rec_nfree]);
+  return rec_at(c, c->rec_steal++);
+}
+
+void nb_prof_reclaim(nb_comm *c, const nb_meas *m) {
+  nb_rec *r = rec_at(c, m->rec);
+  if ((__atomic_load_n(&r->gen, __ATOMIC_RELAXED) & 255) == m->gen && c->rec_nfree < NB_NREC)
+    c->rec_free[c->rec_nfree++] = m->rec; /* not taken over since: free again */
 }
 
 static void *handle_of(nb_rec *r, uint32_t gen, unsigned sub) {
@@ -89,11 +104,13 @@ static void start_coll(nb_comm *c, void **eHandle, const ncclbotProfDescr_v6 *d)
   uint64_t key = NB_KEY(coll, bytes);
   int64_t pull = bind_pull(c, key, arm);
   if (pull < 0) return; /* not a timed pull: nothing to measure */
-  nb_rec *r = rec_at(c, c->rec_head++);
-  uint32_t one = 1;
-  if (__atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+  nb_rec *r = take_record(c);
+  uint32_t one = 1; /* (a plain load first: within NB_NREC the record is long finished) */
+  if (__atomic_load_n(&r->live, __ATOMIC_ACQUIRE) &&
+      __atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     __atomic_add_fetch(&c->n_prof_dropped, 1, __ATOMIC_RELAXED); /* channels never all reported */
-  uint32_t gen = __atomic_add_fetch(&r->gen, 1, __ATOMIC_ACQ_REL);
+  uint32_t gen = __atomic_load_n(&r->gen, __ATOMIC_RELAXED) + 1; /* only this thread writes it */
+  __atomic_store_n(&r->gen, gen, __ATOMIC_RELEASE);
   r->key = key;
   r->arm = (uint8_t)arm;
   r->nch = (uint8_t)nch;
@@ -179,8 +196,10 @@ ncclResult_t nb_prof_stop(void *eHandle) {
   uint64_t d = __atomic_load_n(&r->maxdur, __ATOMIC_RELAXED);
   int all = __builtin_popcountll(__atomic_load_n(&r->stopped, __ATOMIC_RELAXED)) == r->nch;
   int bad = __atomic_load_n(&r->bad, __ATOMIC_RELAXED) || d == 0 || !all; /* e.g. a duplicate stop */
-  nb_meas m = {r->key, r->pull, bad ? -1.0f : (float)((double)d / 1000.0), r->arm};
   nb_comm *c = r->comm;
+  nb_meas m = {r->key, r->pull, bad ? -1.0f : (float)((double)d / 1000.0), r->arm,
+               (uint8_t)(__atomic_load_n(&r->gen, __ATOMIC_RELAXED) & 255),
+               (uint16_t)(((unsigned char *)r - c->rec_base) / NB_REC_SIZE)};
   uint32_t one = 1;
   if (!__atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return ncclSuccess; /* already recycled by the user thread */

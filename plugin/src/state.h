@@ -76,7 +76,7 @@ typedef struct {
 #define NB_REC_SIZE 768 /* multiple of 256: record handles have 8 clear low bits */
 /* Collectives whose kernel events may still be outstanding: twice the 1,024 a GPU far
  * behind its host can queue, so a record is never reused while its events can come. */
-#define NB_NREC 2048
+#define NB_NREC 2048 /* (at most 65,536: record indices are 16-bit) */
 #define NB_GEN_SHIFT 56 /* handles carry the record's generation in their top byte */
 
 struct nb_comm;
@@ -151,9 +151,12 @@ typedef struct nb_comm {
   nb_saved *saved;
   nb_tracer *trace;
 
-  /* profiler */
+  /* profiler: records in use, and a stack of free ones (user thread), so that a GPU that
+   * keeps up reuses a few warm records; when none is free the oldest use is taken over */
   unsigned char *rec_base;
-  uint64_t rec_head;
+  uint16_t *rec_free;
+  uint32_t rec_nfree;
+  uint64_t rec_steal;
 
   /* counters (tuner thread unless noted) */
   uint64_t n_calls, n_timed, n_unmatched, n_missing, n_applied, n_rounds, n_over_cap;
