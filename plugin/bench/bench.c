@@ -231,13 +231,14 @@ static void bench_local(long calls, const char *trace_dir) {
   warm_and_run(two, 2, calls);
   unsigned long long pulls = ((nb_comm *)traced.tctx)->n_timed;
   double base = paired.ns[calls / 2] > 0 ? paired.ns[calls / 2] : 1.0, *tns = traced.ns;
+  double ratio = tns[calls / 2] / base;
   printf("getCollInfo warm context, traced: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, "
          "alternating with untraced ones: median %.1f); allocations %ld; ",
          tns[calls / 2], tns[calls * 9 / 10], tns[calls * 99 / 100], calls, base, traced.allocs);
   lr_close(&paired);
-  lr_close(&traced);
+  lr_close(&traced); /* the trace is complete from here on */
   printf("trace: %ld pull rows for %llu pulls\n", count_pull_rows(trace_dir), pulls);
-  printf("tracing costs %.2fx the untraced median\n", tns[calls / 2] / base);
+  printf("tracing costs %.2fx the untraced median\n", ratio);
 }
 
 /* One rank of the sync benchmark: writes "round_us per_coll_us" to fd. */

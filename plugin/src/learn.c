@@ -308,9 +308,13 @@ static int boundary(nb_comm *c, int64_t b) {
         snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", why2);
     }
     c->sync_wait_us_total += (double)(nb_now_ns() - w0) / 1000.0;
-    if (r == NB_WAIT_FREEZE) take_verdict(c, f, fail, why);
-    else if (r != NB_WAIT_OK) return lost(c, why);
-    else s->confirmed = 1; /* every rank holds result 2 or later: all started */
+    if (r == NB_WAIT_FREEZE)
+      take_verdict(c, f, fail, why);
+    else if (r != NB_WAIT_OK)
+      return lost(c, why);
+    /* Result b-1 is held here (also when a verdict names it, it came first), so on every
+     * rank that plays round b: all started, and all leave NCCL's choice together. */
+    if (nb_sync_result(s, b - 1)) s->confirmed = 1;
   }
   if (s->stop_at && b >= s->stop_at) return stop_now(c);
   if (b - 2 >= 2) apply_result(c, b - 2);
