@@ -438,10 +438,10 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
     if (r > 0) learning = 0;
     x = &c->tab.ctx[ci];
   }
-  /* A decision depends only on the statistics and the mask: between two updates of this
-   * context (in synchronised mode, a whole round) it is reused instead of recomputed. */
   int gate = sync_gate(c, x, table, numAlgo, numProto, mask);
   if (gate == -1) return ncclSuccess;
+  /* A decision depends only on the statistics and the mask: between two updates of this
+   * context (in synchronised mode, a whole round) it is reused instead of recomputed. */
   int idx;
   if (gate >= 0) {
     idx = gate;
