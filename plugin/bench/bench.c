@@ -2,7 +2,9 @@
  * bench.c: plugin performance on this machine, called as NCCL calls it.
  *   build/ncclbot-bench [calls] [local]   ("local": skip the 8-rank part)
  * Prints one line per figure:
- *   getCollInfo: ns per call on a warm context (median of 1000-call batches)
+ *   getCollInfo: ns per call on a warm context, untraced and with NCCLBOT_TRACE_DIR set
+ *     (each call timed on its own; the trace's rows are counted against the pulls)
+ *   first sight: allocations while 1000 new contexts are created (should be 0)
  *   profiler: ns per collective (coll start + 4 channels x start/stop-state/stop + coll stop)
  *   sync: us per round and us per collective, 8 ranks + coordinator on loopback, m = 64
  *   allocations: malloc/calloc/realloc calls inside the timed warm loops (should be 0)
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,71 +94,151 @@ static void one_collective(void *pctx, int arm, size_t bytes, uint64_t *clock, i
   *clock += 50000;
 }
 
-static void bench_local(long calls) {
-  setenv("NCCLBOT_POLICY", "ucb1", 0); /* NCCLBOT_POLICY=softmax build/ncclbot-bench: another policy */
-  setenv("NCCLBOT_MIN_BYTES", "0", 1);
-  void *pctx = NULL, *tctx = NULL;
-  int mask = 0;
-  ncclProfiler_v6.init(&pctx, 42, &mask, "bench", 1, 1, 0, NULL);
-  ncclTunerPlugin_v6.init(&tctx, 42, 1, 1, NULL, NULL, NULL);
+/* Rows of kind "pull" in the one trace file in dir (then removes the file and dir). */
+static long count_pull_rows(const char *dir) {
+  DIR *d = opendir(dir);
+  long rows = 0;
+  struct dirent *ent;
+  char path[4400], line[512];
+  while (d && (ent = readdir(d))) {
+    if (ent->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) rows += strncmp(line, "pull,", 5) == 0;
+    if (f) fclose(f);
+    unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+  return rows;
+}
+
+/* Allocations while `n` new contexts are seen for the first time (and each played). */
+static long first_sight_allocs(void *tctx, int n) {
   float base[21], t[21];
   table_init(base);
   int nch = 0;
-  uint64_t clock = 1000000;
-  for (int i = 0; i < 1000; i++) { /* warm-up: context created, pull log cycled */
+  long a0 = g_allocs;
+  for (int i = 0; i < n; i++) {
     memcpy(t, base, sizeof t);
-    ncclTunerPlugin_v6.getCollInfo(tctx, 4, 4u << 20, 1, (float **)(void *)t, 7, 3, 0, &nch);
-    int arm = 5;
-    for (int k = 0; k < 21; k++)
-      if (t[k] == 0.0f) {
-        arm = k;
-        break;
-      }
-    one_collective(pctx, arm, 4u << 20, &clock, 4);
+    ncclTunerPlugin_v6.getCollInfo(tctx, 2, (8u << 20) + 4096u * (unsigned)i, 1,
+                                   (float **)(void *)t, 7, 3, 0, &nch);
   }
-  /* Each call and each collective timed on its own (timer overhead subtracted), as NCCL
-   * interleaves them: a call drains the previous collective's sample. */
-  double *ns = malloc(sizeof(double) * (size_t)calls), *pns = malloc(sizeof(double) * (size_t)calls);
+  return g_allocs - a0;
+}
+
+/* One rank's communicator for the local figures, timed call by call. */
+typedef struct {
+  void *pctx, *tctx;
+  uint64_t clock;
+  double *ns, *pns;
+  long allocs;
+} local_rank;
+
+static void lr_open(local_rank *r, uint64_t id, const char *trace_dir, long calls) {
+  if (trace_dir)
+    setenv("NCCLBOT_TRACE_DIR", trace_dir, 1);
+  else
+    unsetenv("NCCLBOT_TRACE_DIR");
+  int mask = 0;
+  memset(r, 0, sizeof *r);
+  r->clock = 1000000;
+  ncclProfiler_v6.init(&r->pctx, id, &mask, "bench", 1, 1, 0, NULL);
+  ncclTunerPlugin_v6.init(&r->tctx, id, 1, 1, NULL, NULL, NULL);
+  r->ns = malloc(sizeof(double) * (size_t)calls);
+  r->pns = malloc(sizeof(double) * (size_t)calls);
+}
+
+/* One call and its collective, each timed on its own (timer overhead subtracted), as NCCL
+ * interleaves them: a call drains the previous collective's sample. i < 0: warm-up. */
+static void lr_step(local_rank *r, long i, double timer) {
+  float t[21];
+  int nch = 0;
+  table_init(t);
+  long a0 = g_allocs;
+  uint64_t t0 = now();
+  ncclTunerPlugin_v6.getCollInfo(r->tctx, 4, 4u << 20, 1, (float **)(void *)t, 7, 3, 0, &nch);
+  uint64_t t1 = now();
+  int arm = 5;
+  for (int k = 0; k < 21; k++)
+    if (t[k] == 0.0f) {
+      arm = k;
+      break;
+    }
+  uint64_t t2 = now();
+  one_collective(r->pctx, arm, 4u << 20, &r->clock, 4);
+  uint64_t t3 = now();
+  if (i < 0) return;
+  r->allocs += g_allocs - a0;
+  r->ns[i] = (double)(t1 - t0) - timer;
+  r->pns[i] = (double)(t3 - t2) - timer;
+}
+
+static void lr_close(local_rank *r) {
+  ncclTunerPlugin_v6.finalize(r->tctx);
+  ncclProfiler_v6.finalize(r->pctx);
+  free(r->ns);
+  free(r->pns);
+}
+
+static void warm_and_run(local_rank **r, int n, long calls) {
+  for (long i = 0; i < 1000; i++) /* warm-up: context created, pull log cycled */
+    for (int k = 0; k < n; k++) lr_step(r[k], -1, 0);
   double timer = 1e9;
   for (int i = 0; i < 1000; i++) {
     uint64_t a = now(), b = now();
     if ((double)(b - a) < timer) timer = (double)(b - a);
   }
-  long allocs0 = g_allocs;
-  for (long i = 0; i < calls; i++) {
-    memcpy(t, base, sizeof t);
-    uint64_t t0 = now();
-    ncclTunerPlugin_v6.getCollInfo(tctx, 4, 4u << 20, 1, (float **)(void *)t, 7, 3, 0, &nch);
-    uint64_t t1 = now();
-    int arm = 5;
-    for (int k = 0; k < 21; k++)
-      if (t[k] == 0.0f) {
-        arm = k;
-        break;
-      }
-    uint64_t t2 = now();
-    one_collective(pctx, arm, 4u << 20, &clock, 4);
-    uint64_t t3 = now();
-    ns[i] = (double)(t1 - t0) - timer;
-    pns[i] = (double)(t3 - t2) - timer;
+  for (long i = 0; i < calls; i++)
+    for (int k = 0; k < n; k++) lr_step(r[k], i, timer);
+  for (int k = 0; k < n; k++) {
+    qsort(r[k]->ns, (size_t)calls, sizeof *r[k]->ns, cmp_d);
+    qsort(r[k]->pns, (size_t)calls, sizeof *r[k]->pns, cmp_d);
   }
-  long allocs = g_allocs - allocs0;
-  qsort(ns, (size_t)calls, sizeof *ns, cmp_d);
-  qsort(pns, (size_t)calls, sizeof *pns, cmp_d);
+}
+
+/*
+ * getCollInfo and the profiler on one rank; then an untraced and a traced (into
+ * trace_dir) communicator side by side: their calls alternate, so a loaded machine slows
+ * both alike and the ratio of their medians holds.
+ */
+static void bench_local(long calls, const char *trace_dir) {
+  setenv("NCCLBOT_POLICY", "ucb1", 0); /* NCCLBOT_POLICY=softmax build/ncclbot-bench: another policy */
+  setenv("NCCLBOT_MIN_BYTES", "0", 1);
+  local_rank plain, traced, paired;
+  lr_open(&plain, 42, NULL, calls);
+  local_rank *one[] = {&plain};
+  warm_and_run(one, 1, calls);
+  double *ns = plain.ns, *pns = plain.pns;
   printf("getCollInfo warm context: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, %s, 7 arms)\n",
          ns[calls / 2], ns[calls * 9 / 10], ns[calls * 99 / 100], calls, getenv("NCCLBOT_POLICY"));
   printf("profiler per collective: median %.1f ns (p90 %.1f; 4 channels: coll start/stop + 12 "
          "channel callbacks)\n", pns[calls / 2], pns[calls * 9 / 10]);
-  printf("allocations on the hot path: %ld in %ld getCollInfo calls and collectives\n", allocs,
-         calls);
-  nb_comm *c = tctx;
+  printf("allocations on the hot path: %ld in %ld getCollInfo calls and collectives\n",
+         plain.allocs, calls);
+  nb_comm *c = plain.tctx;
   printf("  (local: %llu timed pulls, %llu rewards applied, %llu missing, %llu unmatched samples)\n",
          (unsigned long long)c->n_timed, (unsigned long long)c->n_applied,
          (unsigned long long)c->n_missing, (unsigned long long)c->n_unmatched);
-  ncclTunerPlugin_v6.finalize(tctx);
-  ncclProfiler_v6.finalize(pctx);
-  free(ns);
-  free(pns);
+  printf("allocations on first sight: %ld while 1000 new contexts were created\n",
+         first_sight_allocs(plain.tctx, 1000));
+  lr_close(&plain);
+
+  lr_open(&paired, 44, NULL, calls);
+  lr_open(&traced, 43, trace_dir, calls);
+  unsetenv("NCCLBOT_TRACE_DIR");
+  local_rank *two[] = {&paired, &traced};
+  warm_and_run(two, 2, calls);
+  unsigned long long pulls = ((nb_comm *)traced.tctx)->n_timed;
+  double base = paired.ns[calls / 2] > 0 ? paired.ns[calls / 2] : 1.0, *tns = traced.ns;
+  double ratio = tns[calls / 2] / base;
+  printf("getCollInfo warm context, traced: median %.1f ns/call (p90 %.1f, p99 %.1f; %ld calls, "
+         "alternating with untraced ones: median %.1f); allocations %ld; ",
+         tns[calls / 2], tns[calls * 9 / 10], tns[calls * 99 / 100], calls, base, traced.allocs);
+  lr_close(&paired);
+  lr_close(&traced); /* the trace is complete from here on */
+  printf("trace: %ld pull rows for %llu pulls\n", count_pull_rows(trace_dir), pulls);
+  printf("tracing costs %.2fx the untraced median\n", ratio);
 }
 
 /* One rank of the sync benchmark: writes "round_us per_coll_us" to fd. */
@@ -273,7 +356,15 @@ static void bench_sync(long calls, int gpu_us) {
 int main(int argc, char **argv) {
   long calls = argc > 1 ? atol(argv[1]) : 200000;
   unsetenv("NCCLBOT_SYNC_ADDR");
-  bench_local(calls);
+  const char *tmp = getenv("TMPDIR");
+  char tdir[4096];
+  snprintf(tdir, sizeof tdir, "%s/ncclbot-bench-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  if (!mkdtemp(tdir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  bench_local(calls, tdir);
+  unsetenv("NCCLBOT_TRACE_DIR");
   if (argc > 2 && strcmp(argv[2], "local") == 0) return 0; /* e.g. under callgrind */
   bench_sync(calls / 4 > 6400 ? calls / 4 : 6400, 0);
   bench_sync(6400, 20);

@@ -84,7 +84,8 @@ static const nb_setting k_settings[] = {
         "size gate: below it NCCL's choice stands and nothing is timed (paper section 7: the model "
         "is exact there)"),
     INT(T_U32, "NCCLBOT_MAX_CONTEXTS", max_contexts, "16384", 1, 1u << 24,
-        "contexts kept per communicator; later ones keep NCCL's choice and cost no memory"),
+        "contexts kept per communicator, their table allocated at init (about 400 bytes of address "
+        "space each, touched as contexts appear); later ones keep NCCL's choice and cost no memory"),
     STR("NCCLBOT_STATIC_TABLE", static_table, 0, "table file for `static` (format below)"),
     {"NCCLBOT_SYNC_ADDR", T_ADDR, 0, 0, NULL, 0, 0, 0, 0, NULL, 0,
      "`$SLURM_LAUNCH_NODE_IPADDR:20000+SLURM_JOB_ID%20000`",
@@ -99,8 +100,8 @@ static const nb_setting k_settings[] = {
         "how long a rank's init waits to reach the coordinator and for every rank to join (START)"),
     {"NCCLBOT_SYNC_ON_FAILURE", T_ENUM, OFF(on_failure), 0, "fail", 0, 0, 0, 0, k_failure, F_AGREE,
      NULL,
-     "`fail`: fail the collective with a WARN (ranks never run different arms); `freeze`: stop "
-     "learning on identical state and keep running (see \"Limit\" below)"},
+     "`fail`: every rank fails from the same collective on, with a WARN (ranks never run different "
+     "arms); `freeze`: stop learning on identical state and keep running (see \"Rank consistency\")"},
     STR("NCCLBOT_TRACE_DIR", trace_dir, 0, "write the per-rank trace there"),
     STR("NCCLBOT_STATE_DIR", state_dir, 0,
         "load and save per-context statistics there (every rank must read the same file: its hash "

@@ -22,6 +22,7 @@
 typedef struct {
   int fd;
   int session; /* -1 until HELLO */
+  int bye;     /* said BYE: a clean end, not a crash */
   size_t len;
   char buf[BUF_CAP];
 } client;
@@ -30,7 +31,10 @@ typedef struct {
   int used;
   uint64_t comm_id, fp;
   uint32_t nranks, m;
-  int joined, started, cannot_learn, mismatch;
+  int joined, started;
+  uint32_t seen;     /* HELLOs seen, refused ones included */
+  int rejected;      /* refused: every rank of it, present or late, gets REJECT at once */
+  char why[160];     /* ... with this reason */
   int64_t round; /* submission being merged */
   uint32_t submitted;
   uint64_t checksum;
@@ -38,6 +42,7 @@ typedef struct {
   float *acc;
   int64_t last_completed;
   int frozen;
+  uint32_t verdict;  /* NB_MSG_FREEZE or NB_MSG_FAIL, once frozen */
   int64_t freeze_f;
 } session;
 
@@ -90,14 +95,33 @@ static void to_session(int s, uint32_t type, int64_t round, const void *pl, uint
     if (g_cl[i]->session == s) send_msg(g_cl[i]->fd, type, round, pl, len);
 }
 
-static void freeze(int s, int64_t f) {
+/*
+ * Stops a started communicator after its last completed round L (the verdict: every rank
+ * acts at boundary L+2, which none can have passed). FREEZE: after a clean leave or when
+ * a freeze-mode rank asks; FAIL: a crash, a fail-mode rank's timeout, diverging pulls.
+ */
+static void stop_session(int s, uint32_t verdict) {
   session *ss = &g_ss[s];
   if (!ss->started || ss->frozen) return;
   ss->frozen = 1;
-  ss->freeze_f = f < ss->last_completed ? f : ss->last_completed;
-  fprintf(stderr, "ncclbot-coordinator: communicator %016llx frozen at round %lld\n",
-          (unsigned long long)ss->comm_id, (long long)ss->freeze_f);
-  to_session(s, NB_MSG_FREEZE, ss->freeze_f, NULL, 0);
+  ss->verdict = verdict;
+  ss->freeze_f = ss->last_completed;
+  fprintf(stderr, "ncclbot-coordinator: communicator %016llx %s at round %lld\n",
+          (unsigned long long)ss->comm_id, verdict == NB_MSG_FAIL ? "failed" : "frozen",
+          (long long)ss->freeze_f);
+  to_session(s, verdict, ss->freeze_f, NULL, 0);
+}
+
+/* Refuses a communicator that has not started: every rank joined so far, and every later
+ * one, gets REJECT at once instead of waiting for its init timeout. */
+static void reject_session(int s, const char *why) {
+  session *ss = &g_ss[s];
+  if (ss->rejected) return;
+  ss->rejected = 1;
+  snprintf(ss->why, sizeof ss->why, "%s", why);
+  fprintf(stderr, "ncclbot-coordinator: communicator %016llx refused: %s\n",
+          (unsigned long long)ss->comm_id, why);
+  to_session(s, NB_MSG_REJECT, 0, ss->why, (uint32_t)strlen(ss->why));
 }
 
 static int token_ok(const char *a, size_t alen, const char *b) {
@@ -134,28 +158,30 @@ static int on_hello(client *c, const nb_wire_hdr *h, const char *pl, const char 
   if (c->session >= 0 || h->len < sizeof(nb_hello)) return -1;
   nb_hello hello;
   memcpy(&hello, pl, sizeof hello);
-  if (hello.token_len != h->len - sizeof hello || !token_ok(pl + sizeof hello, hello.token_len, token)) {
-    const char *r = "bad token (NCCLBOT_SYNC_TOKEN differs from the coordinator's)";
-    send_msg(c->fd, NB_MSG_REJECT, 0, r, (uint32_t)strlen(r));
-    return -1;
-  }
   if (hello.m == 0 || hello.m > 4096 || hello.nranks == 0) return -1;
+  int bad_token = hello.token_len != h->len - sizeof hello ||
+                  !token_ok(pl + sizeof hello, hello.token_len, token);
   int s = find_session(&hello);
   if (s < 0) return -1;
   session *ss = &g_ss[s];
   c->session = s;
-  if (hello.fingerprint != ss->fp || hello.m != ss->m || hello.nranks != ss->nranks) ss->mismatch = 1;
-  if (!hello.can_learn) ss->cannot_learn = 1;
+  ss->seen++;
+  if (bad_token) {
+    const char *r = "bad token (NCCLBOT_SYNC_TOKEN differs from the coordinator's)";
+    send_msg(c->fd, NB_MSG_REJECT, 0, r, (uint32_t)strlen(r));
+    reject_session(s, "a rank presented a bad token (NCCLBOT_SYNC_TOKEN differs between ranks)");
+    return -1;
+  }
+  if (hello.fingerprint != ss->fp || hello.m != ss->m || hello.nranks != ss->nranks)
+    reject_session(s, "ranks disagree on NCCLBOT_* settings or saved state");
+  else if (!hello.can_learn)
+    reject_session(s, "a rank cannot learn (no profiler)");
+  if (ss->rejected) {
+    send_msg(c->fd, NB_MSG_REJECT, 0, ss->why, (uint32_t)strlen(ss->why));
+    return -1;
+  }
   if (++ss->joined < (int)ss->nranks) return 0;
   ss->started = 1;
-  if (ss->mismatch || ss->cannot_learn) {
-    const char *r = ss->mismatch ? "ranks disagree on NCCLBOT_* settings or saved state"
-                                 : "a rank cannot learn (no profiler)";
-    to_session(s, NB_MSG_REJECT, 0, r, (uint32_t)strlen(r));
-    ss->frozen = 1;
-    ss->freeze_f = 1;
-    return 0;
-  }
   to_session(s, NB_MSG_START, 0, NULL, 0);
   return 0;
 }
@@ -164,7 +190,7 @@ static void on_submit(client *c, const nb_wire_hdr *h, const char *pl) {
   if (c->session < 0) return;
   session *ss = &g_ss[c->session];
   if (ss->frozen) {
-    send_msg(c->fd, NB_MSG_FREEZE, ss->freeze_f, NULL, 0);
+    send_msg(c->fd, ss->verdict, ss->freeze_f, NULL, 0);
     return;
   }
   if (h->len != ss->m * sizeof(float)) return;
@@ -187,7 +213,7 @@ static void on_submit(client *c, const nb_wire_hdr *h, const char *pl) {
   if (ss->checksum_bad) {
     fprintf(stderr, "ncclbot-coordinator: ranks logged different pulls in round %lld\n",
             (long long)ss->round);
-    freeze(c->session, ss->last_completed);
+    stop_session(c->session, NB_MSG_FAIL);
     return;
   }
   ss->last_completed = ss->round;
@@ -196,22 +222,24 @@ static void on_submit(client *c, const nb_wire_hdr *h, const char *pl) {
 
 static void drop_client(size_t i) {
   client *c = g_cl[i];
-  int s = c->session;
+  int s = c->session, bye = c->bye;
   close(c->fd);
   free(c);
   g_cl[i] = g_cl[--g_ncl];
   if (s < 0) return;
   int left = 0;
   for (size_t k = 0; k < g_ncl; k++) left += g_cl[k]->session == s;
-  if (left == 0) {
-    free(g_ss[s].acc);
-    memset(&g_ss[s], 0, sizeof g_ss[s]);
+  session *ss = &g_ss[s];
+  if (left == 0 && (!ss->rejected || ss->seen >= ss->nranks)) {
+    free(ss->acc);
+    memset(ss, 0, sizeof *ss);
     return;
   }
-  if (g_ss[s].started)
-    freeze(s, g_ss[s].last_completed); /* a rank left: the others cannot complete rounds */
+  if (ss->rejected) return;
+  if (ss->started) /* a rank left: the others cannot complete rounds */
+    stop_session(s, bye ? NB_MSG_FREEZE : NB_MSG_FAIL);
   else
-    g_ss[s].joined--;
+    ss->joined--;
 }
 
 /* Handles every whole message buffered for client i; returns -1 to drop it. */
@@ -230,10 +258,14 @@ static int on_readable(client *c, const char *token) {
     switch (h.type) {
       case NB_MSG_HELLO: rc = on_hello(c, &h, pl, token); break;
       case NB_MSG_SUBMIT: on_submit(c, &h, pl); break;
-      case NB_MSG_FREEZE:
-        if (c->session >= 0) freeze(c->session, h.round);
+      case NB_MSG_FREEZE: /* a rank timed out: its round does not matter, L decides */
+      case NB_MSG_FAIL:
+        if (c->session >= 0) stop_session(c->session, h.type);
         break;
-      case NB_MSG_BYE: rc = -1; break;
+      case NB_MSG_BYE:
+        c->bye = 1;
+        rc = -1;
+        break;
       default: rc = -1;
     }
     if (rc < 0) return -1;

@@ -2,7 +2,10 @@
  * coordinator.h: the job-level synchronisation coordinator (wire.h protocol).
  * One small single-threaded TCP server per job; each communicator is a session
  * of nranks connections. It merges each round (maximum latency per pull,
- * missing if any rank misses it), relays FREEZE, and never decides an arm.
+ * missing if any rank misses it), gives every rank the same verdict when the
+ * communicator must stop (FREEZE or FAIL after its last completed round: a rank
+ * timed out, left or crashed), refuses a whole communicator at once when one of
+ * its ranks is refused, and never decides an arm.
  */
 #ifndef NCCLBOT_COORDINATOR_H
 #define NCCLBOT_COORDINATOR_H

@@ -1,11 +1,13 @@
 /*
  * ctxtable.c: the per-communicator hash table of contexts (collective, nBytes).
- * Contexts are created on first sight (warm-up), so growth allocates; lookups of
- * a warm context never do. Open addressing with linear probing, load <= 1/2.
+ * Everything is allocated at init for NCCLBOT_MAX_CONTEXTS contexts (calloc: pages
+ * the table never reaches cost no memory), so neither a lookup nor a context's first
+ * sight allocates. Open addressing with linear probing, load <= 1/2.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "nccl_abi.h"
 #include "state.h"
 
 static uint64_t mix(uint64_t x) {
@@ -15,15 +17,17 @@ static uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-int nb_tab_init(nb_ctx_table *t) {
+int nb_tab_init(nb_ctx_table *t, uint32_t max_contexts) {
   memset(t, 0, sizeof *t);
-  t->cap = 64;
-  t->ctx = malloc(t->cap * sizeof *t->ctx);
-  t->slots = calloc(128, sizeof *t->slots);
-  t->slot_mask = 127;
-  t->arm_cap = 512;
-  t->arm_id = malloc(t->arm_cap);
-  t->stat = malloc(t->arm_cap * sizeof *t->stat);
+  uint64_t nslots = 2;
+  while (nslots < 2ULL * max_contexts) nslots *= 2;
+  t->cap = max_contexts;
+  t->ctx = calloc(max_contexts, sizeof *t->ctx);
+  t->slots = calloc(nslots, sizeof *t->slots);
+  t->slot_mask = (uint32_t)(nslots - 1);
+  t->arm_cap = max_contexts * (uint32_t)NCCLBOT_MAX_ARMS;
+  t->arm_id = calloc(t->arm_cap, 1);
+  t->stat = calloc(t->arm_cap, sizeof *t->stat);
   if (!t->ctx || !t->slots || !t->arm_id || !t->stat) {
     nb_tab_free(t);
     return -1;
@@ -48,39 +52,9 @@ int64_t nb_tab_find(const nb_ctx_table *t, uint64_t key) {
   }
 }
 
-static int rehash(nb_ctx_table *t) {
-  uint32_t nmask = t->slot_mask * 2 + 1;
-  uint32_t *ns = calloc((size_t)nmask + 1, sizeof *ns);
-  if (!ns) return -1;
-  for (uint32_t c = 0; c < t->nctx; c++) {
-    uint64_t i = mix(t->ctx[c].key) & nmask;
-    while (ns[i]) i = (i + 1) & nmask;
-    ns[i] = c + 1;
-  }
-  free(t->slots);
-  t->slots = ns;
-  t->slot_mask = nmask;
-  return 0;
-}
-
-/* Adds a context with room for narms arms; returns its index or -1 (out of memory). */
+/* Adds a context with room for narms arms; returns its index or -1 (table full). */
 int64_t nb_tab_add(nb_ctx_table *t, uint64_t key, int narms) {
-  if (t->nctx == t->cap) {
-    nb_ctx *n = realloc(t->ctx, (size_t)t->cap * 2 * sizeof *n);
-    if (!n) return -1;
-    t->ctx = n;
-    t->cap *= 2;
-  }
-  while (t->narm + (uint32_t)narms > t->arm_cap) {
-    uint8_t *ni = realloc(t->arm_id, (size_t)t->arm_cap * 2);
-    if (!ni) return -1;
-    t->arm_id = ni;
-    nb_arm_stat *ns = realloc(t->stat, (size_t)t->arm_cap * 2 * sizeof *ns);
-    if (!ns) return -1;
-    t->stat = ns;
-    t->arm_cap *= 2;
-  }
-  if ((uint64_t)(t->nctx + 1) * 2 > (uint64_t)t->slot_mask + 1 && rehash(t) != 0) return -1;
+  if (t->nctx >= t->cap || t->narm + (uint32_t)narms > t->arm_cap) return -1;
   uint32_t c = t->nctx++;
   memset(&t->ctx[c], 0, sizeof t->ctx[c]);
   t->ctx[c].key = key;

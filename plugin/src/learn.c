@@ -11,9 +11,18 @@
  *   3. submits its local latencies for pulls of round b-2 (one round of slack so
  *      no rank waits for a GPU; pulls still unmeasured are sent as missing).
  * The coordinator merges per pull the maximum latency over ranks (missing if
- * any rank misses it). On failure at boundary b (timeout or lost connection) a
- * rank applies b-2 and freezes, and tells the coordinator FREEZE(b-2), which
- * relays that round to everyone; with fail mode it fails the collective instead.
+ * any rank misses it).
+ *
+ * Stopping. Holding result s proves every rank submitted s, so no rank can pass
+ * boundary L+2, L being the last round the coordinator completed. When a rank times
+ * out it asks the coordinator to stop the communicator; the coordinator's verdict
+ * (FREEZE(L) or FAIL(L), also sent when a rank leaves or crashes) reaches every rank,
+ * and every rank acts at the same boundary L+2: freeze keeps the state with rounds up
+ * to L applied, fail fails that call and every later one. Until a rank holds its first
+ * result (proof that every rank started) it plays NCCL's own choice, so a rank that
+ * missed START, or a stop before any round completed, changes nothing. A rank that
+ * loses the coordinator without a verdict cannot know which rounds the others hold:
+ * fail mode fails at once, freeze mode plays NCCL's choice from then on.
  */
 #include "learn.h"
 
@@ -26,6 +35,7 @@
 #include "log.h"
 #include "persist.h"
 #include "rng.h"
+#include "profiler.h"
 #include "static_table.h"
 #include "sync.h"
 #include "trace.h"
@@ -34,8 +44,8 @@
 /* ---------- setup ---------- */
 
 static int alloc_learning(nb_comm *c) {
-  if (nb_tab_init(&c->tab) != 0) return -1;
-  uint64_t cap = 512;
+  if (nb_tab_init(&c->tab, c->cfg.max_contexts) != 0) return -1;
+  uint64_t cap = 2 * NB_NREC; /* local mode gives up on a pull after cap/2 later ones */
   while (cap < 8ULL * c->cfg.sync_every) cap *= 2;
   c->log = calloc(cap, sizeof *c->log);
   if (!c->log) return -1;
@@ -100,10 +110,8 @@ static void setup_learning(nb_comm *c) {
   if (c->cfg.trace_dir[0]) nb_trace_open(c);
 }
 
-void nb_learn_setup(nb_comm *c, size_t nranks, size_t nnodes, int have_comm_id) {
+void nb_learn_setup(nb_comm *c, int have_comm_id) {
   nb_config_from_env(&c->cfg);
-  c->nranks = (int)nranks;
-  c->nnodes = (int)nnodes;
   c->mode = NB_MODE_INERT;
   if (!c->cfg.valid) {
     go_inert(c, c->cfg.why);
@@ -166,28 +174,24 @@ static void apply_local(nb_comm *c) {
     c->match_lo++;
 }
 
-/* Attach profiler samples to the oldest pending pull of the same context and arm. */
+/* Attach each profiler sample to the pull its collective was bound to, if that pull is
+ * still in the log and pending; anything else is dropped and counted. */
 static void drain(nb_comm *c) {
   nb_meas m;
   while (nb_mq_pop(&c->mq, &m) == 0) {
-    int64_t ci = nb_tab_find(&c->tab, m.key);
-    int matched = 0;
-    if (ci >= 0) {
-      for (uint64_t i = c->match_lo; i < c->head; i++) {
-        nb_pull *e = &c->log[i & c->log_mask];
-        if (e->state == NB_PULL_PENDING && e->ctx == (uint32_t)ci && e->arm == m.arm) {
-          e->lat_us = m.lat_us;
-          e->state = m.lat_us >= 0.0f ? NB_PULL_HAVE : NB_PULL_MISSING;
-          if (c->mode == NB_MODE_LEARN_LOCAL) { /* one rank: learn at once */
-            apply_entry(c, e, m.lat_us, -1);
-            e->state = NB_PULL_APPLIED;
-          }
-          matched = 1;
-          break;
-        }
-      }
+    nb_prof_reclaim(c, &m);
+    nb_pull *e = &c->log[m.pull & c->log_mask];
+    if (m.pull >= c->head || c->head - m.pull > c->log_mask + 1 || e->state != NB_PULL_PENDING ||
+        e->arm != m.arm || c->tab.ctx[e->ctx].key != m.key) {
+      c->n_unmatched++;
+      continue;
     }
-    if (!matched) c->n_unmatched++;
+    e->lat_us = m.lat_us;
+    e->state = m.lat_us >= 0.0f ? NB_PULL_HAVE : NB_PULL_MISSING;
+    if (c->mode == NB_MODE_LEARN_LOCAL) { /* one rank: learn at once */
+      apply_entry(c, e, m.lat_us, -1);
+      e->state = NB_PULL_APPLIED;
+    }
     while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
       c->match_lo++;
   }
@@ -205,31 +209,66 @@ static void apply_result(nb_comm *c, int64_t s) {
   c->sync->applied = s;
 }
 
-/* Apply every held result up to f, then stop learning (state identical on all ranks). */
-static void freeze_at(nb_comm *c, int64_t f, const char *why) {
-  if (f < c->sync->applied)
-    NB_WARN("freeze at round %lld but round %lld is already applied here; ranks may differ",
-            (long long)f, (long long)c->sync->applied);
-  for (int64_t s = c->sync->applied + 1; s <= f; s++) {
-    if (!nb_sync_result(c->sync, s)) {
-      NB_WARN("freeze at round %lld but round %lld is not held here; ranks may differ",
-              (long long)f, (long long)s);
-      break;
-    }
-    apply_result(c, s);
-  }
-  c->sync->frozen = 1;
-  NB_WARN("synchronisation stopped (%s); communicator %016llx keeps its bandit state frozen at "
-          "round %lld and stops learning (NCCLBOT_SYNC_ON_FAILURE=freeze)",
-          why, (unsigned long long)c->comm_id, (long long)f);
-}
-
 static void fail_comm(nb_comm *c, const char *why) {
   c->failed = 1;
   snprintf(c->fail_why, sizeof c->fail_why, "%.200s", why);
   NB_WARN("synchronisation failed (%s); failing collectives of communicator %016llx so that "
           "ranks cannot choose differently (NCCLBOT_SYNC_ON_FAILURE=fail)",
           why, (unsigned long long)c->comm_id);
+}
+
+/* From now on NCCL decides on this rank, as on every other (see the top of this file). */
+static int play_nccl(nb_comm *c, const char *why) {
+  c->sync->auto_only = 1;
+  c->sync->frozen = 1;
+  NB_WARN("synchronisation stopped (%s); communicator %016llx keeps NCCL's own choice from now "
+          "on, as every rank does", why, (unsigned long long)c->comm_id);
+  return 1;
+}
+
+/* The coordinator's verdict: stop after round f, at boundary f+2 (fail: fail mode fails). */
+static void take_verdict(nb_comm *c, int64_t f, int fail, const char *why) {
+  nb_sync *s = c->sync;
+  if (s->stop_at) return;
+  s->stop_at = f + 2;
+  s->stop_fail = fail && c->cfg.on_failure == NB_FAIL_ABORT;
+  snprintf(c->fail_why, sizeof c->fail_why, "%.200s", why);
+}
+
+/* Boundary stop_at: act on the verdict. Returns 1 (no more learning) or -1 (failed). */
+static int stop_now(nb_comm *c) {
+  nb_sync *s = c->sync;
+  int64_t f = s->stop_at - 2;
+  char why[300];
+  if (f < 2) {
+    snprintf(why, sizeof why, "%.200s, before any round completed", c->fail_why);
+    return play_nccl(c, why);
+  }
+  if (s->stop_fail) {
+    fail_comm(c, c->fail_why);
+    return -1;
+  }
+  for (int64_t k = s->applied + 1; k <= f; k++) {
+    if (!nb_sync_result(s, k)) { /* cannot happen: result f came before the verdict */
+      snprintf(why, sizeof why, "%.200s, but round %lld is not held here", c->fail_why, (long long)k);
+      return play_nccl(c, why);
+    }
+    apply_result(c, k);
+  }
+  s->frozen = 1;
+  NB_WARN("synchronisation stopped (%s); communicator %016llx keeps its bandit state frozen at "
+          "round %lld and stops learning (NCCLBOT_SYNC_ON_FAILURE=freeze)",
+          c->fail_why, (unsigned long long)c->comm_id, (long long)f);
+  return 1;
+}
+
+/* Lost the coordinator with no verdict: nothing proves which rounds the other ranks hold. */
+static int lost(nb_comm *c, const char *why) {
+  if (c->cfg.on_failure == NB_FAIL_ABORT) {
+    fail_comm(c, why);
+    return -1;
+  }
+  return play_nccl(c, why);
 }
 
 static void submit_round(nb_comm *c, int64_t b) {
@@ -255,33 +294,41 @@ static uint64_t cpu_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-/* Round boundary b (see the top of this file). Returns 0 to go on learning, 1 when frozen,
- * -1 when failed (fail mode). */
+/* How long a rank that timed out waits for the coordinator's verdict. */
+#define NB_VERDICT_MS 5000u
+
+/* Round boundary b (see the top of this file). Returns 0 to go on learning, 1 when frozen
+ * or NCCL decides from now on, -1 when failed (fail mode). */
 static int boundary(nb_comm *c, int64_t b) {
   uint64_t t0 = nb_now_ns(), c0 = cpu_ns();
+  nb_sync *s = c->sync;
   char why[256];
-  if (b - 1 >= 2) {
+  if (!s->stop_at && b - 1 >= 2) {
     int64_t f = 0;
+    int fail = 0;
     uint64_t w0 = nb_now_ns();
-    int r = nb_sync_wait(c->sync, b - 1, c->cfg.sync_timeout_ms, &f, why, sizeof why);
+    int r = nb_sync_wait(s, b - 1, c->cfg.sync_timeout_ms, &f, &fail, why, sizeof why);
+    if (r == NB_WAIT_TIMEOUT) { /* ask the coordinator to stop everyone, take its verdict */
+      nb_sync_send(s, c->cfg.on_failure == NB_FAIL_ABORT ? NB_MSG_FAIL : NB_MSG_FREEZE, b - 2);
+      uint32_t ms = c->cfg.sync_timeout_ms < NB_VERDICT_MS ? c->cfg.sync_timeout_ms : NB_VERDICT_MS;
+      char why2[128];
+      if (nb_sync_verdict(s, ms, &f, &fail, why2, sizeof why2) == NB_WAIT_FREEZE)
+        r = NB_WAIT_FREEZE;
+      else
+        snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", why2);
+    }
     c->sync_wait_us_total += (double)(nb_now_ns() - w0) / 1000.0;
-    if (r == NB_WAIT_FREEZE) {
-      freeze_at(c, f, why);
-      return 1;
-    }
-    if (r == NB_WAIT_FAIL) {
-      if (c->cfg.on_failure == NB_FAIL_ABORT) {
-        fail_comm(c, why);
-        return -1;
-      }
-      int64_t fz = b - 2 > c->sync->applied ? b - 2 : c->sync->applied;
-      nb_sync_send(c->sync, NB_MSG_FREEZE, fz);
-      freeze_at(c, fz, why);
-      return 1;
-    }
+    if (r == NB_WAIT_FREEZE)
+      take_verdict(c, f, fail, why);
+    else if (r != NB_WAIT_OK)
+      return lost(c, why);
+    /* Result b-1 is held here (also when a verdict names it, it came first), so on every
+     * rank that plays round b: all started, and all leave NCCL's choice together. */
+    if (nb_sync_result(s, b - 1)) s->confirmed = 1;
   }
+  if (s->stop_at && b >= s->stop_at) return stop_now(c);
   if (b - 2 >= 2) apply_result(c, b - 2);
-  if (b >= 2) submit_round(c, b);
+  if (b >= 2 && !s->stop_at) submit_round(c, b);
   double us = (double)(nb_now_ns() - t0) / 1000.0;
   c->n_rounds++;
   c->sync_us_total += us;
@@ -388,6 +435,23 @@ static int select_arm(nb_comm *c, nb_ctx *x, uint64_t key, uint32_t mask) {
   return idx;
 }
 
+/*
+ * Until every rank is known to have started, and after the coordinator was lost without
+ * a verdict, NCCL's own choice stands (see the top of this file). Returns -2 (decide as
+ * usual), -1 (NCCL decides, nothing is logged) or the index among x's arms of NCCL's
+ * choice (NCCL decides, the pull is logged and timed).
+ */
+static int sync_gate(const nb_comm *c, const nb_ctx *x, const float *table, int numAlgo,
+                     int numProto, uint32_t mask) {
+  if (c->mode != NB_MODE_LEARN_SYNC || (c->sync->confirmed && !c->sync->auto_only)) return -2;
+  if (c->sync->auto_only) return -1;
+  int arm = nb_auto_arm(table, numAlgo, numProto);
+  const uint8_t *ids = &c->tab.arm_id[x->arm_off];
+  for (int i = 0; i < x->narms; i++)
+    if (ids[i] == arm && (mask >> i & 1)) return i;
+  return -1;
+}
+
 static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *table,
                                     int numAlgo, int numProto) {
   if (c->failed) { /* fail_comm said why once; NCCL reports each failed call itself */
@@ -412,8 +476,11 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
     if (r > 0) learning = 0;
     x = &c->tab.ctx[ci];
   }
-  int idx = select_arm(c, x, key, mask);
   int timed_auto = c->cfg.policy == NB_POLICY_AUTO;
+  int gate = sync_gate(c, x, table, numAlgo, numProto, mask);
+  /* timed AUTO plays NCCL's arm anyway: only a lost coordinator stops its timing */
+  if (gate == -1 && (!timed_auto || c->sync->auto_only)) return ncclSuccess;
+  int idx = timed_auto ? 0 : gate >= 0 ? gate : select_arm(c, x, key, mask);
   int auto_arm = c->trace || timed_auto ? nb_auto_arm(table, numAlgo, numProto) : x->auto_arm;
   /* timed AUTO logs the arm NCCL plays in this call, which the profiler will report */
   int arm = timed_auto ? auto_arm : c->tab.arm_id[x->arm_off + idx];
@@ -429,6 +496,7 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
   e->arm_idx = (uint8_t)idx;
   e->auto_arm = (uint8_t)auto_arm;
   e->state = NB_PULL_PENDING;
+  e->bound = 0;
   c->head++;
   c->n_timed++;
   return ncclSuccess;

@@ -17,7 +17,7 @@
  *   In/out: c->mode is set; INERT (with one WARN) on any problem.
  *   Preconditions: c acquired for the tuner side; the profiler init (if any) already ran.
  */
-void nb_learn_setup(nb_comm *c, size_t nranks, size_t nnodes, int have_comm_id);
+void nb_learn_setup(nb_comm *c, int have_comm_id);
 
 /*
  * nb_learn_decide: the body of getCollInfo.
@@ -45,5 +45,11 @@ const char *nb_coll_name(int coll);
 int nb_coll_from_name(const char *s);
 void nb_arm_name(int arm, char *out, size_t cap);
 int nb_arm_from_name(const char *s); /* "Ring/LL128" (case-insensitive); -1 unknown */
+
+/* Profiler descriptor spellings ("AllReduce", "ncclFloat32", "RING", "LL128"): collective
+ * index or -1, datatype size or 0, arm id or NB_NO_ARM. No allocation; any thread. */
+int nb_prof_coll(const char *func);
+size_t nb_prof_type_size(const char *datatype);
+int nb_prof_arm(const char *algo, const char *proto);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * log.h: logging through the logger NCCL hands to init.
  *
- * Thread safety: the logger pointer is set once under the registry lock at the
- * first init and read without a lock afterwards (pointer-sized, atomic store).
+ * Thread safety: the logger pointer has one writer, the registry (nb_comm_acquire,
+ * under the registry lock, at every init); readers load it atomically without a lock.
  * Nothing on the hot path logs above TRACE.
  */
 #ifndef NCCLBOT_LOG_H

@@ -12,8 +12,11 @@
 
 typedef struct {
   uint64_t key;   /* context key: collective << 58 | bytes */
+  uint64_t pull;  /* log index of the pull the collective was bound to at its start */
   float lat_us;   /* < 0: the sample was dropped (bad or missing timers) */
   uint8_t arm;
+  uint8_t gen;    /* the record's generation (low byte) ... */
+  uint16_t rec;   /* ... and index: the tuner hands the record back for reuse */
 } nb_meas;
 
 typedef struct {

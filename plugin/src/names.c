@@ -40,3 +40,54 @@ int nb_arm_from_name(const char *s) {
   }
   return -1;
 }
+
+/* ---- profiler descriptor spellings (ncclFuncToString, ncclDatatypeToString,
+ * ncclAlgoToString, ncclProtoToString): one small table each, matched on length
+ * first, then one memcmp ---- */
+
+typedef struct {
+  const char *name;
+  uint8_t len;
+  uint8_t value;
+} nb_name;
+
+#define NB_N(s, v) {s, sizeof(s) - 1, v}
+
+static const nb_name k_prof_colls[] = {NB_N("Broadcast", 0), NB_N("Reduce", 1),
+                                       NB_N("AllGather", 2), NB_N("ReduceScatter", 3),
+                                       NB_N("AllReduce", 4)};
+static const nb_name k_prof_types[] = {
+    NB_N("ncclInt8", 1),      NB_N("ncclChar", 1),       NB_N("ncclUint8", 1),
+    NB_N("ncclInt32", 4),     NB_N("ncclInt", 4),        NB_N("ncclUint32", 4),
+    NB_N("ncclInt64", 8),     NB_N("ncclUint64", 8),     NB_N("ncclFloat16", 2),
+    NB_N("ncclHalf", 2),      NB_N("ncclFloat32", 4),    NB_N("ncclFloat", 4),
+    NB_N("ncclFloat64", 8),   NB_N("ncclDouble", 8),     NB_N("ncclBfloat16", 2),
+    NB_N("ncclFloat8e4m3", 1), NB_N("ncclFloat8e5m2", 1)};
+static const nb_name k_prof_algos[] = {NB_N("TREE", 0), NB_N("RING", 1),
+                                       NB_N("COLLNET_DIRECT", 2), NB_N("COLLNET_CHAIN", 3),
+                                       NB_N("NVLS", 4), NB_N("NVLS_TREE", 5), NB_N("PAT", 6)};
+static const nb_name k_prof_protos[] = {NB_N("LL", 0), NB_N("LL128", 1), NB_N("SIMPLE", 2)};
+
+/* The value of s in t, or -1 (also for NULL and names longer than any entry). */
+static int lookup(const nb_name *t, size_t n, const char *s) {
+  if (!s) return -1;
+  size_t len = strnlen(s, 32);
+  for (size_t i = 0; i < n; i++)
+    if (t[i].len == len && t[i].name[0] == s[0] && memcmp(t[i].name, s, len) == 0)
+      return t[i].value;
+  return -1;
+}
+
+#define NB_LOOKUP(t, s) lookup((t), sizeof(t) / sizeof *(t), (s))
+
+int nb_prof_coll(const char *func) { return NB_LOOKUP(k_prof_colls, func); }
+
+size_t nb_prof_type_size(const char *datatype) {
+  int v = NB_LOOKUP(k_prof_types, datatype);
+  return v < 0 ? 0 : (size_t)v;
+}
+
+int nb_prof_arm(const char *algo, const char *proto) {
+  int a = NB_LOOKUP(k_prof_algos, algo), p = NB_LOOKUP(k_prof_protos, proto);
+  return a < 0 || p < 0 ? NB_NO_ARM : a * NCCLBOT_NUM_PROTOS + p;
+}

@@ -19,13 +19,12 @@ static ncclResult_t tuner_init_common(void **ctx, uint64_t comm_id, size_t nRank
                                       ncclDebugLogger_t logfn, int have_comm_id) {
   if (!ctx) return ncclSuccess;
   *ctx = NULL;
-  nb_log_set(logfn);
-  nb_comm *c = nb_comm_acquire(comm_id, 1);
+  nb_comm *c = nb_comm_acquire(comm_id, 1, (int)nRanks, (int)nNodes, logfn);
   if (!c) {
     NB_WARN("tuner: out of memory; staying AUTO");
     return ncclSuccess;
   }
-  nb_learn_setup(c, nRanks, nNodes, have_comm_id);
+  nb_learn_setup(c, have_comm_id);
   if (c->mode == NB_MODE_INERT) {
     nb_comm_release(c, 1);
     return ncclSuccess;

@@ -2,24 +2,38 @@
  * profiler.c: see profiler.h.
  * Threads: collective start runs on the user thread; kernel-channel start,
  * state and stop on the proxy thread. The two meet through atomics on the
- * record (live, stops, bad, maxdur, stopped); a finished record is pushed into
- * the communicator's lock-free queue for the tuner. No allocation or lock after
- * init. Samples that cannot be trusted (zero, missing or backwards timers, a
- * record reused before all its channels reported) are dropped and counted.
+ * record (live, gen, stops, bad, maxdur, stopped); a finished record is pushed
+ * into the communicator's lock-free queue for the tuner. No allocation or lock
+ * after init.
+ *
+ * Attribution. A collective start runs on the user thread right after the
+ * getCollInfo call that chose its arm, so it binds its record to that pull's log
+ * index (the oldest unbound pending pull of the same context and arm among the
+ * last NB_BIND_WINDOW); the sample carries the index back and the tuner accepts
+ * it only for that pull, still pending. A record is reused NB_NREC collectives
+ * later; every handle carries the record's generation in its top byte, so a
+ * late event for an earlier use of the record is ignored. What cannot be
+ * matched (no bound pull, a reused record, bad timers) is dropped and counted.
+ * A record comes back for reuse when the tuner takes its sample (nb_prof_reclaim): free
+ * records are reused last-freed first, so a GPU that keeps up touches a few warm ones;
+ * with none free (more than NB_NREC outstanding) the oldest use is taken over and dropped.
  */
 #include "profiler.h"
 
 #include <string.h>
 
+#include "learn.h"
 #include "log.h"
 #include "state.h"
+
+#define NB_BIND_WINDOW 256 /* pulls a collective start looks back over (a large group) */
+#define NB_ADDR_MASK ((1ULL << NB_GEN_SHIFT) - 1)
 
 ncclResult_t nb_prof_init(void **context, uint64_t commId, int *eActivationMask, int nNodes,
                           int nranks, int rank, ncclDebugLogger_t logfn) {
   if (!context) return ncclSuccess;
   *context = NULL;
-  nb_log_set(logfn);
-  nb_comm *c = nb_comm_acquire(commId, 0);
+  nb_comm *c = nb_comm_acquire(commId, 0, nranks, nNodes, logfn);
   if (!c) {
     NB_WARN("profiler: out of memory; no measurements for communicator %016llx",
             (unsigned long long)commId);
@@ -27,8 +41,6 @@ ncclResult_t nb_prof_init(void **context, uint64_t commId, int *eActivationMask,
   }
   nb_registry_lock();
   c->rank = rank;
-  c->nranks = nranks;
-  c->nnodes = nNodes;
   nb_registry_unlock();
   if (eActivationMask)
     __atomic_or_fetch(eActivationMask, NCCLBOT_PROF_COLL | NCCLBOT_PROF_KERNEL_CH,
@@ -37,89 +49,87 @@ ncclResult_t nb_prof_init(void **context, uint64_t commId, int *eActivationMask,
   return ncclSuccess;
 }
 
-/* ncclFunc name -> collective index (profiler names are ncclFuncToString spellings). */
-static int coll_index(const char *f) {
-  if (!f) return -1;
-  switch (f[0]) {
-    case 'B': return strcmp(f, "Broadcast") == 0 ? 0 : -1;
-    case 'R':
-      if (strcmp(f, "Reduce") == 0) return 1;
-      return strcmp(f, "ReduceScatter") == 0 ? 3 : -1;
-    case 'A':
-      if (strcmp(f, "AllReduce") == 0) return 4;
-      return strcmp(f, "AllGather") == 0 ? 2 : -1;
-    default: return -1;
-  }
-}
-
-/* "ncclFloat32" -> 4 and the like; 0 when unknown. */
-static size_t type_size(const char *t) {
-  if (!t || strncmp(t, "ncclFloat8", 10) == 0) return t ? 1 : 0;
-  size_t n = strlen(t);
-  if (n >= 2 && strcmp(t + n - 2, "64") == 0) return 8;
-  if (n >= 2 && strcmp(t + n - 2, "32") == 0) return 4;
-  if (n >= 2 && strcmp(t + n - 2, "16") == 0) return 2;
-  if (n >= 1 && t[n - 1] == '8') return 1;
-  if (strcmp(t, "ncclChar") == 0) return 1;
-  if (strcmp(t, "ncclInt") == 0 || strcmp(t, "ncclFloat") == 0) return 4;
-  if (strcmp(t, "ncclHalf") == 0) return 2;
-  if (strcmp(t, "ncclDouble") == 0) return 8;
-  return 0;
-}
-
-/* ncclAlgoToString / ncclProtoToString spellings -> arm id, 255 unknown. */
-static int arm_index(const char *algo, const char *proto) {
-  static const char *const algos[] = {"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN",
-                                      "NVLS", "NVLS_TREE", "PAT"};
-  static const char *const protos[] = {"LL", "LL128", "SIMPLE"};
-  if (!algo || !proto) return 255;
-  int a = -1, p = -1;
-  for (int i = 0; i < 7 && a < 0; i++)
-    if (strcmp(algo, algos[i]) == 0) a = i;
-  for (int i = 0; i < 3 && p < 0; i++)
-    if (strcmp(proto, protos[i]) == 0) p = i;
-  return a < 0 || p < 0 ? 255 : a * 3 + p;
-}
-
 static nb_rec *rec_at(nb_comm *c, uint64_t i) {
   return (nb_rec *)(c->rec_base + (i % NB_NREC) * NB_REC_SIZE);
 }
 
-static void push(nb_comm *c, nb_rec *r, float lat_us) {
-  nb_meas m = {r->key, lat_us, r->arm};
-  if (lat_us < 0) __atomic_add_fetch(&c->n_prof_dropped, 1, __ATOMIC_RELAXED);
-  if (nb_mq_push(&c->mq, &m) != 0) __atomic_add_fetch(&c->n_queue_full, 1, __ATOMIC_RELAXED);
+/* User thread: the most recently freed record, or (none free) the next in ring order. */
+static nb_rec *take_record(nb_comm *c) {
+  if (c->rec_nfree) return rec_at(c, c->rec_free[--c->rec_nfree]);
+  return rec_at(c, c->rec_steal++);
+}
+
+void nb_prof_reclaim(nb_comm *c, const nb_meas *m) {
+  nb_rec *r = rec_at(c, m->rec);
+  if ((__atomic_load_n(&r->gen, __ATOMIC_RELAXED) & 255) == m->gen && c->rec_nfree < NB_NREC)
+    c->rec_free[c->rec_nfree++] = m->rec; /* not taken over since: free again */
+}
+
+static void *handle_of(nb_rec *r, uint32_t gen, unsigned sub) {
+  return (void *)(((uintptr_t)(gen & 255) << NB_GEN_SHIFT) | ((uintptr_t)r + sub));
+}
+
+/* The record a handle names if it is still the same use of it (generation), else NULL. */
+static nb_rec *current(uintptr_t h) {
+  nb_rec *r = (nb_rec *)(h & NB_ADDR_MASK & ~(uintptr_t)255);
+  uint32_t gen = __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE);
+  return (gen & 255) == h >> NB_GEN_SHIFT ? r : NULL;
+}
+
+/* User thread: the log index of the pull this collective measures, or -1 (untimed call). */
+static int64_t bind_pull(nb_comm *c, uint64_t key, int arm) {
+  if (!c->log) return -1;
+  uint64_t lo = c->head > NB_BIND_WINDOW ? c->head - NB_BIND_WINDOW : 0;
+  if (c->claim < lo) c->claim = lo;
+  for (uint64_t i = c->claim; i < c->head; i++) {
+    nb_pull *e = &c->log[i & c->log_mask];
+    if (!e->bound && e->state == NB_PULL_PENDING && e->arm == arm &&
+        c->tab.ctx[e->ctx].key == key) {
+      e->bound = 1;
+      c->claim = i + 1; /* pulls before it had no collective start: they stay unbound */
+      return (int64_t)i;
+    }
+  }
+  return -1;
 }
 
 static void start_coll(nb_comm *c, void **eHandle, const ncclbotProfDescr_v6 *d) {
-  int coll = coll_index(d->coll.func);
-  size_t ts = type_size(d->coll.datatype);
-  int arm = arm_index(d->coll.algo, d->coll.proto);
+  int coll = nb_prof_coll(d->coll.func);
+  size_t ts = nb_prof_type_size(d->coll.datatype);
+  int arm = nb_prof_arm(d->coll.algo, d->coll.proto);
   unsigned nch = d->coll.nChannels;
-  if (coll < 0 || ts == 0 || arm == 255 || nch == 0 || nch > NB_MAX_CH) return;
+  if (coll < 0 || ts == 0 || arm == NB_NO_ARM || nch == 0 || nch > NB_MAX_CH) return;
   size_t bytes = d->coll.count * ts;
   if (coll == 2 || coll == 3) bytes *= (size_t)(c->nranks > 0 ? c->nranks : 1); /* full buffer */
-  nb_rec *r = rec_at(c, c->rec_head++);
-  uint32_t one = 1;
-  if (__atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+  uint64_t key = NB_KEY(coll, bytes);
+  int64_t pull = bind_pull(c, key, arm);
+  if (pull < 0) return; /* not a timed pull: nothing to measure */
+  nb_rec *r = take_record(c);
+  uint32_t one = 1; /* (a plain load first: within NB_NREC the record is long finished) */
+  if (__atomic_load_n(&r->live, __ATOMIC_ACQUIRE) &&
+      __atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     __atomic_add_fetch(&c->n_prof_dropped, 1, __ATOMIC_RELAXED); /* channels never all reported */
-  r->key = NB_KEY(coll, bytes);
+  uint32_t gen = __atomic_load_n(&r->gen, __ATOMIC_RELAXED) + 1; /* only this thread writes it */
+  __atomic_store_n(&r->gen, gen, __ATOMIC_RELEASE);
+  r->key = key;
   r->arm = (uint8_t)arm;
   r->nch = (uint8_t)nch;
+  r->pull = (uint64_t)pull;
   __atomic_store_n(&r->stops, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&r->bad, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&r->maxdur, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&r->stopped, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&r->live, 1, __ATOMIC_RELEASE);
-  *eHandle = r;
+  *eHandle = handle_of(r, gen, 0);
 }
 
-/* The parent must be one of this communicator's records (PXN parents from other processes are not). */
+/* The parent must be a current use of one of this communicator's records (PXN parents
+ * from other processes, and late events of an earlier use, are not). */
 static nb_rec *own_record(nb_comm *c, const void *p) {
-  uintptr_t base = (uintptr_t)c->rec_base, x = (uintptr_t)p;
+  uintptr_t base = (uintptr_t)c->rec_base, x = (uintptr_t)p & NB_ADDR_MASK;
   if (x < base || x >= base + (uintptr_t)NB_NREC * NB_REC_SIZE || (x - base) % NB_REC_SIZE)
     return NULL;
-  return (nb_rec *)p;
+  return current((uintptr_t)p);
 }
 
 static void start_channel(nb_comm *c, void **eHandle, const ncclbotProfDescr_v6 *d) {
@@ -130,8 +140,8 @@ static void start_channel(nb_comm *c, void **eHandle, const ncclbotProfDescr_v6 
     __atomic_store_n(&r->bad, 1, __ATOMIC_RELAXED);
     return;
   }
-  r->start[ch] = d->kernelCh.pTimer;
-  *eHandle = (char *)r + 1 + ch;
+  __atomic_store_n(&r->start[ch], d->kernelCh.pTimer, __ATOMIC_RELAXED);
+  *eHandle = (char *)d->parentObj + 1 + ch;
 }
 
 ncclResult_t nb_prof_start(void *context, void **eHandle, void *eDescr, int version) {
@@ -147,19 +157,21 @@ ncclResult_t nb_prof_start(void *context, void **eHandle, void *eDescr, int vers
   return ncclSuccess;
 }
 
+/* A channel handle's current record and channel, or NULL (collective handle, stale use). */
 static nb_rec *channel_handle(void *h, unsigned *ch) {
   uintptr_t x = (uintptr_t)h;
   if (!x || (x & 255) == 0) return NULL; /* NULL or a collective handle */
   *ch = (unsigned)(x & 255) - 1;
-  return (nb_rec *)(x & ~(uintptr_t)255);
+  return *ch < NB_MAX_CH ? current(x) : NULL;
 }
 
 ncclResult_t nb_prof_record(void *eHandle, int eState, void *eStateArgs) {
   unsigned ch;
+  if (eState != NCCLBOT_PROF_STATE_KERNEL_CH_STOP) return ncclSuccess;
   nb_rec *r = channel_handle(eHandle, &ch);
-  if (!r || eState != NCCLBOT_PROF_STATE_KERNEL_CH_STOP || ch >= NB_MAX_CH) return ncclSuccess;
+  if (!r) return ncclSuccess;
   uint64_t stop = eStateArgs ? ((ncclbotProfStateArgs_v4 *)eStateArgs)->kernelCh.pTimer : 0;
-  uint64_t start = r->start[ch];
+  uint64_t start = __atomic_load_n(&r->start[ch], __ATOMIC_RELAXED);
   __atomic_or_fetch(&r->stopped, 1ULL << ch, __ATOMIC_RELAXED);
   if (stop == 0 || start == 0 || stop < start) {
     __atomic_store_n(&r->bad, 1, __ATOMIC_RELAXED);
@@ -175,18 +187,24 @@ ncclResult_t nb_prof_record(void *eHandle, int eState, void *eStateArgs) {
 ncclResult_t nb_prof_stop(void *eHandle) {
   unsigned ch;
   nb_rec *r = channel_handle(eHandle, &ch);
-  if (!r || ch >= NB_MAX_CH) return ncclSuccess; /* collective stop only means "enqueued" */
+  if (!r) return ncclSuccess; /* collective stop only means "enqueued" */
   if (!(__atomic_load_n(&r->stopped, __ATOMIC_RELAXED) >> ch & 1))
     __atomic_store_n(&r->bad, 1, __ATOMIC_RELAXED); /* stop event without its stop timer */
   uint32_t n = __atomic_add_fetch(&r->stops, 1, __ATOMIC_ACQ_REL);
   if (n != r->nch) return ncclSuccess;
-  uint32_t one = 1;
-  if (!__atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-    return ncclSuccess; /* already recycled by the user thread */
+  /* Read everything before releasing the record: the user thread may reuse it after. */
   uint64_t d = __atomic_load_n(&r->maxdur, __ATOMIC_RELAXED);
   int all = __builtin_popcountll(__atomic_load_n(&r->stopped, __ATOMIC_RELAXED)) == r->nch;
   int bad = __atomic_load_n(&r->bad, __ATOMIC_RELAXED) || d == 0 || !all; /* e.g. a duplicate stop */
-  push(r->comm, r, bad ? -1.0f : (float)((double)d / 1000.0));
+  nb_comm *c = r->comm;
+  nb_meas m = {r->key, r->pull, bad ? -1.0f : (float)((double)d / 1000.0), r->arm,
+               (uint8_t)(__atomic_load_n(&r->gen, __ATOMIC_RELAXED) & 255),
+               (uint16_t)(((unsigned char *)r - c->rec_base) / NB_REC_SIZE)};
+  uint32_t one = 1;
+  if (!__atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return ncclSuccess; /* already recycled by the user thread */
+  if (bad) __atomic_add_fetch(&c->n_prof_dropped, 1, __ATOMIC_RELAXED);
+  if (nb_mq_push(&c->mq, &m) != 0) __atomic_add_fetch(&c->n_queue_full, 1, __ATOMIC_RELAXED);
   return ncclSuccess;
 }
 

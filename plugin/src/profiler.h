@@ -11,6 +11,7 @@
 #define NCCLBOT_PROFILER_H
 
 #include "nccl_abi.h"
+#include "state.h"
 
 /*
  * nb_prof_init: registers the communicator (rank, shape) and asks for Coll|KernelCh events.
@@ -30,6 +31,8 @@ ncclResult_t nb_prof_start(void *context, void **eHandle, void *eDescr, int vers
 ncclResult_t nb_prof_stop(void *eHandle);
 /* nb_prof_record: KernelChStop carries the GPU stop timer. Lock-free; ncclSuccess. */
 ncclResult_t nb_prof_record(void *eHandle, int eState, void *eStateArgs);
+/* nb_prof_reclaim: the tuner took m's sample (user thread): its record may be reused. */
+void nb_prof_reclaim(nb_comm *c, const nb_meas *m);
 /* nb_prof_finalize: releases the communicator (its last user frees it). ncclSuccess. */
 ncclResult_t nb_prof_finalize(void *context);
 

@@ -3,10 +3,14 @@
  *
  * One nb_comm per commId (= NCCL's comm->commHash, given to both inits), kept in
  * a process-wide registry with a reference per plugin side. Ownership:
- *   - tuner fields (contexts, pull log, sync, trace): user thread only;
- *   - profiler records: coll start on the user thread, kernel-channel events on
- *     the proxy thread, joined through atomics;
- *   - mq: the only channel from the profiler to the tuner.
+ *   - comm_id, nranks, nnodes: set once by the first init (either side) under the
+ *     registry lock (comm.c), constant afterwards; rank: the profiler init, same lock;
+ *   - tuner fields (contexts, pull log, sync): user thread only;
+ *   - profiler records: coll start on the user thread (which binds the record to its
+ *     pull in the log), kernel-channel events on the proxy thread, joined through
+ *     atomics; a record's fields are read by the proxy before it releases `live`;
+ *   - mq: the only channel from the profiler to the tuner;
+ *   - trace: rows handed from the user thread to the trace writer thread (trace.c).
  */
 #ifndef NCCLBOT_STATE_H
 #define NCCLBOT_STATE_H
@@ -16,6 +20,7 @@
 
 #include "config.h"
 #include "mqueue.h"
+#include "nccl_abi.h"
 #include "policy.h"
 
 /* ---- contexts ---- */
@@ -40,6 +45,7 @@ typedef struct {
 #define NB_KEY_COLL(k) ((int)((k) >> 58))
 #define NB_KEY_BYTES(k) ((k) & ((1ULL << 58) - 1))
 
+/* Allocated once at init for cfg.max_contexts contexts (ctxtable.c): no allocation after. */
 typedef struct {
   nb_ctx *ctx;
   uint32_t nctx, cap;
@@ -62,13 +68,17 @@ typedef struct {
   uint8_t arm_idx;  /* index within the context's arms */
   uint8_t auto_arm;
   uint8_t state;
+  uint8_t bound;    /* a profiler record carries this pull's log index */
 } nb_pull;
 
 /* ---- profiler records ---- */
 
 #define NB_MAX_CH 64
 #define NB_REC_SIZE 768 /* multiple of 256: record handles have 8 clear low bits */
-#define NB_NREC 256
+/* Collectives whose kernel events may still be outstanding: twice the 1,024 a GPU far
+ * behind its host can queue, so a record is never reused while its events can come. */
+#define NB_NREC 2048 /* (at most 65,536: record indices are 16-bit) */
+#define NB_GEN_SHIFT 56 /* handles carry the record's generation in their top byte */
 
 struct nb_comm;
 typedef struct {
@@ -76,9 +86,11 @@ typedef struct {
   uint32_t live;     /* 1 while the collective's channels are outstanding (atomic) */
   uint32_t stops;    /* kernel-channel stops seen (atomic) */
   uint32_t bad;      /* a zero, missing or backwards timer (atomic) */
+  uint32_t gen;      /* bumped at each reuse; handles carry its low byte (atomic) */
   uint8_t nch;
   uint8_t arm;
   uint64_t key;
+  uint64_t pull;     /* log index of the pull this collective measures */
   uint64_t maxdur;   /* max over channels of stop - start, ns (atomic) */
   uint64_t stopped;  /* bitmask of channels whose stop state arrived (atomic) */
   uint64_t start[NB_MAX_CH];
@@ -96,7 +108,11 @@ typedef struct {
   float *res[NB_RES_RING];   /* merged max latency per pull, <0 missing */
   int64_t applied;           /* last submission id applied (starts at 1: nothing) */
   int64_t held;              /* last submission id received */
+  int64_t stop_at;           /* boundary at which the coordinator's verdict takes effect, 0 none */
+  int stop_fail;             /* ... and it fails the communicator (fail mode, FAIL verdict) */
   int frozen;
+  int confirmed;             /* a result is held: every rank started (until then: AUTO) */
+  int auto_only;             /* lost the coordinator without its verdict: NCCL decides */
   char rbuf[65536];
   size_t rlen;
 } nb_sync;
@@ -110,6 +126,7 @@ typedef enum {
 
 typedef struct nb_static nb_static;
 typedef struct nb_saved nb_saved;
+typedef struct nb_tracer nb_tracer;
 
 typedef struct nb_comm {
   uint64_t comm_id;
@@ -127,17 +144,20 @@ typedef struct nb_comm {
   uint64_t head;     /* timed pulls issued */
   uint64_t match_lo; /* oldest entry that may still be pending */
   uint64_t applied;  /* next entry to apply (local mode) */
+  uint64_t claim;    /* profiler: next log entry a collective start may bind */
 
   nb_mq mq;
   nb_sync *sync;
   nb_static *stat_tab;
   nb_saved *saved;
-  FILE *trace;
-  char *trace_buf;
+  nb_tracer *trace;
 
-  /* profiler */
+  /* profiler: records in use, and a stack of free ones (user thread), so that a GPU that
+   * keeps up reuses a few warm records; when none is free the oldest use is taken over */
   unsigned char *rec_base;
-  uint64_t rec_head;
+  uint16_t *rec_free;
+  uint32_t rec_nfree;
+  uint64_t rec_steal;
 
   /* counters (tuner thread unless noted) */
   uint64_t n_calls, n_timed, n_unmatched, n_missing, n_applied, n_rounds, n_over_cap;
@@ -148,14 +168,16 @@ typedef struct nb_comm {
   double sync_wait_us_total; /* wall time blocked waiting for a round's result */
 } nb_comm;
 
-/* registry (comm.c) */
-nb_comm *nb_comm_acquire(uint64_t comm_id, int tuner_side);
+/* registry (comm.c): the first acquire of a communicator sets its shape, every acquire
+ * the logger, both under the registry lock. */
+nb_comm *nb_comm_acquire(uint64_t comm_id, int tuner_side, int nranks, int nnodes,
+                         ncclDebugLogger_t logfn);
 void nb_comm_release(nb_comm *c, int tuner_side);
 void nb_registry_lock(void);
 void nb_registry_unlock(void);
 
 /* context table (ctxtable.c) */
-int nb_tab_init(nb_ctx_table *t);
+int nb_tab_init(nb_ctx_table *t, uint32_t max_contexts);
 void nb_tab_free(nb_ctx_table *t);
 int64_t nb_tab_find(const nb_ctx_table *t, uint64_t key);
 int64_t nb_tab_add(nb_ctx_table *t, uint64_t key, int narms);

@@ -165,18 +165,22 @@ const float *nb_sync_result(const nb_sync *s, int64_t round) {
   return s->have[i] == round ? s->res[i] : NULL;
 }
 
-int nb_sync_wait(nb_sync *s, int64_t round, uint32_t timeout_ms, int64_t *freeze_f, char *why,
-                 size_t whylen) {
-  if (nb_sync_result(s, round)) return NB_WAIT_OK;
+/* Reads messages until RESULT(round) (round >= 0) or a verdict. */
+static int wait_for(nb_sync *s, int64_t round, uint32_t timeout_ms, int64_t *freeze_f, int *fail,
+                    char *why, size_t whylen) {
   uint64_t deadline = nb_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
   for (;;) {
     nb_wire_hdr h;
     const char *pl;
     int r = read_msg(s, deadline, &h, &pl);
     if (r <= 0) {
-      snprintf(why, whylen, "%s while waiting for round %lld",
-               r == 0 ? "coordinator timeout" : "coordinator connection lost", (long long)round);
-      return NB_WAIT_FAIL;
+      if (round >= 0)
+        snprintf(why, whylen, "%s while waiting for round %lld",
+                 r == 0 ? "coordinator timeout" : "coordinator connection lost", (long long)round);
+      else
+        snprintf(why, whylen, "%s while waiting for its verdict",
+                 r == 0 ? "no answer from the coordinator" : "coordinator connection lost");
+      return r == 0 ? NB_WAIT_TIMEOUT : NB_WAIT_FAIL;
     }
     if (h.type == NB_MSG_RESULT && h.len == s->m * sizeof(float)) {
       int i = (int)(h.round % NB_RES_RING);
@@ -187,17 +191,29 @@ int nb_sync_wait(nb_sync *s, int64_t round, uint32_t timeout_ms, int64_t *freeze
       if (h.round == round) return NB_WAIT_OK;
       continue;
     }
-    if (h.type == NB_MSG_FREEZE) {
+    if (h.type == NB_MSG_FREEZE || h.type == NB_MSG_FAIL) {
       *freeze_f = h.round;
+      *fail = h.type == NB_MSG_FAIL;
       consume(s, &h);
-      snprintf(why, whylen, "the coordinator froze this communicator at round %lld",
-               (long long)h.round);
+      snprintf(why, whylen, "the coordinator %s this communicator after round %lld",
+               *fail ? "failed" : "froze", (long long)h.round);
       return NB_WAIT_FREEZE;
     }
     snprintf(why, whylen, "unexpected message %u from the coordinator", h.type);
     consume(s, &h);
     return NB_WAIT_FAIL;
   }
+}
+
+int nb_sync_wait(nb_sync *s, int64_t round, uint32_t timeout_ms, int64_t *freeze_f, int *fail,
+                 char *why, size_t whylen) {
+  if (nb_sync_result(s, round)) return NB_WAIT_OK;
+  return wait_for(s, round, timeout_ms, freeze_f, fail, why, whylen);
+}
+
+int nb_sync_verdict(nb_sync *s, uint32_t timeout_ms, int64_t *freeze_f, int *fail, char *why,
+                    size_t whylen) {
+  return wait_for(s, -1, timeout_ms, freeze_f, fail, why, whylen);
 }
 
 void nb_sync_send(nb_sync *s, uint32_t type, int64_t round) {

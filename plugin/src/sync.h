@@ -11,7 +11,7 @@
 
 #include "state.h"
 
-enum { NB_WAIT_OK = 0, NB_WAIT_FREEZE = 1, NB_WAIT_FAIL = -1 };
+enum { NB_WAIT_OK = 0, NB_WAIT_FREEZE = 1, NB_WAIT_FAIL = -1, NB_WAIT_TIMEOUT = -2 };
 
 /*
  * nb_sync_open: connect (retrying while refused), HELLO with token and fingerprint, wait
@@ -23,14 +23,19 @@ nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int ra
 /* nb_sync_submit: send this rank's m latencies of submission `round`. 0, or -1 (send failed). */
 int nb_sync_submit(nb_sync *s, int64_t round, uint64_t checksum, const float *lat);
 /*
- * nb_sync_wait: until RESULT(round) is held. Returns NB_WAIT_OK, NB_WAIT_FREEZE (with
- * *freeze_f) or NB_WAIT_FAIL (timeout or lost connection; why filled). After the
+ * nb_sync_wait: until RESULT(round) is held. Returns NB_WAIT_OK, NB_WAIT_FREEZE (a verdict:
+ * *freeze_f = L, *fail = 1 for FAIL), NB_WAIT_TIMEOUT (connection still up) or
+ * NB_WAIT_FAIL (lost connection or protocol error); why filled unless OK. After the
  * deadline it still reads what is already buffered, so a result that raced the timeout
  * is not lost.
  */
-int nb_sync_wait(nb_sync *s, int64_t round, uint32_t timeout_ms, int64_t *freeze_f, char *why,
-                 size_t whylen);
-/* nb_sync_send: a header-only message (FREEZE, BYE); errors are ignored. */
+int nb_sync_wait(nb_sync *s, int64_t round, uint32_t timeout_ms, int64_t *freeze_f, int *fail,
+                 char *why, size_t whylen);
+/* nb_sync_verdict: until the coordinator's FREEZE or FAIL (results on the way are kept).
+ * Returns NB_WAIT_FREEZE (with *freeze_f, *fail) or NB_WAIT_FAIL/NB_WAIT_TIMEOUT (why). */
+int nb_sync_verdict(nb_sync *s, uint32_t timeout_ms, int64_t *freeze_f, int *fail, char *why,
+                    size_t whylen);
+/* nb_sync_send: a header-only message (FREEZE, FAIL, BYE); errors are ignored. */
 void nb_sync_send(nb_sync *s, uint32_t type, int64_t round);
 void nb_sync_close(nb_sync *s);
 /* nb_sync_result: the merged latencies of a held submission, or NULL. */

@@ -7,7 +7,14 @@
  *   client -> coordinator  SUBMIT  round = submission id s; a = checksum of the
  *                                  round's (context, arm) sequence; payload m floats
  *   coordinator -> client  RESULT  round = s; payload m floats (max over ranks, <0 missing)
- *   either way             FREEZE  round = f: freeze with results up to f applied
+ *   client -> coordinator  FREEZE  this rank timed out (freeze mode): stop the communicator
+ *                          FAIL    the same in fail mode
+ *   coordinator -> client  FREEZE  verdict, round = L, the last completed round: stop after
+ *                                  round L (after a rank's BYE, or asked by a freeze-mode rank)
+ *                          FAIL    verdict, round = L: as FREEZE, but fail mode fails (a rank
+ *                                  crashed, timed out in fail mode, or logged other pulls)
+ *                          REJECT  also at once to every rank of a communicator one of whose
+ *                                  ranks was refused (bad token, other settings, cannot learn)
  *   client -> coordinator  BYE     clean end (finalize)
  */
 #ifndef NCCLBOT_WIRE_H
@@ -16,10 +23,10 @@
 #include <stdint.h>
 
 #define NB_WIRE_MAGIC 0x544f424eu /* "NBOT" */
-#define NB_WIRE_VERSION 1
+#define NB_WIRE_VERSION 2
 
 enum { NB_MSG_HELLO = 1, NB_MSG_START, NB_MSG_REJECT, NB_MSG_SUBMIT, NB_MSG_RESULT,
-       NB_MSG_FREEZE, NB_MSG_BYE };
+       NB_MSG_FREEZE, NB_MSG_BYE, NB_MSG_FAIL };
 
 typedef struct {
   uint32_t magic;

@@ -62,6 +62,8 @@ def main() -> None:
     for t, k in enumerate(schedule):
         if rank == int(stall_rank) and t == int(stall_call):
             time.sleep(float(stall_s))
+        if f"{rank}:{t}" == os.environ.get("NBTEST_CRASH"):  # "rank:call": this rank dies there
+            os._exit(3)
         if t % 250 == 0:  # atomically, the test polls it
             progress.with_suffix(".tmp").write_text(str(t))
             progress.with_suffix(".tmp").replace(progress)

@@ -35,11 +35,17 @@ def test_v4_profiler_reads_an_eight_bit_type(plugin, nb_env, comm_id):
     ctx, mask = C.c_void_p(), C.c_int(0)
     fn = C.cast(C.cast(C.addressof(prof) + 8, C.POINTER(C.c_void_p)).contents.value, init4)
     assert fn(C.byref(ctx), C.byref(mask), b"c", comm_id, 1, 1, 0, H.logger_ptr()) == 0 and ctx.value
+    nb_env(policy="greedy", min_bytes=0)  # a timed pull for the collective to measure
+    tctx = C.c_void_p()
+    assert plugin.tuner.init(C.byref(tctx), comm_id, 1, 1, H.logger_ptr(), None, None) == 0
+    table = (C.c_float * 21)(*H.cost_table({H.RING_LL: 10.0, H.RING_SIMPLE: 12.0}))
+    assert plugin.tuner.getCollInfo(tctx, 4, 16, 1, table, 7, 3, 0, C.byref(C.c_int())) == 0
     d = H.ProfDescrV6()
     d.type = H.PROFILE_COLL | (0xAB << 8)  # garbage above the 8-bit type
     d.u.coll.func, d.u.coll.datatype, d.u.coll.count, d.u.coll.nChannels = b"AllReduce", b"ncclFloat32", 4, 1
+    assert H.nccl_choice(list(table)) == H.RING_LL
     d.u.coll.algo, d.u.coll.proto = b"RING", b"LL"
     h = C.c_void_p()
     assert prof.startEvent(ctx, C.byref(h), C.byref(d)) == 0 and h.value
     assert plugin.profiler.startEvent(ctx, C.byref(h), C.byref(d)) == 0 and h.value is None  # v6: 64-bit type
-    assert prof.finalize(ctx) == 0
+    assert plugin.tuner.finalize(tctx) == 0 and prof.finalize(ctx) == 0

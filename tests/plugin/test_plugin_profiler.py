@@ -1,11 +1,15 @@
 """Profiler events -> per-collective latency (max over channels of GPU stop -
 start), seen through the tuner's trace; robustness to bad or missing timers,
-odd event orders and a concurrent proxy thread."""
+odd event orders, a concurrent proxy thread and a GPU up to 1,024 collectives behind
+its host (the C driver plugin/bench/lag.c, also under ThreadSanitizer)."""
 
 from __future__ import annotations
 
 import ctypes as C
+import os
 import random
+import re
+import subprocess
 import threading
 import time
 
@@ -158,3 +162,38 @@ def test_proxy_thread_concurrent_with_tuner(plugin, nb_env, comm_id, tmp_path):
     rows = pulls(tmp_path, comm_id)
     assert len(rows) == 3000
     assert sum(1 for x in rows if x["latency_us"] == "20.001") > 2500
+
+
+def _lag(exe, calls, lag, tmp_path, env=None):
+    out = tmp_path / f"trace-{lag}"
+    out.mkdir()
+    r = subprocess.run([str(exe), str(calls), str(lag), str(out)], capture_output=True, text=True,
+                       timeout=600, env=env)
+    m = re.search(r"(\d+) pull rows, (\d+) measured, (\d+) wrong, (\d+) unmatched", r.stdout)
+    assert m, r.stdout + r.stderr[-3000:]
+    return r, [int(x) for x in m.groups()]
+
+
+@pytest.mark.parametrize("lag", [256, 1024])
+def test_a_gpu_far_behind_never_gets_another_calls_latency(tmp_path, lag):
+    """build/ncclbot-lag: kernel events trail their collective by `lag` collectives, from a
+    second thread; each collective's GPU time is unique, so a misattributed pull shows."""
+    sanitized = bool(os.environ.get("NBTEST_LIB"))  # the ASan run: its own build of the driver
+    subprocess.run(["make", "-s", "-C", str(H.PLUGIN_DIR), "sanitize" if sanitized else "lag"], check=True,
+                   stdout=subprocess.DEVNULL)
+    exe = H.PLUGIN_DIR / "build" / ("asan" if sanitized else "") / "ncclbot-lag"
+    r, (rows, measured, wrong, _) = _lag(exe, 20000, lag, tmp_path)
+    assert wrong == 0 and r.returncode == 0, r.stdout
+    assert rows == 20000 and measured > 0.95 * rows, r.stdout
+
+
+def test_a_gpu_far_behind_is_clean_under_thread_sanitizer(tmp_path):
+    if os.environ.get("NBTEST_LIB"):
+        pytest.skip("inside the ASan run (TSan runs in the normal one)")
+    subprocess.run(["make", "-s", "-C", str(H.PLUGIN_DIR), "tsan"], check=True, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1:exitcode=66")
+    env.pop("LD_PRELOAD", None)
+    r, (rows, measured, wrong, _) = _lag(H.PLUGIN_DIR / "build" / "tsan" / "ncclbot-lag", 4000, 1024,
+                                         tmp_path, env)
+    assert "ThreadSanitizer" not in r.stderr and r.returncode == 0, r.stderr[-4000:]
+    assert wrong == 0 and rows == 4000 and measured > 0.95 * rows, r.stdout

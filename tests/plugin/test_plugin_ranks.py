@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import nb_host as H
-from nb_coord import Coordinator
+from nb_coord import Coordinator, Proxy
 from nb_trace import read_trace, trace_path
 
 WORKER = Path(__file__).with_name("nb_rank_worker.py")
@@ -22,7 +22,7 @@ SCALE = float(os.environ.get("NBTEST_SCALE", "1"))
 
 
 def run_job(tmp_path, coord, *, nranks=8, calls=20000, contexts=50, comm_id=0xC0FFEE, env=None,
-            during=None, rank_env=None):
+            during=None, rank_env=None, crashed=()):
     base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLBOT_")}
     base.update(NCCLBOT_POLICY="ucb1", NCCLBOT_MIN_BYTES="0", NCCLBOT_SYNC_ADDR=coord.addr,
                 NCCLBOT_SYNC_TOKEN=coord.token, NCCLBOT_SYNC_EVERY="64", NCCLBOT_UCB_ALPHA="0.3",
@@ -38,8 +38,10 @@ def run_job(tmp_path, coord, *, nranks=8, calls=20000, contexts=50, comm_id=0xC0
     if during:
         during()
     results = []
-    for p, out in procs:
+    for rank, (p, out) in enumerate(procs):
         _, err = p.communicate(timeout=600)
+        if rank in crashed:
+            continue
         assert p.returncode == 0, err
         results.append(json.loads(out.read_text()))
     return results
@@ -148,17 +150,93 @@ def test_ranks_with_different_settings_all_stay_auto(tmp_path):
     assert_identical(results)
 
 
-def test_wrong_token_is_refused(tmp_path):
+def test_a_refused_rank_makes_its_peers_give_up_promptly(tmp_path):
+    """One rank's bad token refuses the whole communicator at once: its peers do not sit
+    out their init timeout (two minutes here) waiting for a START that cannot come."""
     coord = Coordinator(token="right")
+    t0 = time.monotonic()
     try:
-        results = run_job(tmp_path, coord, nranks=2, calls=100, comm_id=0x70C,
+        results = run_job(tmp_path, coord, nranks=3, calls=100, comm_id=0x70C,
                           rank_env={1: {"NCCLBOT_SYNC_TOKEN": "wrong"}},
-                          env={"NCCLBOT_SYNC_INIT_TIMEOUT_MS": "3000"})
+                          env={"NCCLBOT_SYNC_INIT_TIMEOUT_MS": "120000"})
     finally:
-        coord.stop()
-    assert [res["active"] for res in results] == [False, False]
+        err = coord.stop()
+    elapsed = time.monotonic() - t0
+    assert [res["active"] for res in results] == [False] * 3
     assert "bad token" in results[1]["log"]
+    for res in (results[0], results[2]):
+        assert "refused this communicator: a rank presented a bad token" in res["log"], res["log"]
+    assert elapsed < 60, f"peers waited {elapsed:.0f} s"
+    assert "refused" in err
+
+
+def first_failure(res):
+    return next((t for t, rc in enumerate(res["rc"]) if rc != 0), None)
+
+
+@pytest.mark.parametrize("how", ["stall", "crash"])
+def test_fail_mode_fails_every_rank_from_the_same_call(tmp_path, how):
+    """A rank stalls past the timeout, or dies: the coordinator's FAIL verdict makes every
+    (surviving) rank fail from one and the same call, and every call after it."""
+    coord = Coordinator()
+    calls = int(4000 * SCALE)
+    env = {"NCCLBOT_SYNC_ON_FAILURE": "fail", "NCCLBOT_SYNC_TIMEOUT_MS": "400"}
+    if how == "stall":
+        env["NBTEST_STALL"] = f"2:{calls // 3}:2.0"
+    else:
+        env["NBTEST_CRASH"] = f"2:{calls // 3}"
+    try:
+        results = run_job(tmp_path, coord, nranks=6, calls=calls, comm_id=0xFA11 + len(how), env=env,
+                          crashed={2} if how == "crash" else ())
+    finally:
+        err = coord.stop()
+    first = [first_failure(res) for res in results]
+    assert first[0] is not None and len(set(first)) == 1, f"first failing call per rank: {first}"
+    assert all(all(rc != 0 for rc in res["rc"][first[0]:]) for res in results)
+    assert_identical([{"arms": res["arms"][:first[0]]} for res in results])
+    assert "failed at round" in err
+
+
+@pytest.mark.parametrize("mode", ["freeze", "fail"])
+def test_a_rank_that_missed_start_never_diverges_cold_start(tmp_path, mode):
+    """Rank 0's START is held past its init timeout, so it stays AUTO while the others
+    start; with a cold start (pseudo-count 0) they must still play NCCL's choice on every
+    call: until a round proves every rank started they do, and the coordinator's verdict
+    when rank 0 leaves keeps it that way."""
+    coord = Coordinator()
+    proxy = Proxy(coord, nranks=4, hold_start={0: 12.0})
+    try:
+        results = run_job(tmp_path, proxy, nranks=4, calls=int(3000 * SCALE), comm_id=0x57A7 + len(mode),
+                          env={"NCCLBOT_PSEUDO_COUNT": "0", "NCCLBOT_SYNC_INIT_TIMEOUT_MS": "8000",
+                               "NCCLBOT_SYNC_ON_FAILURE": mode})
+    finally:
+        proxy.close()
+        coord.stop()
+    assert [res["active"] for res in results] == [False, True, True, True]
     assert "no START from the coordinator" in results[0]["log"]
+    assert_identical(results)
+    assert all(rc == 0 for res in results for rc in res["rc"])
+    assert all("keeps NCCL's own choice" in res["log"] for res in results[1:])
+
+
+def test_freeze_after_the_coordinator_dies_mid_broadcast(tmp_path):
+    """The coordinator dies after sending round 20's result to ranks 0 and 1 only. No rank
+    can know which rounds the others hold, so every rank says so and plays NCCL's choice:
+    ranks differ for at most the one round in flight, never for the rest of the run."""
+    coord = Coordinator()
+    proxy = Proxy(coord, nranks=4, die_at_result=(20, {0, 1}))
+    calls = 4000
+    try:
+        results = run_job(tmp_path, proxy, nranks=4, calls=calls, comm_id=0xD1ED,
+                          env={"NCCLBOT_SYNC_ON_FAILURE": "freeze"})
+    finally:
+        proxy.close()
+        coord.stop()
+    assert proxy.dead, "the relay never saw round 20"
+    assert all(rc == 0 for res in results for rc in res["rc"])
+    differ = [t for t in range(calls) if len({res["arms"][t] for res in results}) > 1]
+    assert not differ or differ[-1] - differ[0] < 64, f"ranks differ at {len(differ)} calls: {differ[:5]}..."
+    assert all("keeps NCCL's own choice" in res["log"] for res in results)
 
 
 def test_no_coordinator_listening_is_inert(tmp_path):

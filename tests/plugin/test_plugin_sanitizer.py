@@ -1,6 +1,7 @@
 """The whole plugin suite again against the ASan+UBSan build (`make -C plugin
 sanitize`), in a subprocess with gcc's libasan preloaded into Python. The 8-rank
-jobs run at a quarter of their calls to keep the sanitised run short."""
+jobs run at a quarter of their calls to keep the sanitised run short. LeakSanitizer
+checks the bench and a host that dlcloses the library as NCCL does."""
 
 from __future__ import annotations
 
@@ -49,3 +50,25 @@ def test_bench_has_no_leaks_under_asan():
                        env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1:halt_on_error=1"))
     assert r.returncode == 0 and "Sanitizer" not in r.stderr, r.stderr[-3000:]
     assert "allocations on the hot path" in r.stdout
+
+
+def test_dlclose_leaves_nothing_for_leak_sanitizer(tmp_path):
+    """ncclbot-dlhost (ASan) dlopens the library, runs a traced learning communicator and
+    one the coordinator refuses (bad token), then dlcloses it, as NCCL does: no leak."""
+    if os.environ.get("NBTEST_LIB"):
+        pytest.skip("already inside the sanitizer run")
+    from nb_coord import Coordinator
+
+    subprocess.run(["make", "-s", "-C", str(H.PLUGIN_DIR), "sanitize"], check=True, stdout=subprocess.DEVNULL)
+    asan = H.PLUGIN_DIR / "build" / "asan"
+    coord = Coordinator(token="right")
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NCCLBOT_") and k != "LD_PRELOAD"}
+        r = subprocess.run([str(asan / "ncclbot-dlhost"), str(asan / "libnccl-ncclbot.so"), str(tmp_path),
+                            coord.addr], capture_output=True, text=True, timeout=300,
+                           env=dict(env, ASAN_OPTIONS="detect_leaks=1:halt_on_error=1"))
+    finally:
+        err = coord.stop()
+    assert r.returncode == 0 and "Sanitizer" not in r.stderr, r.stderr[-3000:]
+    assert "dlhost: done" in r.stdout and "refused" in err
+    assert len(list(tmp_path.glob("ncclbot-*-r0.csv"))) == 1
