@@ -1,6 +1,6 @@
 """nccl-tests text output (stdout) -> ``runs`` and ``iterations`` rows, streaming.
 
-Handles every generation of the format (see ``shared/fixtures/real/INDEX.md``): the 2017
+Handles every generation of the format (see ``tests/fixtures/real/INDEX.md``): the 2017
 layout without ``#`` (``bytes N type op``, times in ms), the 2019-2022 per-collective columns
 with the float ``error`` column, the 2.13+ unified columns with ``#wrong``, and the 2.17-2.19
 additions (version line, ``Collective test starting/concluded``, ``unalign``, ``-I`` extra

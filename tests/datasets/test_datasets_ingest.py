@@ -15,12 +15,10 @@ from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import DatasetError
 from ncclbot_sweep.ingest import dataset_info, ingest
 
-REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
 
 def _real() -> Path:
-    if not REAL.is_dir():
-        pytest.skip("shared fixtures not present")
     return REAL
 
 
