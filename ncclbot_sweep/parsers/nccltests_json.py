@@ -157,6 +157,7 @@ def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> 
         "oob_values": _int(oob.get("count")),
         "avg_busbw_gbs": _num((doc.get("average_bus_bandwidth") or {}).get("bandwidth")),
         "started_at": _timestamp(doc.get("start_time")), "source_format": "nccl-tests-json",
+        "synthetic": True if doc.get("simulator") else None,
     })
 
 

@@ -42,6 +42,7 @@ from ncclbot_sweep.parsers.common import (
     ParseResult,
     SourceInfo,
     nccl_version_from_code,
+    normalize_chunks,
     strip_prefix,
 )
 from ncclbot_sweep.parsers.nccl_log import INFO_OF_INTEREST
@@ -66,7 +67,8 @@ _HEADER_KEYS = {
 _RANK_RE = re.compile(
     r"Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
-_VERSION_RE = re.compile(r"nccl-tests version (\d[\w.+-]*)(?:.*?nccl-headers=(\d+))?(?:.*?nccl-library=(\d+))?")
+_VERSION_RE = re.compile(r"nccl-tests version (\d[\w.+-]*)(?:.*?nccl-headers=(\d+))?(?:.*?nccl-library=(\d+))?"
+                         r"(?:.*?simulator=(\S+))?")
 _NCCL_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _RCCL_TESTS_RE = re.compile(r"rccl-tests: Version (\S+)")
 _COLL_TEST_RE = re.compile(r"Collective test (starting|concluded):\s*(\S+)")
@@ -183,6 +185,8 @@ class _Run:
     invalid_arm: bool = False
     dtype: str | None = None
     redop: str | None = None
+    #: The simulated fabric's stamp on the version line (:data:`~ncclbot_sweep.names.SIMULATOR`).
+    simulator: str | None = None
 
 
 _BATCH_ROWS = 50_000
@@ -293,7 +297,10 @@ class TextParser:
         starts, ends = textblock.line_bounds(chunk)
         buf = np.frombuffer(chunk, dtype=np.uint8)
         first = buf[starts]
-        is_row = (first >= 48) & (first <= 57)
+        second = buf[np.minimum(starts + 1, len(buf) - 1)]
+        # A row starts with its size; a negative size ("-8") is a row too, so that it reaches
+        # the impossible-value check with its line instead of vanishing as a comment.
+        is_row = ((first >= 48) & (first <= 57)) | ((first == 45) & (second >= 48) & (second <= 57))
         skip = textblock.boring_info_lines(chunk, starts, ends, ~is_row, INFO_OF_INTEREST)
         prepared = _Prepared(chunk, starts, ends, is_row, skip)
         nrows = int(is_row.sum())
@@ -418,6 +425,7 @@ class TextParser:
             run = self._ensure_run(lineno, fresh=bool(run and run.rows))
             run.nccl_tests_version = m.group(1)
             run.nccl_version = run.nccl_version or nccl_version_from_code(m.group(3) or m.group(2))
+            run.simulator = m.group(4)
         elif "Collective test" in core and (m := _COLL_TEST_RE.search(core)):
             if m.group(1) == "starting":
                 run = self._ensure_run(lineno, fresh=bool(run and (run.rows or run.binary)))
@@ -548,12 +556,12 @@ class TextParser:
         for raw, num in zip(lines, nums):
             text = strip_prefix(raw).strip()
             tokens = text.split()
-            fits = len(tokens) == layout.ncols and tokens[0].isdigit() and textblock.convert_rows(
+            fits = len(tokens) == layout.ncols and _is_int(tokens[0]) and textblock.convert_rows(
                 pa.array([text], pa.large_string()), layout.prefix, layout.sides, layout.suffix) is not None
             if fits:
                 good.append(text)
                 good_nums.append(num)
-            elif tokens and tokens[0].isdigit() and len(tokens) > 3 and text.count(":") <= 1:
+            elif tokens and _is_int(tokens[0]) and len(tokens) > 3 and text.count(":") <= 1:
                 self.result.issues.append(Issue(num, f"data row has {len(tokens)} fields, the table "
                                                      f"header has {layout.ncols}", text[:200]))
             else:
@@ -663,6 +671,7 @@ class TextParser:
             "oob_values": run.oob, "avg_busbw_gbs": run.avg_busbw,
             "header": run.header_text if run.header_text else None,
             "source_format": "nccl-tests-text", "arm": consts["arm"], "policy": consts["policy"],
+            "synthetic": True if run.simulator else None,
             "source_path": self.source.path, "source_sha256": self.source.sha256,
             "_gpus_per_process": gpus, "_rows": run.rows,
         }
@@ -749,11 +758,8 @@ def parse_nccltests_text(data: bytes | str | Iterable[bytes], source: SourceInfo
     parser = TextParser(source)
     if isinstance(data, str):
         data = data.encode("utf-8", "replace")
-    if isinstance(data, bytes):
-        parser.feed(data)
-    else:
-        for chunk in data:
-            parser.feed(chunk)
+    for chunk in normalize_chunks([data] if isinstance(data, bytes) else data):
+        parser.feed(chunk)
     result = parser.close()
     for row in result.tables.get("runs", []):
         row.pop("_gpus_per_process", None)
