@@ -137,20 +137,33 @@ def _open_bytes(path: Path):
 
 
 def _chunks(path: Path, issues: list[Issue], size: int = _CHUNK) -> Iterator[bytes]:
-    """The file's bytes (gzip undone) in chunks. A truncated or corrupt gzip stream ends the
-    chunks where it breaks, with an issue saying so: what came before is still parsed."""
+    """The file's bytes (gzip undone) in chunks of about ``size``. A truncated or corrupt gzip
+    stream ends the chunks where it breaks, with an issue saying so: what came before it is
+    still parsed (pieces are read with ``read1`` so that none is lost to the error)."""
     done = 0
     with _open_bytes(path) as fh:
         while True:
-            try:
-                chunk = fh.read(size)
-            except _GZIP_ERRORS as exc:
-                issues.append(Issue(None, f"compressed data truncated or corrupt after {done} bytes: {exc}"))
+            parts: list[bytes] = []
+            have = 0
+            broken = None
+            while have < size:
+                try:
+                    piece = fh.read1(size - have)
+                except _GZIP_ERRORS as exc:
+                    broken = exc
+                    break
+                if not piece:
+                    break
+                parts.append(piece)
+                have += len(piece)
+            if parts:
+                yield b"".join(parts)
+            done += have
+            if broken is not None:
+                issues.append(Issue(None, f"compressed data truncated or corrupt after {done} bytes: {broken}"))
                 return
-            if not chunk:
+            if have < size:
                 return
-            done += len(chunk)
-            yield chunk
 
 
 def _head(path: Path, n: int = 65536) -> bytes:
@@ -208,8 +221,17 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
     except Exception as exc:  # the one marked boundary (STYLE habit 9): logged, then quarantined
         if isinstance(exc, DatasetError):
             raise  # the dataset itself cannot be written: every later input would fail alike
+        key = key or _path_key(unit.path)
+        if datasets.source_done(root, key):  # unreadable last time too: already quarantined
+            summary.skipped += 1
+            return
         log.warning("%s: quarantined: %s", unit.path, exc, exc_info=not isinstance(exc, (_Unreadable, OSError)))
         _quarantine_unit(unit, key, root, _reason(exc), summary)
+
+
+def _path_key(path: Path) -> str:
+    """The ledger key of an input that cannot be read (its content has no hash)."""
+    return hashlib.sha256(b"unread\0" + str(path).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 class _Unreadable(Exception):
@@ -242,10 +264,9 @@ def _reason(exc: Exception) -> str:
     return f"parser failed on this input ({type(exc).__name__}: {exc})"[:500]
 
 
-def _quarantine_unit(unit: _Unit, key: str | None, root: Path, reason: str, summary: IngestSummary) -> None:
+def _quarantine_unit(unit: _Unit, key: str, root: Path, reason: str, summary: IngestSummary) -> None:
     """Record an input that failed as a whole (ledger + quarantine), keyed by its content hash,
     or by its path when it could not even be read."""
-    key = key or hashlib.sha256(b"unread\0" + str(unit.path).encode("utf-8", "surrogateescape")).hexdigest()
     source = SourceInfo(path=str(unit.path), sha256=key, run_id=key[:16])
     result = ParseResult(unusable=True, issues=[Issue(None, reason)])
     _finish(root, datasets.SourceWriter(root, key), source, unit.kind if unit.kind == "step" else None,

@@ -18,9 +18,10 @@ __all__ = ["RULES", "split_impossible"]
 
 #: Per table, each checked column and what its values must be. ``positive``: finite and
 #: above zero (a measured time); ``non-negative``: finite and at least zero (sizes, counts,
-#: bandwidths, predictions, durations); ``finite``: not NaN or infinite.
+#: bandwidths, predictions, durations); ``finite``: not NaN or infinite; ``size``: present
+#: and non-negative (a measurement without its size, or with one out of range, means nothing).
 RULES: dict[str, tuple[tuple[str, str], ...]] = {
-    "iterations": (("time_us", "positive"), ("size_bytes", "non-negative"), ("count", "non-negative"),
+    "iterations": (("time_us", "positive"), ("size_bytes", "size"), ("count", "non-negative"),
                    ("algbw_gbs", "non-negative"), ("busbw_gbs", "non-negative")),
     "live_events": (("latency_us", "positive"), ("size_bytes", "non-negative"), ("sync_us", "non-negative"),
                     ("reward", "finite")),
@@ -31,7 +32,7 @@ RULES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 _WHY = {"positive": "a finite number above 0", "non-negative": "a finite number, 0 or more",
-        "finite": "a finite number"}
+        "finite": "a finite number", "size": "present, in range and 0 or more"}
 #: Rows quarantined one by one per (table, column); beyond this one issue counts the rest.
 _MAX_LISTED = 100
 
@@ -42,6 +43,8 @@ def _bad(col: pa.ChunkedArray | pa.Array, rule: str) -> pa.Array:
         col = col.cast(col.type.value_type)
     if rule == "finite":
         ok = pc.is_finite(col) if pa.types.is_floating(col.type) else pc.is_valid(col)
+    elif rule == "size":
+        return pc.fill_null(pc.less(col, 0), True)
     else:
         ok = pc.greater(col, 0) if rule == "positive" else pc.greater_equal(col, 0)
         if pa.types.is_floating(col.type):

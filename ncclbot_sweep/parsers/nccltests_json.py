@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 
 import numpy as np
@@ -45,8 +46,11 @@ def _nan(value: Any) -> float:
 
 
 def _int(value: Any) -> int | None:
+    """An integer field, or None when absent or not representable (``1e999``, NaN, beyond int64)."""
     out = _num(value)
-    return None if out is None or out != out else int(out)
+    if out is None or not math.isfinite(out) or abs(out) >= 2.0 ** 63:
+        return None
+    return int(out)
 
 
 def _bool(value: Any) -> bool | None:
