@@ -22,7 +22,10 @@ Column notes:
   ``in_place`` tells nccl-tests' out-of-place and in-place halves apart; ``line`` is the
   source line of a text row.
 * Times are microseconds, sizes bytes, bandwidths GB/s (1e9 B/s).
-* ``runs.synthetic`` is true for fabrics whose name starts with ``sim-``.
+* ``runs.synthetic`` is true for data the simulated fabric produced: it stamps its nccl-tests
+  output (``simulator=`` on the version line, a ``"simulator"`` key in ``-J`` JSON); a
+  fabric's name says nothing. ``runs.collective_inferred`` is true when no binary name was
+  in the output and the collective was read from the table's numbers (``parsers.infer``).
 * ``choices``: one row per run of identical consecutive per-call lines of an NCCL log;
   ``calls`` counts them and ``seq`` is the index of the first (``kind`` ``algo``); ``COLL``
   lines (``kind`` ``coll``) are one row each, with ``op_count``.
@@ -101,7 +104,8 @@ def _schema(*cols: tuple[str, pa.DataType], provenance: bool = True) -> pa.Schem
 SCHEMAS: dict[str, pa.Schema] = {
     "runs": _schema(
         ("run_id", _S), ("campaign", _S), ("campaign_key", _S), ("job_key", _S), ("step_key", _S),
-        ("fabric", _S), ("synthetic", _B), ("kind", _S), ("collective", _S), ("binary", _S),
+        ("fabric", _S), ("synthetic", _B), ("kind", _S), ("collective", _S), ("collective_inferred", _B),
+        ("binary", _S),
         ("nodes", _I32), ("ranks", _I32), ("gpus_per_node", _I32), ("arm", _S), ("policy", _S),
         ("nccl_version", _S), ("nccl_tests_version", _S), ("hosts", _S), ("n_hosts", _I32),
         ("gpu_name", _S), ("started_at", _TS), ("outcome", _S), ("exit_code", _I32),

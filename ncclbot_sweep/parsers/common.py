@@ -104,13 +104,13 @@ class ParseResult:
 
 
 # Launcher prefixes, one alternative each: OpenMPI --tag-output, OpenMPI --timestamp-output,
-# Ray workers, srun -l ("0: "), torchrun/--label ("[0] ").
+# Ray workers, srun -l ("0: "), torchrun/--label ("[0] ", also before a right-aligned table row).
 _PREFIX = (
     r"(?:\[\d+,\d+\]<std(?:out|err)>:"
     r"|[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}<std(?:out|err)>:"
     r"|\([A-Za-z_]\w* pid=\d+(?:, ip=[\d.]+)?\) "
     r"|\d{1,5}: "
-    r"|\[\d{1,5}\] (?=\S))"
+    r"|\[\d{1,5}\] (?=\S| +[-\d#]))"
 )
 PREFIX_RE = re.compile("^" + _PREFIX)
 PREFIX_RE_B = re.compile(("^" + _PREFIX).encode(), re.M)

@@ -36,7 +36,7 @@ from ncclbot_sweep.names import (
 )
 from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, strip_prefix
 
-__all__ = ["LogFacts", "LogParser", "parse_nccl_log", "DATATYPE_BYTES", "INFO_OF_INTEREST"]
+__all__ = ["LogFacts", "LogParser", "parse_nccl_log", "DATATYPE_BYTES", "DATATYPE_WIDTH", "INFO_OF_INTEREST"]
 
 _MSG_RE = re.compile(r"NCCL (INFO|WARN|TRACE|ERROR) ?(.*)$")
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)(\S*)")
@@ -68,6 +68,8 @@ INFO_OF_INTEREST = (r"\||Bytes -> |opCount|NCCL version|set by environment|Enabl
 DATATYPE_BYTES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
 _DATATYPE_NAMES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "half",
                    7: "float", 8: "double", 9: "bfloat16", 10: "f8e4m3", 11: "f8e5m2"}
+#: nccl-tests datatype name (``-d``, the ``type`` column) -> bytes per element.
+DATATYPE_WIDTH = {name: DATATYPE_BYTES[index] for index, name in _DATATYPE_NAMES.items()}
 
 
 @dataclasses.dataclass
