@@ -493,11 +493,10 @@ def _split_partitions(table: pa.Table, keys: tuple[str, ...]) -> list[tuple[tupl
         return [((), table)]
     values = []
     for key in keys:
-        col = table.column(key).combine_chunks() if table.num_rows else table.column(key)
-        uniq = pc.unique(col.dictionary_decode() if pa.types.is_dictionary(col.type) else col)
-        if len(uniq) != 1:
+        value = _constant_value(table.column(key))
+        if value is _MIXED:
             break
-        values.append(uniq[0].as_py())
+        values.append(value)
     else:
         return [(tuple(values), table)]
     plain = {k: (table.column(k).cast(_PARTITION_TYPES[k])) for k in keys}
@@ -510,6 +509,25 @@ def _split_partitions(table: pa.Table, keys: tuple[str, ...]) -> list[tuple[tupl
             mask = cond if mask is None else pc.and_(mask, cond)
         groups.append((tuple(combo[k] for k in keys), table.filter(mask)))
     return groups
+
+
+_MIXED = object()
+
+
+def _constant_value(col: pa.ChunkedArray) -> Any:
+    """The one value of a column, or ``_MIXED``; O(1) for the parsers' constant columns
+    (dictionaries of one value without nulls), a ``unique`` otherwise."""
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(col.type) and col.null_count == 0 and col.num_chunks \
+            and all(len(chunk.dictionary) == 1 for chunk in col.chunks):
+        first = {chunk.dictionary[0].as_py() for chunk in col.chunks}
+        return first.pop() if len(first) == 1 else _MIXED
+    uniq = pc.unique(col.combine_chunks())
+    if len(uniq) != 1:
+        return _MIXED
+    value = uniq[0].as_py()
+    return value
 
 
 def source_done(root: str | Path, sha256: str) -> bool:

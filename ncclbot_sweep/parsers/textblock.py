@@ -164,4 +164,5 @@ def constant(value: Any, n: int, typ: pa.DataType) -> pa.Array:
     """An array of ``n`` copies of ``value``, dictionary-encoded so it costs almost nothing."""
     if value is None:
         return pa.nulls(n, typ)
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int8)), pa.array([value], typ))
+    # int32 indices: the dataset writer's dictionary type, so storing it needs no cast.
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], typ))
