@@ -4,12 +4,24 @@ This module is the one home of the dataset contract. Every table is a folder und
 dataset root, partitioned ``fabric=/collective=/nodes=`` where the table has those columns
 (partition columns live in the folder names, not in the files, as hive layout expects).
 
-Writes are atomic and idempotent per source: rows are grouped by ``source_sha256`` and
-partition, and each group becomes one file ``src-<sha256>.parquet`` written to a temporary
-name and renamed into place. Writing the same source again finds the file and adds nothing,
-so a crashed ingest can simply be rerun.
+Writes are atomic and idempotent per source, and there is one writer, :class:`SourceWriter`
+(ingest streams into it; :func:`write_rows` groups rows by ``source_sha256`` and uses it
+too): each (table, partition, source) becomes one file ``src-<key>.parquet``
+(:func:`data_file_name`, the one spelling), written to a temporary name and renamed into
+place, the ``sources`` ledger last. Writing the same source again finds the file and adds
+nothing, so a killed ingest can simply be rerun. Writers hold the dataset's lock
+(:func:`locked`, ``<root>/.ingest.lock``): concurrent ingests take turns, and temporary
+files a killed one left behind are deleted under it.
+
+An unknown partition value is written as an explicit placeholder (:data:`PLACEHOLDERS`:
+``fabric=unknown``, ``collective=unknown``, ``nodes=0``), never as a null key, and every
+table folder holds a zero-row ``_schema.parquet`` (:func:`ensure_schema_file`), so that plain
+``pyarrow.dataset(path, partitioning="hive")``, DuckDB and polars read every table, empty
+ones and loose files' included. Impossible values (NaN, infinite, negative or zero times,
+negative sizes) never reach a table: ingest quarantines them (:mod:`ncclbot_sweep.rowcheck`).
 
 Readers: :func:`read_table` (pandas), or any Parquet reader with hive partitioning:
+``pyarrow.dataset.dataset('<root>/iterations', partitioning='hive')``,
 ``duckdb.sql("select * from read_parquet('<root>/iterations/**/*.parquet', hive_partitioning=true)")``,
 ``polars.read_parquet('<root>/iterations/**/*.parquet', hive_partitioning=True)``.
 
