@@ -225,7 +225,10 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
         if datasets.source_done(root, key):  # unreadable last time too: already quarantined
             summary.skipped += 1
             return
-        log.warning("%s: quarantined: %s", unit.path, exc, exc_info=not isinstance(exc, (_Unreadable, OSError)))
+        expected = isinstance(exc, (_Unreadable, OSError, RecursionError, MemoryError, *_GZIP_ERRORS))
+        # Unreadable inputs are the user's to see (the CLI lists them); a parser failure is a bug to report.
+        log.log(logging.INFO if expected else logging.WARNING, "%s: quarantined: %s", unit.path, exc,
+                exc_info=not expected)
         _quarantine_unit(unit, key, root, _reason(exc), summary)
 
 
