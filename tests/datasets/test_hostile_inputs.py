@@ -69,10 +69,14 @@ def test_a_batch_of_hostile_inputs_ingests_the_good_ones_and_accounts_for_every_
     assert status[str(hostile / "good.txt")] == "ingested"
     assert status[str(hostile / "cr-only.txt")] == "ingested"
     assert status[str(hostile / "bom-fragment.txt")] == "ingested"
-    for name in ("deep.json", "corrupt.json.gz", "wrongtypes.json", "fifo"):
+    for name in ("deep.json", "corrupt.json.gz", "fifo"):
         assert status[str(hostile / name)] == "quarantined", name
     assert status["/dev/zero"] == "quarantined"
     assert "nested too deeply" in _quarantine(root, hostile / "deep.json")["reason"].iloc[0]
+    # Wrong types: the field is named in quarantine, and nothing of the wrong shape becomes a row.
+    assert status[str(hostile / "wrongtypes.json")] in ("partial", "quarantined")
+    reasons = " ".join(_quarantine(root, hostile / "wrongtypes.json")["reason"])
+    assert "'config' is str" in reasons
     assert "FIFO" in _quarantine(root, hostile / "fifo")["reason"].iloc[0]
     assert "character device" in _quarantine(root, Path("/dev/zero"))["reason"].iloc[0]
     # A truncated gzip keeps what came before the cut, and says where it broke.
@@ -84,6 +88,7 @@ def test_a_batch_of_hostile_inputs_ingests_the_good_ones_and_accounts_for_every_
     assert per_file[str(hostile / "bom-fragment.txt")] == 4
     # 1e999 is infinite: never a row, always a quarantine line.
     assert str(hostile / "inf.json") not in per_file
+    assert str(hostile / "wrongtypes.json") not in per_file
     assert _quarantine(root, hostile / "inf.json")["reason"].str.contains("impossible").any()
     again = ingest([hostile, "/dev/zero"], root)
     assert again.skipped == 10 and not again.rows
