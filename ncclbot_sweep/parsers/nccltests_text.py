@@ -609,8 +609,10 @@ class TextParser:
                 good.append(text)
                 good_nums.append(num)
             elif tokens and _is_int(tokens[0]) and len(tokens) > 3 and text.count(":") <= 1:
-                self.result.issues.append(Issue(num, f"data row has {len(tokens)} fields, the table "
-                                                     f"header has {layout.ncols}", text[:200]))
+                why = (f"data row has {len(tokens)} fields, the table header has {layout.ncols}"
+                       if len(tokens) != layout.ncols else "data row has a field that is not a number where the "
+                                                           "table header expects one")
+                self.result.issues.append(Issue(num, why, text[:200]))
             else:
                 if self.on_other is not None:
                     self.on_other(raw, num)
