@@ -14,7 +14,7 @@ imports happen before the clock starts; CPU seconds (all threads) are printed to
 they move less than wall time when the machine is shared.
 
 Usage: ``.venv/bin/python benchmarks/ingest.py [--mb 200] [--keep PATH]``. Prints ratios;
-the target is >= 5x the reference and >= 50 MB/s.
+the targets are a parse >= 5x the reference per CPU-second and a full ingest >= 100 MB/s.
 """
 
 from __future__ import annotations
@@ -182,11 +182,11 @@ def main() -> None:
         assert results["ours"][0]["rows"] == ref_rows, "row counts differ from the reference"
         ratio = results["ours"][1] / results["reference"][1]
         ratio_ingest = results["ingest"][1] / results["reference"][1]
-        print(f"parse speed-up vs reference: {ratio:.1f}x (target >= 5x); "
-              f"parse {results['ours'][1]:.0f} MB/s (target >= 50 MB/s)")
-        print(f"full ingest to Parquet vs reference parse: {ratio_ingest:.1f}x, {results['ingest'][1]:.0f} MB/s")
-        print(f"per CPU-second (less sensitive to other load): parse {results['ours'][2] / results['reference'][2]:.1f}x, "
-              f"ingest {results['ingest'][2] / results['reference'][2]:.1f}x the reference")
+        print(f"parse speed-up vs reference: {ratio:.1f}x wall-clock; parse {results['ours'][1]:.0f} MB/s")
+        print(f"full ingest to Parquet vs reference parse: {ratio_ingest:.1f}x, {results['ingest'][1]:.0f} MB/s "
+              f"(target >= 100 MB/s), {results['ingest'][2]:.0f} MB per CPU-second")
+        print(f"per CPU-second (less sensitive to other load): parse {results['ours'][2] / results['reference'][2]:.1f}x "
+              f"(target >= 5x), ingest {results['ingest'][2] / results['reference'][2]:.1f}x the reference")
         print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

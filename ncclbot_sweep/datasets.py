@@ -4,12 +4,24 @@ This module is the one home of the dataset contract. Every table is a folder und
 dataset root, partitioned ``fabric=/collective=/nodes=`` where the table has those columns
 (partition columns live in the folder names, not in the files, as hive layout expects).
 
-Writes are atomic and idempotent per source: rows are grouped by ``source_sha256`` and
-partition, and each group becomes one file ``src-<sha256>.parquet`` written to a temporary
-name and renamed into place. Writing the same source again finds the file and adds nothing,
-so a crashed ingest can simply be rerun.
+Writes are atomic and idempotent per source, and there is one writer, :class:`SourceWriter`
+(ingest streams into it; :func:`write_rows` groups rows by ``source_sha256`` and uses it
+too): each (table, partition, source) becomes one file ``src-<key>.parquet``
+(:func:`data_file_name`, the one spelling), written to a temporary name and renamed into
+place, the ``sources`` ledger last. Writing the same source again finds the file and adds
+nothing, so a killed ingest can simply be rerun. Writers hold the dataset's lock
+(:func:`locked`, ``<root>/.ingest.lock``): concurrent ingests take turns, and temporary
+files a killed one left behind are deleted under it.
+
+An unknown partition value is written as an explicit placeholder (:data:`PLACEHOLDERS`:
+``fabric=unknown``, ``collective=unknown``, ``nodes=0``), never as a null key, and every
+table folder holds a zero-row ``_schema.parquet`` (:func:`ensure_schema_file`), so that plain
+``pyarrow.dataset(path, partitioning="hive")``, DuckDB and polars read every table, empty
+ones and loose files' included. Impossible values (NaN, infinite, negative or zero times,
+negative sizes) never reach a table: ingest quarantines them (:mod:`ncclbot_sweep.rowcheck`).
 
 Readers: :func:`read_table` (pandas), or any Parquet reader with hive partitioning:
+``pyarrow.dataset.dataset('<root>/iterations', partitioning='hive')``,
 ``duckdb.sql("select * from read_parquet('<root>/iterations/**/*.parquet', hive_partitioning=true)")``,
 ``polars.read_parquet('<root>/iterations/**/*.parquet', hive_partitioning=True)``.
 
@@ -22,7 +34,10 @@ Column notes:
   ``in_place`` tells nccl-tests' out-of-place and in-place halves apart; ``line`` is the
   source line of a text row.
 * Times are microseconds, sizes bytes, bandwidths GB/s (1e9 B/s).
-* ``runs.synthetic`` is true for fabrics whose name starts with ``sim-``.
+* ``runs.synthetic`` is true for data the simulated fabric produced: it stamps its nccl-tests
+  output (``simulator=`` on the version line, a ``"simulator"`` key in ``-J`` JSON); a
+  fabric's name says nothing. ``runs.collective_inferred`` is true when no binary name was
+  in the output and the collective was read from the table's numbers (``parsers.infer``).
 * ``choices``: one row per run of identical consecutive per-call lines of an NCCL log;
   ``calls`` counts them and ``seq`` is the index of the first (``kind`` ``algo``); ``COLL``
   lines (``kind`` ``coll``) are one row each, with ``op_count``.
@@ -46,11 +61,12 @@ schema, so every reader sees plain strings; :func:`read_table` applies :data:`SC
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +83,15 @@ __all__ = [
     "read_arrow",
     "write_rows",
     "to_table",
+    "to_arrow",
     "table_dir",
     "source_done",
     "SourceWriter",
+    "PLACEHOLDERS",
+    "SCHEMA_FILE",
+    "data_file_name",
+    "ensure_schema_file",
+    "locked",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,7 +117,8 @@ def _schema(*cols: tuple[str, pa.DataType], provenance: bool = True) -> pa.Schem
 SCHEMAS: dict[str, pa.Schema] = {
     "runs": _schema(
         ("run_id", _S), ("campaign", _S), ("campaign_key", _S), ("job_key", _S), ("step_key", _S),
-        ("fabric", _S), ("synthetic", _B), ("kind", _S), ("collective", _S), ("binary", _S),
+        ("fabric", _S), ("synthetic", _B), ("kind", _S), ("collective", _S), ("collective_inferred", _B),
+        ("binary", _S),
         ("nodes", _I32), ("ranks", _I32), ("gpus_per_node", _I32), ("arm", _S), ("policy", _S),
         ("nccl_version", _S), ("nccl_tests_version", _S), ("hosts", _S), ("n_hosts", _I32),
         ("gpu_name", _S), ("started_at", _TS), ("outcome", _S), ("exit_code", _I32),
@@ -184,15 +207,9 @@ def to_table(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> p
         table = pa.Table.from_pandas(rows, preserve_index=False)
     else:
         rows = list(rows)
-        extra = {k for row in rows for k in row} - set(schema.names)
-        if extra:
-            raise DatasetError(f"table {name!r} has no column(s) {sorted(extra)}",
-                               hint=f"columns are {', '.join(schema.names)}")
+        _check_columns(name, {k for row in rows for k in row})
         return pa.Table.from_pylist(rows, schema=schema)
-    extra = set(table.column_names) - set(schema.names)
-    if extra:
-        raise DatasetError(f"table {name!r} has no column(s) {sorted(extra)}",
-                           hint=f"columns are {', '.join(schema.names)}")
+    _check_columns(name, table.column_names)
     cols = []
     for field in schema:
         if field.name in table.column_names:
@@ -202,9 +219,46 @@ def to_table(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> p
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _partition_value(value: Any) -> str:
+#: What a partition folder is called when its value is unknown (a loose file with no fabric,
+#: collective or node count): an explicit value, never a null key, so that every hive reader
+#: infers the key's type (``nodes`` stays an integer). :func:`read_arrow` gives null back for
+#: ``collective`` and ``nodes``; ``unknown`` is also the fabric label ingest gives loose files.
+PLACEHOLDERS: dict[str, Any] = {"fabric": "unknown", "collective": "unknown", "nodes": 0}
+
+#: The zero-row file every table folder holds, so readers see its columns even when it is empty.
+SCHEMA_FILE = "_schema.parquet"
+_LOCK_FILE = ".ingest.lock"
+_TMP_SUFFIX = ".tmp"
+
+
+def data_file_name(key: str) -> str:
+    """The one spelling of a data file's name: ``src-<source key>.parquet``.
+
+    The key is the source's ``sha256`` (ingest), or a digest of the rows themselves when
+    they carry no provenance (:func:`write_rows`), so writing the same rows twice is a no-op.
+    """
+    return f"src-{key}.parquet"
+
+
+def to_arrow(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> pa.Table:
+    """Rows as an Arrow table of table ``name``: Arrow tables as they are (after a column
+    check), anything else through :func:`to_table`. Cheap on the streaming path."""
+    if isinstance(rows, pa.Table):
+        _check_columns(name, rows.column_names)
+        return rows
+    return to_table(name, rows)
+
+
+def _check_columns(name: str, columns: Iterable[str]) -> None:
+    extra = set(columns) - set(_schema_of(name).names)
+    if extra:
+        raise DatasetError(f"table {name!r} has no column(s) {sorted(extra)}",
+                           hint=f"columns are {', '.join(_schema_of(name).names)}")
+
+
+def _partition_value(key: str, value: Any) -> str:
     if value is None:
-        return "__HIVE_DEFAULT_PARTITION__"
+        value = PLACEHOLDERS[key]
     text = str(value)
     # Hive escaping of the characters that would break a path segment.
     for ch in "%/=\\:\n":
@@ -212,79 +266,136 @@ def _partition_value(value: Any) -> str:
     return text
 
 
-def _file_name(sha: str | None, table: pa.Table) -> str:
-    if sha:
-        return f"src-{sha}.parquet"
-    # Rows without provenance: name the file by its content so rewriting it is a no-op.
-    digest = hashlib.sha256()
-    for batch in table.to_batches():
-        for col in batch.columns:
-            digest.update(str(col.to_pylist()).encode())
-    return f"rows-{digest.hexdigest()[:32]}.parquet"
+def _partition_folder(root: str | Path, name: str, values: Sequence[Any]) -> Path:
+    keys = partition_columns(name)
+    return table_dir(root, name).joinpath(*(f"{k}={_partition_value(k, v)}" for k, v in zip(keys, values)))
+
+
+def ensure_schema_file(root: str | Path, name: str) -> Path:
+    """Write table ``name``'s zero-row schema file if it is missing; return its path.
+
+    It sits in the placeholder partition (``fabric=unknown/...``) so that DuckDB and polars,
+    which read it, see the same hive keys as in the data files; ``pyarrow.dataset`` skips it
+    (leading ``_``). Called by every writer; safe to call concurrently (atomic rename).
+    """
+    path = _partition_folder(root, name, [None] * len(partition_columns(name))) / SCHEMA_FILE
+    if not path.exists():
+        _atomic_write(_storage_table(name, _schema_of(name).empty_table()), path)
+    return path
 
 
 def _atomic_write(table: pa.Table, path: Path) -> None:
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}{_TMP_SUFFIX}"
     try:
-        pq.write_table(table, tmp, compression="snappy")
+        pq.write_table(table, tmp, compression="snappy", store_schema=False)
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def locked(root: str | Path, *, on_wait: Callable[[], None] | None = None) -> Iterator[Path]:
+    """Hold the dataset's writer lock (``<root>/.ingest.lock``) for the ``with`` block.
+
+    Concurrent ingests into one dataset take turns: the second waits (``on_wait`` is called
+    once when it has to) and then finds the first one's sources in the ledger. While the lock
+    is held, temporary files left by a killed writer are deleted. Raises :class:`DatasetError`
+    when the dataset folder cannot be created or locked (permissions, read-only disk).
+    """
+    import fcntl
+
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = open(root / _LOCK_FILE, "a+b")
+    except OSError as exc:
+        raise DatasetError(f"cannot write the dataset: {exc.strerror}", path=root,
+                           hint="pick a folder you can write (--dataset), or fix its permissions") from exc
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            _remove_leftovers(root)
+            yield root
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Temporary files of a writer that was killed before its rename (only under the lock)."""
+    for tmp in root.rglob(f".*{_TMP_SUFFIX}"):
+        log.info("removing %s, left by an interrupted ingest", tmp)
+        tmp.unlink(missing_ok=True)
 
 
 def write_rows(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> int:
     """Write rows into table ``name``; return how many rows were newly written.
 
-    Atomic (temporary file, then rename) and idempotent per ``source_sha256``: rows of a
+    Used by tests and by producers other than ingest (``analyze``'s tables). The rows go
+    through :class:`SourceWriter`, one source per ``source_sha256`` (rows without one are
+    keyed by their content), under the dataset lock: atomic, and idempotent since rows of a
     source already present in a partition are not written again. Raises
     :class:`DatasetError` for unknown tables or columns.
     """
-    import pyarrow.compute as pc
-
     table = to_table(name, rows)
-    if table.num_rows == 0:
-        return 0
-    keys = partition_columns(name)
-    group_keys = [*keys, "source_sha256"]
-    uniq = table.select(group_keys).group_by(group_keys).aggregate([])
     written = 0
-    base = table_dir(root, name)
-    for combo in uniq.to_pylist():
-        mask = None
-        for key in group_keys:
-            col = table.column(key)
-            cond = pc.is_null(col) if combo[key] is None else pc.equal(col, combo[key])
-            mask = cond if mask is None else pc.and_(mask, cond)
-        part = table.filter(mask).drop_columns(list(keys))
-        folder = base.joinpath(*(f"{k}={_partition_value(combo[k])}" for k in keys))
-        path = folder / _file_name(combo["source_sha256"], part)
-        if path.exists():
-            log.debug("%s already holds %s; skipped", name, path.name)
-            continue
-        _atomic_write(part, path)
-        written += part.num_rows
+    with locked(root):
+        ensure_schema_file(root, name)
+        for key, part in _split_sources(table):
+            writer = SourceWriter(root, key)
+            writer.write(name, part)
+            written += sum(writer.commit().values())
     return written
 
 
-class SourceWriter:
-    """Streams the rows of one source into every table it touches, then commits atomically.
+def _split_sources(table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """``(source key, rows)`` per ``source_sha256``; rows without one are keyed by their content."""
+    import pyarrow.compute as pc
 
-    Used by ingest for big files: batches go to temporary Parquet files (one per table and
-    partition) as they arrive, so memory does not grow with the file; :meth:`commit` renames
-    them into place (``src-<sha256>.parquet``), :meth:`abort` deletes them. A partition
-    that already holds this source's file is left alone (idempotent).
+    if table.num_rows == 0:
+        return
+    shas = table.column("source_sha256")
+    for sha in pc.unique(shas).to_pylist():
+        part = table.filter(pc.is_null(shas) if sha is None else pc.equal(shas, sha))
+        yield (sha if sha is not None else _content_key(part)), part
+
+
+def _content_key(table: pa.Table) -> str:
+    digest = hashlib.sha256()
+    for batch in table.to_batches():
+        for col in batch.columns:
+            digest.update(str(col.to_pylist()).encode())
+    return "rows-" + digest.hexdigest()[:32]
+
+
+class SourceWriter:
+    """The one writer of data files: streams the rows of one source into every table it
+    touches, then commits atomically.
+
+    Batches go to temporary Parquet files (one per table and partition) as they arrive, so
+    memory does not grow with the file; :meth:`commit` renames them into place
+    (:func:`data_file_name`), the ``sources`` ledger last, so that a source counts as
+    ingested only once all its rows are in place. :meth:`abort` deletes them. A partition
+    that already holds this source's file (a rerun after a kill between two renames) is left
+    alone: its rows count in :attr:`rows` (this source's rows in the dataset) but not in what
+    :meth:`commit` returns (rows newly written). Callers hold :func:`locked`.
     """
 
-    def __init__(self, root: str | Path, sha256: str) -> None:
+    def __init__(self, root: str | Path, key: str) -> None:
         self.root = Path(root)
-        self.sha256 = sha256
+        self.key = key
         self._writers: dict[tuple[str, Path], Any] = {}
         self._tmp: dict[tuple[str, Path], Path] = {}
+        #: Rows of this source per table, whether written now or already present.
         self.rows: dict[str, int] = {}
+        self._new: dict[str, int] = {}
 
     def write(self, name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> int:
         """Add rows (dicts, a frame or an Arrow table) of this source to table ``name``.
@@ -293,67 +404,85 @@ class SourceWriter:
         ``source_path`` cost nothing); files carry no Arrow schema, so every reader sees
         plain strings.
         """
-        import pyarrow.parquet as pq
-
         table = _storage_table(name, rows)
         if table.num_rows == 0:
             return 0
+        try:
+            self._write(name, table)
+        except OSError as exc:
+            raise _write_error(self.root, exc) from exc
+        return table.num_rows
+
+    def _write(self, name: str, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
         keys = partition_columns(name)
         for values, part in _split_partitions(table, keys):
-            folder = table_dir(self.root, name).joinpath(
-                *(f"{k}={_partition_value(v)}" for k, v in zip(keys, values)))
+            folder = _partition_folder(self.root, name, values)
             key = (name, folder)
             body = part.drop_columns(list(keys))
             if key not in self._writers:
-                if (folder / f"src-{self.sha256}.parquet").exists():
+                if (folder / data_file_name(self.key)).exists():
                     self._writers[key] = None
                 else:
                     folder.mkdir(parents=True, exist_ok=True)
-                    tmp = folder / f".src-{self.sha256}.{uuid.uuid4().hex}.tmp"
+                    tmp = folder / f".{data_file_name(self.key)}.{uuid.uuid4().hex}{_TMP_SUFFIX}"
                     self._tmp[key] = tmp
                     self._writers[key] = pq.ParquetWriter(tmp, body.schema, compression="snappy",
-                                                          store_schema=False)
+                                                          store_schema=False, use_dictionary=_dictionary_columns(body))
             writer = self._writers[key]
+            self.rows[name] = self.rows.get(name, 0) + part.num_rows
             if writer is not None:
                 writer.write_table(body)
-                self.rows[name] = self.rows.get(name, 0) + part.num_rows
-        return table.num_rows
+                self._new[name] = self._new.get(name, 0) + part.num_rows
 
     def commit(self) -> dict[str, int]:
-        """Close and rename every file into place; return rows written per table."""
-        for key, writer in self._writers.items():
-            if writer is None:
-                continue
-            writer.close()
-            tmp = self._tmp[key]
-            os.replace(tmp, key[1] / f"src-{self.sha256}.parquet")
+        """Close and rename every file into place, the ledger last; return rows newly written
+        per table."""
+        order = sorted(self._writers, key=lambda k: k[0] == "sources")
+        try:
+            for key in order:
+                writer = self._writers[key]
+                if writer is None:
+                    continue
+                writer.close()
+                os.replace(self._tmp[key], key[1] / data_file_name(self.key))
+        except OSError as exc:
+            raise _write_error(self.root, exc) from exc
         self._writers.clear()
-        return dict(self.rows)
+        return dict(self._new)
 
     def abort(self) -> None:
         """Drop everything written so far (the source will be ingested again next time)."""
         for key, writer in self._writers.items():
             if writer is not None:
-                writer.close()
-                self._tmp[key].unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # a full disk fails the close too; the file goes
+                    writer.close()
+                    self._tmp[key].unlink(missing_ok=True)
         self._writers.clear()
         self.rows.clear()
+        self._new.clear()
+
+
+def _dictionary_columns(table: pa.Table) -> list[str]:
+    """Columns worth Parquet's dictionary encoding: all but measurements (floats) and line
+    numbers, which are nearly all distinct, so a dictionary only costs time (a third of the
+    write on nccl-tests tables)."""
+    return [f.name for f in table.schema if not pa.types.is_floating(f.type) and f.name != "line"]
+
+
+def _write_error(root: Path, exc: OSError) -> DatasetError:
+    return DatasetError(f"cannot write the dataset: {exc.strerror or exc}", path=exc.filename or root,
+                        hint="free some space, or pick a writable folder with --dataset")
 
 
 _DICT_STRING = pa.dictionary(pa.int32(), pa.string())
 
 
 def _storage_table(name: str, rows: Any) -> pa.Table:
-    """Rows in the table's schema, strings dictionary-encoded (the streaming writer's form)."""
+    """Rows in the table's schema, strings dictionary-encoded (the form every file is written in)."""
     schema = _schema_of(name)
-    if not isinstance(rows, pa.Table):
-        table = to_table(name, rows)
-    else:
-        extra = set(rows.column_names) - set(schema.names)
-        if extra:
-            raise DatasetError(f"table {name!r} has no column(s) {sorted(extra)}",
-                               hint=f"columns are {', '.join(schema.names)}")
-        table = rows
+    table = to_arrow(name, rows)
     cols = []
     for field in schema:
         if field.name not in table.column_names:
@@ -378,14 +507,13 @@ def _split_partitions(table: pa.Table, keys: tuple[str, ...]) -> list[tuple[tupl
         return [((), table)]
     values = []
     for key in keys:
-        col = table.column(key).combine_chunks() if table.num_rows else table.column(key)
-        uniq = pc.unique(col.dictionary_decode() if pa.types.is_dictionary(col.type) else col)
-        if len(uniq) != 1:
+        value = _constant_value(table.column(key))
+        if value is _MIXED:
             break
-        values.append(uniq[0].as_py())
+        values.append(value)
     else:
         return [(tuple(values), table)]
-    plain = {k: (table.column(k).cast(_schema_partition_type(k))) for k in keys}
+    plain = {k: (table.column(k).cast(_PARTITION_TYPES[k])) for k in keys}
     combos = pa.table(plain).group_by(list(keys)).aggregate([]).to_pylist()
     groups = []
     for combo in combos:
@@ -397,21 +525,39 @@ def _split_partitions(table: pa.Table, keys: tuple[str, ...]) -> list[tuple[tupl
     return groups
 
 
-def _schema_partition_type(key: str) -> pa.DataType:
-    return _PARTITION_TYPES[key]
+_MIXED = object()
+
+
+def _constant_value(col: pa.ChunkedArray) -> Any:
+    """The one value of a column, or ``_MIXED``; O(1) for the parsers' constant columns
+    (dictionaries of one value without nulls), a ``unique`` otherwise."""
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(col.type) and col.null_count == 0 and col.num_chunks \
+            and all(len(chunk.dictionary) == 1 for chunk in col.chunks):
+        first = {chunk.dictionary[0].as_py() for chunk in col.chunks}
+        return first.pop() if len(first) == 1 else _MIXED
+    uniq = pc.unique(col.combine_chunks())
+    if len(uniq) != 1:
+        return _MIXED
+    value = uniq[0].as_py()
+    return value
 
 
 def source_done(root: str | Path, sha256: str) -> bool:
     """True when the ``sources`` ledger already records this source (ingest skips it)."""
-    return (table_dir(root, "sources") / f"src-{sha256}.parquet").exists()
+    return (table_dir(root, "sources") / data_file_name(sha256)).exists()
 
 
 def read_arrow(root: str | Path, name: str, *, filters: Any = None) -> pa.Table:
     """Read table ``name`` as an Arrow table with its full schema (empty when absent).
 
     ``filters`` is anything ``pyarrow.dataset`` accepts: an expression or a list of
-    ``(column, op, value)`` tuples, e.g. ``[("collective", "=", "AllReduce")]``.
+    ``(column, op, value)`` tuples, e.g. ``[("collective", "=", "AllReduce")]``; they see the
+    stored values, so an unknown node count matches ``("nodes", "=", 0)``, and the table
+    returned has null there (:data:`PLACEHOLDERS`).
     """
+    import pyarrow.compute as pc
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
@@ -432,7 +578,14 @@ def read_arrow(root: str | Path, name: str, *, filters: Any = None) -> pa.Table:
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(f"table {name!r} cannot be read: {exc}", path=folder,
                            hint="re-ingest into a fresh dataset folder") from exc
-    return table.select(schema.names)
+    table = table.select(schema.names)
+    for key in ("collective", "nodes"):
+        if key in keys:
+            col = table.column(key)
+            unknown = pc.fill_null(pc.equal(col, PLACEHOLDERS[key]), False)
+            table = table.set_column(table.schema.get_field_index(key), key,
+                                     pc.if_else(unknown, pa.scalar(None, col.type), col))
+    return table
 
 
 def read_table(root: str | Path, name: str, *, filters: Any = None):

@@ -6,9 +6,12 @@ campaign folders (:class:`~ncclbot_sweep.paths.CampaignPaths` layout); a folder 
 ``result.json`` and ``exit``), and its hash covers all of them.
 
 Invariants: ingest is idempotent (a source whose hash the ``sources`` ledger holds is
-skipped); every input file ends up ingested, partly ingested (rows plus quarantine rows
-saying what was left out, with line numbers) or quarantined; a crash leaves no partial
-table file (see :class:`~ncclbot_sweep.datasets.SourceWriter`).
+skipped); every input ends up ingested, partly ingested (rows plus quarantine rows saying
+what was left out, with line numbers) or quarantined with a reason, whatever it holds, and
+one bad input never stops the others; no impossible value becomes a row
+(:mod:`~ncclbot_sweep.rowcheck`); a crash leaves no partial table file (see
+:class:`~ncclbot_sweep.datasets.SourceWriter`), and ingests into one dataset take turns
+(:func:`~ncclbot_sweep.datasets.locked`).
 """
 
 from __future__ import annotations
@@ -19,18 +22,19 @@ import gzip
 import hashlib
 import json
 import logging
+import stat
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ncclbot_sweep import datasets
+from ncclbot_sweep import datasets, rowcheck
 from ncclbot_sweep.errors import DatasetError
 from ncclbot_sweep.manifest import recorded_job_state
-from ncclbot_sweep.names import is_synthetic_fabric
 from ncclbot_sweep.outcomes import StepOutcome, classify_step, last_error_line, read_exit_marker
 from ncclbot_sweep.outcomes import step_mentions_invalid_arm
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
-from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines
 from ncclbot_sweep.paths import STEP_META, CampaignPaths, StepFiles
 
 __all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
@@ -38,6 +42,10 @@ __all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
 log = logging.getLogger(__name__)
 
 _CHUNK = 4 << 20
+#: What cannot be decompressed: a truncated or corrupt gzip member.
+_GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
 def _campaign_file_names() -> frozenset[str]:
     """Campaign bookkeeping files (named by :mod:`ncclbot_sweep.paths`): not measurements, so
     neither ingested nor quarantined, only listed as ignored."""
@@ -65,6 +73,11 @@ class IngestSummary:
     unfinished: list[str] = dataclasses.field(default_factory=list)
     rows: dict[str, int] = dataclasses.field(default_factory=dict)
 
+    @property
+    def clean(self) -> bool:
+        """True when nothing was quarantined, not even part of a file (``ingest --strict``)."""
+        return not self.quarantined and not self.partial
+
     def add_rows(self, rows: dict[str, int]) -> None:
         for name, n in rows.items():
             if name not in ("sources",):
@@ -73,18 +86,23 @@ class IngestSummary:
 
 @dataclasses.dataclass(frozen=True)
 class _Unit:
-    kind: str  # "file" or "step"
+    kind: str  # "file", "step", or "special" (FIFO, device, socket, broken link: never read)
     path: Path
 
 
+def _is_special(path: Path) -> bool:
+    return not path.is_file() and not path.is_dir()
+
+
 def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
-    """Expand inputs into units: step folders (``step.json``) and loose files, sorted."""
+    """Expand inputs into units: step folders (``step.json``), loose files and special files,
+    sorted. Raises :class:`DatasetError` for a path that does not exist."""
     for raw in paths:
         path = Path(raw)
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             raise DatasetError("input does not exist", path=path, hint="check the path, or quote globs")
-        if path.is_file():
-            yield _Unit("file", path)
+        if path.is_file() or _is_special(path):
+            yield _Unit("file" if path.is_file() else "special", path)
             continue
         if (path / STEP_META).is_file():
             yield _Unit("step", path)
@@ -93,11 +111,11 @@ def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
         inside = set(step_dirs)
         for step in step_dirs:
             yield _Unit("step", step)
-        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        for file in sorted(p for p in path.rglob("*") if not p.is_dir()):
             hidden = any(part.startswith(".") for part in file.relative_to(path).parts)
             if hidden or any(parent in inside for parent in file.parents):
                 continue  # executor bookkeeping (.executor/), editor files, and step members
-            yield _Unit("file", file)
+            yield _Unit("file" if file.is_file() else "special", file)
 
 
 def _sha256_files(files: Sequence[Path], *, named: bool = False) -> str:
@@ -120,106 +138,194 @@ def _open_bytes(path: Path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
-def _head(path: Path, n: int = 65536) -> bytes:
+def _chunks(path: Path, issues: list[Issue], size: int = _CHUNK) -> Iterator[bytes]:
+    """The file's bytes (gzip undone) in chunks of about ``size``. A truncated or corrupt gzip
+    stream ends the chunks where it breaks, with an issue saying so: what came before it is
+    still parsed (pieces are read with ``read1`` so that none is lost to the error)."""
+    done = 0
     with _open_bytes(path) as fh:
-        return fh.read(n)
+        while True:
+            parts: list[bytes] = []
+            have = 0
+            broken = None
+            while have < size:
+                try:
+                    piece = fh.read1(size - have)
+                except _GZIP_ERRORS as exc:
+                    broken = exc
+                    break
+                if not piece:
+                    break
+                parts.append(piece)
+                have += len(piece)
+            if parts:
+                yield b"".join(parts)
+            done += have
+            if broken is not None:
+                issues.append(Issue(None, f"compressed data truncated or corrupt after {done} bytes: {broken}"))
+                return
+            if have < size:
+                return
+
+
+def _head(path: Path, n: int = 65536) -> bytes:
+    return next(_chunks(path, [], n), b"")
 
 
 def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | None = None,
            include_unfinished: bool = False,
-           on_progress: Callable[[str, int, int], None] | None = None) -> IngestSummary:
+           on_progress: Callable[[str, int, int], None] | None = None,
+           on_wait: Callable[[], None] | None = None) -> IngestSummary:
     """Ingest every input under ``paths`` into the dataset at ``dataset``; return a summary.
 
     ``fabric`` labels loose files (default ``unknown``); step folders use their ``step.json``.
     A step folder without its ``exit`` marker has not finished: it is skipped (and listed in
     ``summary.unfinished``) so that ingesting again once it finishes gives one run, not two;
     ``include_unfinished`` ingests it now, with outcome ``failed``.
-    ``on_progress(path, done, total)`` is called after each unit (the CLI draws a bar).
-    Raises :class:`DatasetError` only for inputs that do not exist.
+    ``on_progress(path, done, total)`` is called after each unit (the CLI draws a bar);
+    ``on_wait()`` once if another ingest holds the dataset and this one waits for it.
+    Raises :class:`DatasetError` for inputs that do not exist and for a dataset that cannot
+    be written (permissions, full or read-only disk); every problem of an input quarantines it.
     """
-    root = Path(dataset)
-    root.mkdir(parents=True, exist_ok=True)
     units = list(iter_inputs(paths))
     summary = IngestSummary()
-    for done, unit in enumerate(units, 1):
-        if unit.kind == "file" and unit.path.name in _CAMPAIGN_FILES:
-            summary.ignored.append(str(unit.path))
-        elif unit.kind == "step":
-            if include_unfinished or Path(StepFiles(unit.path).exit_marker).is_file():
-                _ingest_step(unit.path, root, summary)
-            else:
-                summary.unfinished.append(str(unit.path))
-        else:
-            _ingest_file(unit.path, root, fabric or "unknown", summary)
-        if on_progress is not None:
-            on_progress(str(unit.path), done, len(units))
+    with datasets.locked(dataset, on_wait=on_wait) as root:
+        for name in datasets.TABLES:
+            datasets.ensure_schema_file(root, name)
+        for done, unit in enumerate(units, 1):
+            _ingest_unit(unit, root, fabric or "unknown", include_unfinished, summary)
+            if on_progress is not None:
+                on_progress(str(unit.path), done, len(units))
     return summary
 
 
-# ---------------------------------------------------------------------- loose files
-def _ingest_file(path: Path, root: Path, fabric: str, summary: IngestSummary) -> None:
-    summary.files += 1
-    sha = _sha256_files([path])
-    if datasets.source_done(root, sha):
-        summary.skipped += 1
+def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool, summary: IngestSummary) -> None:
+    """One input, inside the one boundary where any failure of it becomes its quarantine."""
+    if unit.kind == "file" and unit.path.name in _CAMPAIGN_FILES:
+        summary.ignored.append(str(unit.path))
         return
+    if unit.kind == "step" and not include_unfinished and not Path(StepFiles(unit.path).exit_marker).is_file():
+        summary.unfinished.append(str(unit.path))
+        return
+    summary.files += 1
+    key = None
+    try:
+        if unit.kind == "special":
+            raise _Unreadable(f"not a regular file ({_file_kind(unit.path)}): not read")
+        members = _step_members(unit.path) if unit.kind == "step" else [unit.path]
+        key = _sha256_files(members, named=unit.kind == "step")
+        if datasets.source_done(root, key):
+            summary.skipped += 1
+        elif unit.kind == "step":
+            _ingest_step(unit.path, members, key, root, summary)
+        else:
+            _ingest_file(unit.path, key, root, fabric, summary)
+    except Exception as exc:  # the one marked boundary (STYLE habit 9): logged, then quarantined
+        if isinstance(exc, DatasetError):
+            raise  # the dataset itself cannot be written: every later input would fail alike
+        key = key or _path_key(unit.path)
+        if datasets.source_done(root, key):  # unreadable last time too: already quarantined
+            summary.skipped += 1
+            return
+        expected = isinstance(exc, (_Unreadable, OSError, RecursionError, MemoryError, *_GZIP_ERRORS))
+        # Unreadable inputs are the user's to see (the CLI lists them); a parser failure is a bug to report.
+        log.log(logging.INFO if expected else logging.WARNING, "%s: quarantined: %s", unit.path, exc,
+                exc_info=not expected)
+        _quarantine_unit(unit, key, root, _reason(exc), summary)
+
+
+def _path_key(path: Path) -> str:
+    """The ledger key of an input that cannot be read (its content has no hash)."""
+    return hashlib.sha256(b"unread\0" + str(path).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+class _Unreadable(Exception):
+    """An input that is never read (special files); its message is the quarantine reason."""
+
+
+def _file_kind(path: Path) -> str:
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "broken link"
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, _Unreadable):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to parse (JSON or trace deeper than Python's recursion limit)"
+    if isinstance(exc, MemoryError):
+        return "too big to parse in memory"
+    if isinstance(exc, OSError):
+        return f"cannot read: {exc.strerror or exc}" + (" (check its permissions)" if exc.errno == 13 else "")
+    if isinstance(exc, _GZIP_ERRORS):
+        return f"compressed data truncated or corrupt: {exc}"
+    return f"parser failed on this input ({type(exc).__name__}: {exc})"[:500]
+
+
+def _quarantine_unit(unit: _Unit, key: str, root: Path, reason: str, summary: IngestSummary) -> None:
+    """Record an input that failed as a whole (ledger + quarantine), keyed by its content hash,
+    or by its path when it could not even be read."""
+    source = SourceInfo(path=str(unit.path), sha256=key, run_id=key[:16])
+    result = ParseResult(unusable=True, issues=[Issue(None, reason)])
+    _finish(root, datasets.SourceWriter(root, key), source, unit.kind if unit.kind == "step" else None,
+            result, summary, size=0)
+
+
+# ---------------------------------------------------------------------- loose files
+def _ingest_file(path: Path, sha: str, root: Path, fabric: str, summary: IngestSummary) -> None:
     source = SourceInfo(path=str(path), sha256=sha, run_id=sha[:16], fabric=fabric)
     writer = datasets.SourceWriter(root, sha)
+    read_issues: list[Issue] = []
     head = _head(path)
     fmt = detect_format(head)
     try:
-        result = _parse_file(path, fmt, source, writer)
-        if fmt is None:
-            first = next((ln for ln in head.decode("utf-8", "replace").splitlines() if ln.strip()), "")
-            result.issues = [Issue(1, result.issues[0].reason, first[:200])]
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        # A file we cannot even read goes to quarantine with the reason, not into a crash.
-        log.warning("cannot read %s: %s", path, exc)
-        result = ParseResult(unusable=True, issues=[Issue(None, f"cannot read: {exc}")])
+        result = _parse_file(path, fmt, source, writer, read_issues)
+    except BaseException:
+        writer.abort()
+        raise
+    if fmt is None:
+        first = next((ln for ln in head.decode("utf-8", "replace").splitlines() if ln.strip()), "")
+        result.issues = [Issue(1, result.issues[0].reason, first[:200])]
+    result.issues.extend(read_issues)
     _finish(root, writer, source, fmt, result, summary, size=path.stat().st_size)
 
 
-def _parse_file(path: Path, fmt: str | None, source: SourceInfo, writer: datasets.SourceWriter) -> ParseResult:
+def _parse_file(path: Path, fmt: str | None, source: SourceInfo, writer: datasets.SourceWriter,
+                issues: list[Issue]) -> ParseResult:
     if fmt is None:
         return ParseResult(unusable=True, issues=[Issue(None, "unrecognised format (not nccl-tests output, "
                                                               "an NCCL log or a known trace)")])
-    if fmt == "nccl-tests-text":
-        return _stream_text(path, source, writer)
+    if fmt == "nccl-tests-text":  # streamed: rows go to the writer batch by batch (memory stays flat)
+        return parse_nccltests_stream(_chunks(path, issues), source,
+                                      on_rows=lambda table: _write_batch(writer, "iterations", table, issues))
     if fmt == "nccl-log":  # streamed: debug logs can be far bigger than memory
-        with _open_bytes(path) as fh:
-            return parse_nccl_log_run((raw.decode("utf-8", "replace") for raw in fh), source)
-    with _open_bytes(path) as fh:
-        data = fh.read()
-    return parse_source(fmt, data, source)
-
-
-def _stream_text(path: Path, source: SourceInfo, writer: datasets.SourceWriter) -> ParseResult:
-    """Big nccl-tests logs: rows go to the writer batch by batch (memory stays flat)."""
-
-    def chunks() -> Iterator[bytes]:
-        with _open_bytes(path) as fh:
-            while chunk := fh.read(_CHUNK):
-                yield chunk
-
-    return parse_nccltests_stream(chunks(), source, on_rows=lambda table: writer.write("iterations", table))
+        return parse_nccl_log_run(iter_lines(_chunks(path, issues)), source)
+    return parse_source(fmt, b"".join(_chunks(path, issues)), source)
 
 
 # ---------------------------------------------------------------------- step folders
-def _ingest_step(folder: Path, root: Path, summary: IngestSummary) -> None:
+def _step_members(folder: Path) -> list[Path]:
+    """The files of a step folder that make up its source (and its hash), in a fixed order."""
     files = StepFiles(folder)
     members = [Path(p) for p in (files.meta, files.stdout, files.nccl_log, files.result_json, files.exit_marker)
                if Path(p).is_file()]
-    members += _trace_files(files)
-    summary.files += 1
-    sha = _sha256_files(members, named=True)
-    if datasets.source_done(root, sha):
-        summary.skipped += 1
-        return
+    return members + _trace_files(files)
+
+
+def _ingest_step(folder: Path, members: list[Path], sha: str, root: Path, summary: IngestSummary) -> None:
+    files = StepFiles(folder)
     try:
-        meta = json.loads(Path(files.meta).read_text())
+        meta = json.loads(Path(files.meta).read_text(encoding="utf-8", errors="replace"))
         if not isinstance(meta, dict):
             raise ValueError("step.json is not an object")
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:
         source = SourceInfo(path=str(folder), sha256=sha, run_id=sha[:16])
         result = ParseResult(unusable=True, issues=[Issue(1, f"step.json unreadable: {exc}")])
         _finish(root, datasets.SourceWriter(root, sha), source, "step", result, summary, size=0)
@@ -415,7 +521,8 @@ def _finish(root: Path, writer: datasets.SourceWriter, source: SourceInfo, fmt: 
 
 
 def _write_tables(writer: datasets.SourceWriter, source: SourceInfo, result: ParseResult) -> int:
-    """Write every parsed table; -1 (and an issue) when some rows do not fit the schema.
+    """Write every parsed table; return this source's rows in the dataset, or -1 (and an
+    issue) when some rows do not fit the schema.
 
     This is the one place where a broad set of conversion errors is caught: a parser bug or
     an input value of an unexpected type must quarantine the file, not stop the ingest.
@@ -427,13 +534,22 @@ def _write_tables(writer: datasets.SourceWriter, source: SourceInfo, result: Par
             for batch in _batches(items):
                 if name == "runs":
                     batch = [_clean_run(r, source) for r in batch]
-                writer.write(name, batch)
+                _write_batch(writer, name, batch, result.issues)
     except (pa.ArrowInvalid, pa.ArrowTypeError, DatasetError, TypeError, ValueError, OverflowError) as exc:
+        if isinstance(exc, DatasetError) and exc.path is not None:
+            raise  # the dataset cannot be written (see SourceWriter), not a fault of this input
         log.warning("%s: rows do not fit the dataset schema: %s", source.path, exc)
         result.issues.append(Issue(None, f"rows do not fit the dataset schema: {exc}"[:500]))
         result.unusable = True
         return -1
     return sum(writer.rows.values())
+
+
+def _write_batch(writer: datasets.SourceWriter, name: str, batch: Any, issues: list[Issue]) -> None:
+    """One batch into the writer, without its impossible rows (those become issues)."""
+    good, bad = rowcheck.split_impossible(name, datasets.to_arrow(name, batch))
+    issues.extend(bad)
+    writer.write(name, good)
 
 
 def _batches(items: list[Any]) -> Iterator[Any]:
@@ -457,7 +573,8 @@ def _batches(items: list[Any]) -> Iterator[Any]:
 def _clean_run(run: dict[str, Any], source: SourceInfo) -> dict[str, Any]:
     out = {k: v for k, v in run.items() if not k.startswith("_")}
     out.setdefault("fabric", source.fabric)
-    out["synthetic"] = is_synthetic_fabric(out.get("fabric"))
+    # What produced the data decides (the simulator's stamp), never the fabric's name.
+    out["synthetic"] = bool(out.get("synthetic"))
     if out.get("nodes") and out.get("ranks") and not out.get("gpus_per_node"):
         out["gpus_per_node"] = out["ranks"] // out["nodes"]
     return out
@@ -473,7 +590,7 @@ def dataset_info(dataset: str | Path) -> dict[str, Any]:
     tables = {}
     for name in datasets.TABLES:
         folder = datasets.table_dir(root, name)
-        files = list(folder.rglob("*.parquet")) if folder.is_dir() else []
+        files = list(folder.rglob(datasets.data_file_name("*"))) if folder.is_dir() else []
         tables[name] = {"files": len(files), "rows": datasets.read_arrow(root, name).num_rows if files else 0}
     sources = datasets.read_table(root, "sources")
     quarantine = datasets.read_table(root, "quarantine")

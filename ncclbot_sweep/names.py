@@ -28,6 +28,7 @@ __all__ = [
     "PROTOCOLS",
     "FAMILIES",
     "AUTO",
+    "SIMULATOR",
     "BINARY_COLLECTIVE",
     "COLLECTIVE_BINARY",
     "FULL_BUFFER_COLLECTIVES",
@@ -69,6 +70,11 @@ PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 
 #: The policy name for "no forcing": NCCL's own cost-model argmin.
 AUTO = "AUTO"
+
+#: The stamp of the simulated fabric on what it prints: `` simulator=<SIMULATOR>`` ends the
+#: nccl-tests version line and ``"simulator"`` is a key of its ``-J`` JSON. Ingest labels a
+#: run synthetic from this stamp, never from a fabric's or an inventory's name.
+SIMULATOR = "ncclbot-sweep"
 
 #: Algorithm family an inventory can offer or not.
 FAMILIES: tuple[str, ...] = ("tree", "ring", "collnet", "nvls", "pat")

@@ -10,7 +10,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from ncclbot_sweep.errors import AnalysisError
 
 from .estimators import BanditState, Estimator
 from .base import Policy, iqr_trimmed_mean, pick_uniform, sample_categorical

@@ -14,28 +14,34 @@ __all__ = ["ingest_command", "datasets_group"]
 @click.option("--fabric", default=None, help="Fabric name for loose files without step.json (default: unknown).")
 @click.option("--include-unfinished", is_flag=True,
               help="Also ingest step folders without an exit marker (as failed runs).")
-def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, include_unfinished: bool) -> None:
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when anything was quarantined, even part of a file (for CI and scripts).")
+def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, include_unfinished: bool,
+                   strict: bool) -> None:
     """Parse nccl-tests output, NCCL logs and traces into Parquet tables.
 
     PATH may be a file, a folder or a campaign folder. Ingesting the same file twice adds
     nothing; files that cannot be parsed are listed in the dataset's quarantine table.
+    A second ingest into the same dataset waits for the first one.
 
-    Example: ncclbot-sweep ingest runs/ logs/all_reduce.txt --dataset data/
+    Example: ncclbot-sweep ingest runs/ logs/all_reduce.txt --dataset data/ --strict
     """
     from rich.console import Console
 
     from ncclbot_sweep.ingest import ingest
 
     console = Console(stderr=True)
+    options = dict(fabric=fabric, include_unfinished=include_unfinished,
+                   on_wait=lambda: click.echo(f"waiting for another ingest into {dataset} to finish", err=True))
     if console.is_terminal:
         from rich.progress import Progress
 
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("ingest", total=None)
-            summary = ingest(paths, dataset, fabric=fabric, include_unfinished=include_unfinished,
+            summary = ingest(paths, dataset, **options,
                              on_progress=lambda p, done, total: progress.update(task, completed=done, total=total))
     else:
-        summary = ingest(paths, dataset, fabric=fabric, include_unfinished=include_unfinished)
+        summary = ingest(paths, dataset, **options)
     click.echo(f"files: {summary.files}  ingested: {summary.ingested} (partly: {summary.partial})  "
                f"already in dataset: {summary.skipped}  quarantined: {len(summary.quarantined)}")
     for name, count in sorted(summary.rows.items()):
@@ -45,6 +51,10 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
     if summary.unfinished:
         click.echo(f"{len(summary.unfinished)} step folder(s) have no exit marker yet and were left for a later "
                    "ingest (--include-unfinished takes them now)")
+    if strict and not summary.clean:
+        raise click.ClickException(
+            f"--strict: {len(summary.quarantined)} input(s) quarantined and {summary.partial} partly; the reasons "
+            f"are in the quarantine table (ncclbot-sweep datasets info {dataset})")
 
 
 @click.group("datasets")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines, normalize_chunks
 from ncclbot_sweep.parsers.detect import FORMATS, detect_format
 
 __all__ = ["FORMATS", "Issue", "ParseResult", "SourceInfo", "detect_format", "parse_source",
@@ -31,9 +31,9 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     parser = TextParser(source, on_rows=on_rows)
     log = LogParser(source)
     parser.on_other = log.line
-    parser.feed_all(chunks)
+    parser.feed_all(normalize_chunks(chunks))
     result = parser.close()
-    log_result, facts = log.finish()
+    log_result, facts = log.finish(ranks=next((r["ranks"] for r in result.rows("runs") if r.get("ranks")), None))
     for name in ("tuning_tables", "choices", "cost_tables"):
         if log_result.tables.get(name):
             result.tables[name] = log_result.tables[name]
@@ -75,9 +75,9 @@ def parse_source(fmt: str, data: bytes, source: SourceInfo) -> ParseResult:
 
     if fmt == "nccl-tests-text":
         return parse_nccltests_stream([data], source)
-    text = data.decode("utf-8", "replace")
     if fmt == "nccl-log":
-        return parse_nccl_log_run(text, source)
+        return parse_nccl_log_run(iter_lines([data]), source)
+    text = b"".join(normalize_chunks([data])).decode("utf-8", "replace")
     parsers = {
         "nccl-tests-json": nccltests_json.parse_nccltests_json,
         "rccl-tests-jsonlines": nccltests_json.parse_rccl_jsonlines,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 __all__ = [
@@ -21,6 +21,8 @@ __all__ = [
     "nccl_version_from_code",
     "to_float",
     "FLOAT_RE",
+    "normalize_chunks",
+    "iter_lines",
 ]
 
 #: A decimal or %g number, as a regex fragment (never matches "-", "." or "e" alone).
@@ -102,13 +104,13 @@ class ParseResult:
 
 
 # Launcher prefixes, one alternative each: OpenMPI --tag-output, OpenMPI --timestamp-output,
-# Ray workers, srun -l ("0: "), torchrun/--label ("[0] ").
+# Ray workers, srun -l ("0: "), torchrun/--label ("[0] ", also before a right-aligned table row).
 _PREFIX = (
     r"(?:\[\d+,\d+\]<std(?:out|err)>:"
     r"|[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}<std(?:out|err)>:"
     r"|\([A-Za-z_]\w* pid=\d+(?:, ip=[\d.]+)?\) "
     r"|\d{1,5}: "
-    r"|\[\d{1,5}\] (?=\S))"
+    r"|\[\d{1,5}\] (?=\S| +[-\d#]))"
 )
 PREFIX_RE = re.compile("^" + _PREFIX)
 PREFIX_RE_B = re.compile(("^" + _PREFIX).encode(), re.M)
@@ -133,3 +135,44 @@ def nccl_version_from_code(code: int | str | None) -> str | None:
     if value >= 1000:
         return f"{value // 1000}.{value // 100 % 10}.{value % 100}"
     return None
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def normalize_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Byte chunks with ``\\n`` line ends only and no UTF-8 BOM, for every line-based parser.
+
+    Files from the field end lines with CR LF (Windows editors) or CR alone (old Mac tools,
+    some terminal captures); without this a CR-only file is one long line and loses every
+    row. A CR at the end of a chunk is held back until the next one shows whether a LF
+    follows, so line numbers never depend on where chunks are cut.
+    """
+    held = b""
+    first = True
+    for chunk in chunks:
+        if first and chunk:
+            chunk = chunk[len(_BOM):] if chunk.startswith(_BOM) else chunk
+            first = False
+        chunk = held + chunk
+        held = b""
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):
+                chunk, held = chunk[:-1], b"\r"
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if chunk:
+            yield chunk
+    if held:
+        yield b"\n"
+
+
+def iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Decoded lines (without their newline) of normalised chunks, streamed."""
+    tail = b""
+    for chunk in normalize_chunks(chunks):
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            yield line.decode("utf-8", "replace")
+    if tail:
+        yield tail.decode("utf-8", "replace")

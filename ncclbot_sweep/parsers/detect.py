@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ncclbot_sweep.parsers.common import PREFIX_RE_B
+from ncclbot_sweep.parsers.common import PREFIX_RE_B, normalize_chunks
 
 __all__ = ["detect_format", "FORMATS"]
 
@@ -24,7 +24,7 @@ _FORK_JSON = re.compile(r'^\s*\{\s*"identifier"\s*:\s*"nccl-tests structured out
 
 def detect_format(head: bytes) -> str | None:
     """Name the format of a file from its first bytes (gzip already undone), or None."""
-    head = PREFIX_RE_B.sub(b"", head)
+    head = PREFIX_RE_B.sub(b"", b"".join(normalize_chunks([head])))
     text = head.decode("utf-8", "replace")
     stripped = text.lstrip()
     if stripped.startswith("# ncclbot-trace"):

@@ -156,34 +156,39 @@ def _collect(events: list) -> tuple[list[tuple[tuple, float, float]], dict[str, 
 
 
 def _aggregate(kernels: list, calls: dict[str, list[tuple]]) -> dict[tuple, list]:
+    """``{key: [calls, total_us]}``: each collective call counted once, with its kernels' time.
+
+    A call shows up several times in a trace: as a ``record_param_comms`` op, as an
+    ``nccl:<op>`` annotation, as one or more kernels (a grouped or split collective launches
+    several), and PyTorch >= 2.3 copies its metadata onto those kernels. So per collective
+    one source counts the calls, the best there is: ``record_param_comms`` ops, else kernels
+    carrying metadata, else annotations, else bare kernels. Kernels carrying metadata add
+    their time to their own key (and count only where no op of that key was captured);
+    other kernels' time is spread over the calls in issue order (with k kernels per call,
+    kernels ``i*k..i*k+k-1`` belong to call ``i``). Calls without a kernel keep a null time.
+    """
     groups: dict[tuple, list] = {}
-
-    def add(key: tuple, dur: float | None) -> None:
-        entry = groups.setdefault(key, [0, None])
-        entry[0] += 1
-        if dur is not None:
-            entry[1] = (entry[1] or 0.0) + dur
-
-    used: collections.Counter = collections.Counter()
+    by_coll: dict[str, list[tuple[tuple, float]]] = collections.defaultdict(list)
     for key, _, dur in kernels:
-        coll = key[0]
-        if key[2] is not None:
-            add(key, dur)
+        by_coll[key[0]].append((key, dur))
+    for coll in sorted(set(by_coll) | {c.removesuffix(":annot") for c in calls}):
+        ks = by_coll.get(coll, [])
+        meta = [(key, dur) for key, dur in ks if key[2] is not None]
+        cpu = calls.get(coll) or ([] if meta else calls.get(coll + ":annot")) or []
+        for call in cpu:
+            groups.setdefault(call, [0, None])[0] += 1
+        if meta:
+            counted = set(cpu)
+            for key, dur in meta:
+                entry = groups.setdefault(key, [0, None])
+                entry[0] += key not in counted
+                entry[1] = (entry[1] or 0.0) + dur
             continue
-        # Kernels without metadata take the k-th CPU-side call of their collective.
-        for source in (coll, coll + ":annot"):
-            seq = calls.get(source, [])
-            if used[source] < len(seq):
-                add(seq[used[source]], dur)
-                used[source] += 1
-                break
-        else:
-            add(key, dur)
-    for source, seq in calls.items():
-        if source.endswith(":annot") and used[source.removesuffix(":annot")]:
-            continue
-        if not source.endswith(":annot") and any(k[2] is not None for k, _, _ in kernels):
-            continue  # kernels carried the metadata already
-        for call in seq[used[source]:]:
-            add(call, None)  # a call whose kernel the trace did not capture
+        if not cpu:
+            cpu = [key for key, _ in ks]
+            for call in cpu:
+                groups.setdefault(call, [0, None])[0] += 1
+        for i, (_, dur) in enumerate(ks):
+            entry = groups[cpu[min(i * len(cpu) // len(ks), len(cpu) - 1)]]
+            entry[1] = (entry[1] or 0.0) + dur
     return {k: (v[0], v[1]) for k, v in groups.items()}

@@ -138,10 +138,18 @@ class LogParser:
         self.group = -1
         self._last_choice: tuple[tuple, dict, str] | None = None
         self.blocks: dict[int, int] = {}
+        #: The rank count of the last COLL line (``[nranks=N]``), for choice sizes.
+        self.coll_ranks: int | None = None
 
-    def finish(self) -> tuple[ParseResult, LogFacts]:
-        """Close the log: stamp the NCCL version on table rows, report cut tables; return rows and facts."""
+    def finish(self, *, ranks: int | None = None) -> tuple[ParseResult, LogFacts]:
+        """Close the log: stamp the NCCL version on table rows, report cut tables; return rows and facts.
+
+        ``ranks`` is the rank count when the output around the log gives it (nccl-tests' Rank
+        lines). Choice lines printed before the log said its rank count get their AllGather
+        and ReduceScatter full-buffer sizes here, from whatever the whole log told.
+        """
         result, facts = self.result, self.facts
+        self._late_sizes(self.source.meta.get("ranks") or facts.ranks or self.coll_ranks or ranks)
         channels = facts.nchannels or facts.ring_channels
         for row in result.tables.get("tuning_tables", []):
             row["nccl_version"] = facts.nccl_version
@@ -158,6 +166,15 @@ class LogParser:
             result.unusable = True
             result.issues.append(Issue(None, "no NCCL log line (NCCL INFO/WARN) found"))
         return result, facts
+
+    def _late_sizes(self, ranks: int | None) -> None:
+        if not ranks:
+            return
+        for row in self.result.tables.get("choices", []):
+            if row["ranks"] is None:
+                row["ranks"] = ranks
+            if row["size_bytes"] is None and row.get("log_bytes") is not None:
+                row["size_bytes"] = full_buffer_bytes(row["collective"], row["log_bytes"], row["ranks"])
 
     def _cost_rows(self) -> None:
         """``cost_tables`` rows from choice lines that print NCCL's predicted time (``time T``):
@@ -359,6 +376,7 @@ class LogParser:
             coll = m.group("coll")
         count, dt = int(m.group("count")), int(m.group("dt"))
         nranks = int(m.group("nranks")) if m.group("nranks") else None
+        self.coll_ranks = nranks or self.coll_ranks
         datatype = nccl_datatype(dt)
         # nccl-tests' size column is the full buffer for AllGather/ReduceScatter (section 3),
         # while NCCL's count there is per rank; an unknown rank count keeps the per-rank bytes.

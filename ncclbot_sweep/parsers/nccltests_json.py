@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 
 import numpy as np
@@ -45,8 +46,16 @@ def _nan(value: Any) -> float:
 
 
 def _int(value: Any) -> int | None:
+    """An integer field, or None when absent or not representable (``1e999``, NaN, beyond int64)."""
     out = _num(value)
-    return None if out is None or out != out else int(out)
+    if out is None or not math.isfinite(out) or abs(out) >= 2.0 ** 63:
+        return None
+    return int(out)
+
+
+def _name(value: Any) -> str | None:
+    """A dtype or op name; anything else a corrupt file holds there becomes its text."""
+    return None if value is None else value.strip() if isinstance(value, str) else json.dumps(value)[:50]
 
 
 def _bool(value: Any) -> bool | None:
@@ -110,11 +119,21 @@ def _binary_collective(args: list[Any], source: SourceInfo) -> tuple[str | None,
     return binary, coll or collective_from_name(source.path)
 
 
+def _typed(doc: dict, key: str, kind: type, result: ParseResult, where: str = "") -> Any:
+    """``doc[key]`` when it has the type nccl-tests writes, else an empty one and an issue."""
+    value = doc.get(key)
+    if value is None or isinstance(value, kind):
+        return value or kind()
+    result.issues.append(Issue(None, f"JSON field {where}{key!r} is {type(value).__name__}, not "
+                                     f"{'an object' if kind is dict else 'an array'}; ignored"))
+    return kind()
+
+
 def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> None:
-    config = doc.get("config") or {}
-    binary, coll = _binary_collective(doc.get("args") or [], source)
+    config = _typed(doc, "config", dict, result)
+    binary, coll = _binary_collective(_typed(doc, "args", list, result), source)
     base = _base(source, coll)
-    devices = config.get("devices") or []
+    devices = _typed(config, "devices", list, result, "config.")
     hosts: list[str] = []
     for dev in devices:
         host = dev.get("hostname") if isinstance(dev, dict) else None
@@ -126,8 +145,9 @@ def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> 
     iters = _int(config.get("iterations"))
     nrows = 0
     sides = []
-    for item in doc.get("results") or []:
+    for item in _typed(doc, "results", list, result):
         if not isinstance(item, dict):
+            result.issues.append(Issue(None, f"JSON result is {type(item).__name__}, not an object; ignored"))
             continue
         for side, in_place in (("out_of_place", False), ("in_place", True)):
             got = _v3_side(item, side, in_place, iters)
@@ -136,8 +156,8 @@ def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> 
                 nrows += len(got["time_us"])
     if sides:
         result.add("iterations", _v3_table(sides, base))
-    oob = doc.get("out_of_bounds") or {}
-    errors = [e for e in (doc.get("errors") or []) if isinstance(e, str) and e.strip()]
+    oob = _typed(doc, "out_of_bounds", dict, result)
+    errors = [e for e in _typed(doc, "errors", list, result) if isinstance(e, str) and e.strip()]
     failure = "; ".join(errors) or None
     if truncated:
         failure = (failure + "; " if failure else "") + "JSON truncated (run did not finish)"
@@ -155,8 +175,9 @@ def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> 
         "agg_iters": _int(config.get("aggregated_iterations")), "validation": _int(config.get("validation")),
         "graph": _int(config.get("graph")), "cycles": 1 if nrows else 0,
         "oob_values": _int(oob.get("count")),
-        "avg_busbw_gbs": _num((doc.get("average_bus_bandwidth") or {}).get("bandwidth")),
+        "avg_busbw_gbs": _num(_typed(doc, "average_bus_bandwidth", dict, result).get("bandwidth")),
         "started_at": _timestamp(doc.get("start_time")), "source_format": "nccl-tests-json",
+        "synthetic": True if doc.get("simulator") else None,
     })
 
 
@@ -177,8 +198,8 @@ def _v3_side(item: dict, side: str, in_place: bool, iters: int | None) -> dict[s
     if not isinstance(avg, dict):
         return None
     size = _int(item.get("size"))
-    out = {"size_bytes": size, "count": _int(item.get("count")), "dtype": item.get("type"),
-           "redop": item.get("redop"), "root": _int(item.get("root")), "in_place": in_place,
+    out = {"size_bytes": size, "count": _int(item.get("count")), "dtype": _name(item.get("type")),
+           "redop": _name(item.get("redop")), "root": _int(item.get("root")), "in_place": in_place,
            "wrong": _int(avg.get("nwrong"))}
     per = item.get(f"{side}_per_iter")
     times = per.get("times_us") if isinstance(per, dict) else None

@@ -1,6 +1,6 @@
 """nccl-tests text output (stdout) -> ``runs`` and ``iterations`` rows, streaming.
 
-Handles every generation of the format (see ``shared/fixtures/real/INDEX.md``): the 2017
+Handles every generation of the format (see ``tests/fixtures/real/INDEX.md``): the 2017
 layout without ``#`` (``bytes N type op``, times in ms), the 2019-2022 per-collective columns
 with the float ``error`` column, the 2.13+ unified columns with ``#wrong``, and the 2.17-2.19
 additions (version line, ``Collective test starting/concluded``, ``unalign``, ``-I`` extra
@@ -43,8 +43,10 @@ from ncclbot_sweep.parsers.common import (
     ParseResult,
     SourceInfo,
     nccl_version_from_code,
+    normalize_chunks,
     strip_prefix,
 )
+from ncclbot_sweep.parsers.infer import infer_collective
 from ncclbot_sweep.parsers.nccl_log import INFO_OF_INTEREST
 
 __all__ = ["TextParser", "parse_nccltests_text", "Layout", "collective_from_name"]
@@ -67,7 +69,8 @@ _HEADER_KEYS = {
 _RANK_RE = re.compile(
     r"Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
-_VERSION_RE = re.compile(r"nccl-tests version (\d[\w.+-]*)(?:.*?nccl-headers=(\d+))?(?:.*?nccl-library=(\d+))?")
+_VERSION_RE = re.compile(r"nccl-tests version (\d[\w.+-]*)(?:.*?nccl-headers=(\d+))?(?:.*?nccl-library=(\d+))?"
+                         r"(?:.*?simulator=(\S+))?")
 _NCCL_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _RCCL_TESTS_RE = re.compile(r"rccl-tests: Version (\S+)")
 _COLL_TEST_RE = re.compile(r"Collective test (starting|concluded):\s*(\S+)")
@@ -99,6 +102,13 @@ class Layout:
     time_scale: float = 1.0
     #: Trailing columns: ``-S`` prints a timestamp as two tokens (date and time).
     suffix: list[str] = dataclasses.field(default_factory=list)
+
+    def without_redop(self) -> Layout | None:
+        """This layout without its ``redop`` column (rows that leave it blank), or None."""
+        if "redop" not in self.prefix:
+            return None
+        return Layout([c for c in self.prefix if c != "redop"], [list(s) for s in self.sides],
+                      self.time_scale, list(self.suffix))
 
     @property
     def ncols(self) -> int:
@@ -158,6 +168,16 @@ def _is_int(tok: str) -> bool:
     return tok.lstrip("-").isdigit()
 
 
+def _is_cell(tok: str) -> bool:
+    """A token a row may hold after its size and count: a number, ``N/A`` or a name."""
+    return _is_num(tok) or tok == "N/A" or tok.isalnum()
+
+
+#: An NCCL log line (``host:pid:tid [dev] NCCL INFO ...``) that starts inside another line;
+#: the host must start with a letter, so that the row's last number is not taken for it.
+_EMBEDDED_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE)")
+
+
 @dataclasses.dataclass
 class _Run:
     """What the parser has learnt about the current run so far."""
@@ -183,6 +203,11 @@ class _Run:
     invalid_arm: bool = False
     dtype: str | None = None
     redop: str | None = None
+    #: The simulated fabric's stamp on the version line (:data:`~ncclbot_sweep.names.SIMULATOR`).
+    simulator: str | None = None
+    #: ``(collective, ranks)`` read from the rows when nothing names the binary; False when
+    #: tried and undecided (see :mod:`~ncclbot_sweep.parsers.infer`).
+    inferred: tuple[str, int | None] | bool | None = None
 
 
 _BATCH_ROWS = 50_000
@@ -293,7 +318,10 @@ class TextParser:
         starts, ends = textblock.line_bounds(chunk)
         buf = np.frombuffer(chunk, dtype=np.uint8)
         first = buf[starts]
-        is_row = (first >= 48) & (first <= 57)
+        second = buf[np.minimum(starts + 1, len(buf) - 1)]
+        # A row starts with its size; a negative size ("-8") is a row too, so that it reaches
+        # the impossible-value check with its line instead of vanishing as a comment.
+        is_row = ((first >= 48) & (first <= 57)) | ((first == 45) & (second >= 48) & (second <= 57))
         skip = textblock.boring_info_lines(chunk, starts, ends, ~is_row, INFO_OF_INTEREST)
         prepared = _Prepared(chunk, starts, ends, is_row, skip)
         nrows = int(is_row.sum())
@@ -418,6 +446,7 @@ class TextParser:
             run = self._ensure_run(lineno, fresh=bool(run and run.rows))
             run.nccl_tests_version = m.group(1)
             run.nccl_version = run.nccl_version or nccl_version_from_code(m.group(3) or m.group(2))
+            run.simulator = m.group(4)
         elif "Collective test" in core and (m := _COLL_TEST_RE.search(core)):
             if m.group(1) == "starting":
                 run = self._ensure_run(lineno, fresh=bool(run and (run.rows or run.binary)))
@@ -532,6 +561,12 @@ class TextParser:
             return
         lines = None
         cols = textblock.csv_rows(data, len(nums), layout.prefix, layout.sides, layout.suffix)
+        if cols is None and (blank := layout.without_redop()) is not None:
+            # A redop column in the header that the rows leave blank (field builds print none
+            # for collectives without a reduction): the rows fit the header minus redop.
+            cols = textblock.csv_rows(data, len(nums), blank.prefix, blank.sides, blank.suffix)
+            if cols is not None:
+                self._layout = layout = blank
         if cols is None:
             lines = data.decode("utf-8", "replace").split("\n")[: len(nums)]
             cols = textblock.convert_rows(pa.array(lines, pa.large_string()), layout.prefix, layout.sides,
@@ -542,27 +577,56 @@ class TextParser:
         self._emit(cols, nums, layout, run)
 
     def _slow_block(self, lines: list[str], nums: list[int], layout: Layout, run: _Run) -> None:
-        """A block that did not convert at once: keep the rows that fit, explain the rest."""
+        """A block that did not convert at once: keep the rows that fit, explain the rest.
+
+        An NCCL log line printed while nccl-tests was writing a row lands inside it: the log
+        text goes to the log parser, and a row left short is completed by the next line's
+        fields (the rest of the row, printed after the log line's newline).
+        """
         good: list[str] = []
         good_nums: list[int] = []
+        partial: tuple[list[str], int] | None = None
         for raw, num in zip(lines, nums):
             text = strip_prefix(raw).strip()
+            if (m := _EMBEDDED_LOG.search(text)) is not None and m.start() > 0:
+                if self.on_other is not None:
+                    self.on_other(text[m.start():], num)
+                text = text[: m.start()].strip()
             tokens = text.split()
-            fits = len(tokens) == layout.ncols and tokens[0].isdigit() and textblock.convert_rows(
+            if partial is not None:
+                if tokens and len(partial[0]) + len(tokens) == layout.ncols and _is_num(tokens[0]):
+                    tokens, num = partial[0] + tokens, partial[1]
+                    text = " ".join(tokens)
+                else:
+                    self._cut_row(partial, layout)
+                partial = None
+            if 3 < len(tokens) < layout.ncols and _is_int(tokens[0]) and all(map(_is_cell, tokens[3:])):
+                partial = (tokens, num)
+                continue
+            fits = len(tokens) == layout.ncols and _is_int(tokens[0]) and textblock.convert_rows(
                 pa.array([text], pa.large_string()), layout.prefix, layout.sides, layout.suffix) is not None
             if fits:
                 good.append(text)
                 good_nums.append(num)
-            elif tokens and tokens[0].isdigit() and len(tokens) > 3 and text.count(":") <= 1:
-                self.result.issues.append(Issue(num, f"data row has {len(tokens)} fields, the table "
-                                                     f"header has {layout.ncols}", text[:200]))
+            elif tokens and _is_int(tokens[0]) and len(tokens) > 3 and text.count(":") <= 1:
+                why = (f"data row has {len(tokens)} fields, the table header has {layout.ncols}"
+                       if len(tokens) != layout.ncols else "data row has a field that is not a number where the "
+                                                           "table header expects one")
+                self.result.issues.append(Issue(num, why, text[:200]))
             else:
                 if self.on_other is not None:
                     self.on_other(raw, num)
                 self._annotation(text.lstrip("#").strip(), num)
+        if partial is not None:
+            self._cut_row(partial, layout)
         if good:
             cols = textblock.convert_rows(pa.array(good, pa.large_string()), layout.prefix, layout.sides, layout.suffix)
             self._emit(cols, np.asarray(good_nums, dtype=np.int64), layout, run)
+
+    def _cut_row(self, partial: tuple[list[str], int], layout: Layout) -> None:
+        tokens, num = partial
+        self.result.issues.append(Issue(num, f"data row cut short: {len(tokens)} of {layout.ncols} fields",
+                                        " ".join(tokens)[:200]))
 
     def _emit(self, cols: dict[str, Any], nums: np.ndarray, layout: Layout, run: _Run) -> None:
         sizes = cols["size"].to_numpy()
@@ -581,6 +645,8 @@ class TextParser:
             run.dtype = cols["type"][0].as_py()
         if n and run.redop is None and "redop" in cols:
             run.redop = cols["redop"][0].as_py()
+        if run.inferred is None and n and _collective(run, self.source.meta, self.source.path) is None:
+            run.inferred = self._infer(cols, layout, run) or False
         consts = self._row_constants(run)
         const = textblock.constant
         shared: dict[str, Any] = {
@@ -614,17 +680,30 @@ class TextParser:
             data["wrong"] = cols.get(pre + "wrong", pa.nulls(n, pa.int64()))
             self._on_rows(pa.table(data))
 
+    def _infer(self, cols: dict[str, Any], layout: Layout, run: _Run) -> tuple[str, int | None] | None:
+        """The collective of rows that name no binary (the first batch of the run decides)."""
+        if "s0.algbw" not in cols or "s0.busbw" not in cols or "count" not in cols:
+            return None
+        first = {k: cols[k][0].as_py() for k in ("type", "redop", "root") if k in cols}
+        return infer_collective(cols["size"].to_numpy(zero_copy_only=False),
+                                cols["count"].to_numpy(zero_copy_only=False), first.get("type"),
+                                first.get("redop"), first.get("root"),
+                                cols["s0.algbw"].to_numpy(zero_copy_only=False),
+                                cols["s0.busbw"].to_numpy(zero_copy_only=False),
+                                self.source.meta.get("ranks") or _scale(run)[1])
+
     def _row_constants(self, run: _Run) -> dict[str, Any]:
         meta = self.source.meta
         nodes, ranks, _ = _scale(run)
+        inferred = run.inferred if isinstance(run.inferred, tuple) else (None, None)
         return {
             "run_id": self.source.run_id_for(run.index),
             "fabric": meta.get("fabric") or self.source.fabric,
-            "collective": _collective(run, meta, self.source.path),
+            "collective": _collective(run, meta, self.source.path) or inferred[0],
             "arm": meta.get("arm"),
             "policy": meta.get("policy"),
             "nodes": meta.get("nodes") or nodes,
-            "ranks": meta.get("ranks") or ranks,
+            "ranks": meta.get("ranks") or ranks or inferred[1],
             "source_path": self.source.path,
             "source_sha256": self.source.sha256,
         }
@@ -652,6 +731,8 @@ class TextParser:
         return {
             "run_id": consts["run_id"], "fabric": consts["fabric"], "collective": consts["collective"],
             "binary": run.binary, "nodes": consts["nodes"], "ranks": consts["ranks"],
+            "collective_inferred": (True if isinstance(run.inferred, tuple) and consts["collective"]
+                                    and _collective(run, self.source.meta, self.source.path) is None else None),
             "gpus_per_node": (consts["ranks"] // consts["nodes"]) if consts["ranks"] and consts["nodes"] else None,
             "nccl_version": run.nccl_version, "nccl_tests_version": run.nccl_tests_version,
             "hosts": ",".join(hosts) if hosts else None, "n_hosts": len(hosts) if hosts else None,
@@ -663,6 +744,7 @@ class TextParser:
             "oob_values": run.oob, "avg_busbw_gbs": run.avg_busbw,
             "header": run.header_text if run.header_text else None,
             "source_format": "nccl-tests-text", "arm": consts["arm"], "policy": consts["policy"],
+            "synthetic": True if run.simulator else None,
             "source_path": self.source.path, "source_sha256": self.source.sha256,
             "_gpus_per_process": gpus, "_rows": run.rows,
         }
@@ -736,11 +818,8 @@ def parse_nccltests_text(data: bytes | str | Iterable[bytes], source: SourceInfo
     parser = TextParser(source)
     if isinstance(data, str):
         data = data.encode("utf-8", "replace")
-    if isinstance(data, bytes):
-        parser.feed(data)
-    else:
-        for chunk in data:
-            parser.feed(chunk)
+    for chunk in normalize_chunks([data] if isinstance(data, bytes) else data):
+        parser.feed(chunk)
     result = parser.close()
     for row in result.tables.get("runs", []):
         row.pop("_gpus_per_process", None)

@@ -150,7 +150,7 @@ def test_one_file_and_row_group_per_table_partition_and_source(campaign):
     import pyarrow.parquet as pq
 
     root, _, _, _ = campaign
-    files = list((root / "dataset" / "iterations").rglob("*.parquet"))
+    files = list((root / "dataset" / "iterations").rglob(datasets.data_file_name("*")))
     assert len(files) == 2  # the ring and cycles steps (the invalid arm has no rows), one partition each
     assert all(pq.ParquetFile(f).num_row_groups <= 2 for f in files)  # text steps: one per placement batch
 

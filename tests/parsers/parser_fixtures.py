@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from ncclbot_sweep.parsers.common import SourceInfo
 
-REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real"
+#: Real outputs from the field, copied into the repository (see its INDEX.md for sources).
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+#: Files written for the tests in the shapes real outputs take (see its README.md).
+FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "field"
 
 
 def real(rel: str) -> Path:
-    """Path of a real fixture; skips the test when the shared fixtures are absent."""
+    """Path of a real fixture (``A/name.txt``); a missing one fails, it never skips."""
     path = REAL / rel
-    if not path.exists():
-        pytest.skip(f"shared fixture {rel} not present")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: real fixture missing; it must be in tests/fixtures/real (INDEX.md)")
     return path
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import nb_host as H
 from nb_coord import Coordinator, Proxy
 from nb_trace import read_trace, trace_path
 

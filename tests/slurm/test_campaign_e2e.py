@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner

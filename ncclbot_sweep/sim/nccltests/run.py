@@ -19,7 +19,7 @@ import numpy as np
 
 from ncclbot_sweep import costmodel
 from ncclbot_sweep.errors import NcclbotError
-from ncclbot_sweep.names import BINARY_COLLECTIVE, COLLECTIVES, Arm, all_arms
+from ncclbot_sweep.names import BINARY_COLLECTIVE, COLLECTIVES, SIMULATOR, Arm, all_arms
 from ncclbot_sweep.sim.fabric import SimFabric, fabric_for_env
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
 from ncclbot_sweep.sim.nccltests import report
@@ -154,7 +154,8 @@ def _no_arm_failure(ctx: _Context) -> TestFailure:
 def _write_header(ctx: _Context, json_doc: dict | None) -> None:
     o, out = ctx.options, ctx.out
     code = ctx.fabric.spec.nccl_version_code
-    out.write(f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={code} nccl-library={code}\n")
+    out.write(f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={code} nccl-library={code} "
+              f"simulator={SIMULATOR}\n")
     out.write(f"# Collective test starting: {ctx.binary}\n")
     step = f"{o.stepfactor}(factor)" if o.stepfactor > 1 else f"{o.stepbytes}(bytes)"
     out.write(
@@ -431,7 +432,7 @@ def _run(binary, collective, options, sim, layout, env, out, argv, *, place: Ran
         json_handle, _path = _open_json(options.json_path, out)
         if json_handle is not None:
             json_doc = {"version": 3, "start_time": _now(), "args": list(argv), "env": [f"{k}={v}" for k, v in env.items()],
-                        "nccl_version": sim.spec.nccl_version_code}
+                        "nccl_version": sim.spec.nccl_version_code, "simulator": SIMULATOR}
     seed = _seed(env, sim.name, binary, layout, ranks, argv)
     if place is not None and place.rank != 0:
         # Every rank process has its own noise; rank 0 keeps the step's, so steps that differ

@@ -1,0 +1,201 @@
+"""Ingest never stops for one bad input and never keeps an impossible value: corrupt,
+special and hostile files, impossible numbers, concurrent ingests, a killed ingest's leftovers,
+and ``ingest --strict``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ncclbot_sweep import datasets
+from ncclbot_sweep.cli import main
+from ncclbot_sweep.ingest import ingest
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+GOOD = REAL / "A" / "superbench-nccl_reduce.txt"  # 68 rows, all ingested
+
+HEADER = ("# nThread 1 nGpus 8 minBytes 8 maxBytes 64 step: 2(factor) warmup iters: 5 iters: 20 "
+          "agg iters: 1 validation: 1 graph: 0\n#\n"
+          "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n"
+          "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n")
+
+
+def _row(size: int, time: str, in_time: str = "10.00") -> str:
+    return f"{size:12d}  {max(size, 0) // 4:12d}     float     sum      -1  {time:>7s}    0.01    0.01      0  {in_time:>7s}    0.01    0.01      0\n"
+
+
+def _sources(root: Path):
+    return datasets.read_table(root, "sources").set_index("source_path")
+
+
+def _quarantine(root: Path, path: Path):
+    q = datasets.read_table(root, "quarantine")
+    return q[q["source_path"] == str(path)]
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    """A folder of inputs that once crashed ingest, beside one good file."""
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "good.txt").write_bytes(GOOD.read_bytes())
+    (d / "deep.json").write_text('{"results": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (d / "truncated.txt.gz").write_bytes(gzip.compress(GOOD.read_bytes())[:-400])
+    (d / "corrupt.json.gz").write_bytes(b"\x1f\x8b\x08\x00" + os.urandom(300))
+    (d / "wrongtypes.json").write_text(json.dumps({"version": 3, "config": "no", "results": [{"size": "big",
+                                                  "out_of_place": [1, 2], "in_place": None}], "devices": 7}))
+    (d / "inf.json").write_text('{"version": 3, "nccl_version": 22903, "config": {"iterations": 2}, '
+                                '"results": [{"size": 1e999, "count": 2, "type": "float", "redop": "sum", '
+                                '"root": -1, "out_of_place": {"time": 1e999, "algbw": 1, "busbw": 1, "nwrong": 0}}]}')
+    (d / "cr-only.txt").write_bytes(GOOD.read_bytes().replace(b"\n", b"\r"))
+    (d / "bom-fragment.txt").write_bytes(b"\xef\xbb\xbf" + _row(8, "5.00").encode() + _row(16, "5.10").encode())
+    os.mkfifo(d / "fifo")
+    return d
+
+
+def test_a_batch_of_hostile_inputs_ingests_the_good_ones_and_accounts_for_every_file(hostile, tmp_path):
+    root = tmp_path / "ds"
+    summary = ingest([hostile, "/dev/zero"], root)  # /dev/zero named explicitly: never read
+    sources = _sources(root)
+    assert summary.files == 10 == len(sources)
+    status = sources["status"].to_dict()
+    assert status[str(hostile / "good.txt")] == "ingested"
+    assert status[str(hostile / "cr-only.txt")] == "ingested"
+    assert status[str(hostile / "bom-fragment.txt")] == "ingested"
+    for name in ("deep.json", "corrupt.json.gz", "fifo"):
+        assert status[str(hostile / name)] == "quarantined", name
+    assert status["/dev/zero"] == "quarantined"
+    assert "nested too deeply" in _quarantine(root, hostile / "deep.json")["reason"].iloc[0]
+    # Wrong types: the field is named in quarantine, and nothing of the wrong shape becomes a row.
+    assert status[str(hostile / "wrongtypes.json")] in ("partial", "quarantined")
+    reasons = " ".join(_quarantine(root, hostile / "wrongtypes.json")["reason"])
+    assert "'config' is str" in reasons
+    assert "FIFO" in _quarantine(root, hostile / "fifo")["reason"].iloc[0]
+    assert "character device" in _quarantine(root, Path("/dev/zero"))["reason"].iloc[0]
+    # A truncated gzip keeps what came before the cut, and says where it broke.
+    assert status[str(hostile / "truncated.txt.gz")] in ("partial", "quarantined")
+    assert _quarantine(root, hostile / "truncated.txt.gz")["reason"].str.contains("truncated or corrupt").any()
+    it = datasets.read_table(root, "iterations")
+    per_file = it.groupby("source_path").size().to_dict()
+    assert per_file[str(hostile / "good.txt")] == per_file[str(hostile / "cr-only.txt")] == 68
+    assert per_file[str(hostile / "bom-fragment.txt")] == 4
+    # 1e999 is infinite: never a row, always a quarantine line.
+    assert str(hostile / "inf.json") not in per_file
+    assert str(hostile / "wrongtypes.json") not in per_file
+    assert _quarantine(root, hostile / "inf.json")["reason"].str.contains("impossible").any()
+    again = ingest([hostile, "/dev/zero"], root)
+    assert again.skipped == 10 and not again.rows
+
+
+def test_impossible_values_are_quarantined_with_their_line_never_stored(tmp_path):
+    text = HEADER + _row(8, "5.00") + _row(16, "nan") + _row(32, "-3.00") + _row(64, "0.00") + _row(-128, "5.00")
+    path = tmp_path / "all_reduce_perf.txt"
+    path.write_text(text)
+    summary = ingest([path], tmp_path / "ds")
+    it = datasets.read_table(tmp_path / "ds", "iterations")
+    assert (it["time_us"] > 0).all() and (it["size_bytes"] >= 0).all()
+    assert len(it) == 2 + 3  # size 8 both halves, the in-place half of 16, 32 and 64
+    q = _quarantine(tmp_path / "ds", path).sort_values("line")
+    first_row = 5  # the four header lines come first
+    # one issue per broken half-row: the negative size breaks both halves of its line
+    assert list(q["line"]) == [first_row + 1, first_row + 2, first_row + 3, first_row + 4, first_row + 4]
+    assert q["reason"].str.startswith("impossible").all()
+    assert "size_bytes -128" in q["reason"].iloc[-1]
+    assert summary.partial == 1 and _sources(tmp_path / "ds")["status"].iloc[0] == "partial"
+
+
+def test_rows_of_impossible_trace_durations_and_latencies_are_quarantined(tmp_path):
+    trace = tmp_path / "ncclbot-00000000000000ab-r0.csv"
+    trace.write_text("# ncclbot-trace v1\nkind,t_ns,comm_id,rank,nranks,nnodes,collective,size_bytes,pull,arm,"
+                     "auto_arm,policy,latency_us,reward,round,sync_us\n"
+                     "pull,1,00000000000000ab,0,8,1,AllReduce,1024,1,Ring/LL,Ring/LL,ucb1,12.5,1,1,\n"
+                     "pull,2,00000000000000ab,0,8,1,AllReduce,1024,2,Ring/LL,Ring/LL,ucb1,inf,1,1,\n"
+                     "pull,3,00000000000000ab,0,8,1,AllReduce,1024,3,Ring/LL,Ring/LL,ucb1,-4,1,1,\n")
+    ingest([trace], tmp_path / "ds")
+    ev = datasets.read_table(tmp_path / "ds", "live_events")
+    assert list(ev["latency_us"]) == [12.5]
+    assert len(_quarantine(tmp_path / "ds", trace)) == 2
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file whatever its permissions")
+def test_an_unreadable_file_is_quarantined_and_the_rest_ingested(tmp_path):
+    (tmp_path / "in").mkdir()
+    locked = tmp_path / "in" / "locked.txt"
+    locked.write_bytes(GOOD.read_bytes())
+    locked.chmod(0)
+    (tmp_path / "in" / "good.txt").write_bytes(GOOD.read_bytes())
+    summary = ingest([tmp_path / "in"], tmp_path / "ds")
+    assert summary.ingested == 1 and [p for p, _ in summary.quarantined] == [str(locked)]
+    assert "permissions" in summary.quarantined[0][1]
+
+
+def test_a_source_whose_files_exist_but_not_its_ledger_entry_is_ingested_not_quarantined(tmp_path):
+    """A kill between the data files' renames and the ledger's leaves rows but no ledger entry."""
+    ingest([GOOD], tmp_path / "ds")
+    for ledger in (tmp_path / "ds" / "sources").rglob(datasets.data_file_name("*")):
+        ledger.unlink()
+    summary = ingest([GOOD], tmp_path / "ds")
+    assert summary.ingested == 1 and not summary.quarantined
+    assert _sources(tmp_path / "ds")["status"].tolist() == ["ingested"]
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
+
+
+def test_leftover_temporary_files_of_a_killed_ingest_are_removed(tmp_path):
+    ingest([GOOD], tmp_path / "ds")
+    folder = next((tmp_path / "ds" / "iterations").rglob(datasets.data_file_name("*"))).parent
+    leftover = folder / f".{datasets.data_file_name('ab' * 32)}.0123.tmp"
+    leftover.write_bytes(b"PAR1 half written")
+    ingest([REAL / "A" / "superbench-nccl_broadcast.txt"], tmp_path / "ds")
+    assert not leftover.exists()
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68 + 68
+
+
+_INGEST = """
+import sys
+from ncclbot_sweep.ingest import ingest
+s = ingest(sys.argv[2:], sys.argv[1])
+print(s.ingested, s.skipped, len(s.quarantined))
+"""
+
+
+def test_concurrent_ingests_into_one_dataset_take_turns(tmp_path):
+    inputs = sorted(str(p) for p in (REAL / "A").glob("superbench-*.txt")) + [str(REAL / "B")]
+    root = tmp_path / "ds"
+    procs = [subprocess.Popen([sys.executable, "-c", _INGEST, str(root), *inputs], stdout=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    ingested = sorted(int(o[0]) for o in outs)
+    assert ingested[0] == ingested[1] == 0 and ingested[2] > 0  # one did the work, two found it done
+    assert all(int(o[2]) == 0 for o in outs)
+    sources = datasets.read_table(root, "sources")
+    assert len(sources) == sources["source_sha256"].nunique() and "quarantined" not in set(sources["status"])
+    assert not list(root.rglob("*.tmp"))
+
+
+def test_cli_strict_exits_1_when_anything_was_quarantined(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text(HEADER + _row(8, "5.00") + _row(16, "nan"))
+    runner = CliRunner()
+    ok = runner.invoke(main, ["ingest", str(GOOD), "--dataset", str(tmp_path / "ds"), "--strict"])
+    assert ok.exit_code == 0, ok.output
+    res = runner.invoke(main, ["ingest", str(bad), "--dataset", str(tmp_path / "ds"), "--strict"])
+    assert res.exit_code == 1
+    assert res.output.splitlines()[-1].startswith("Error: --strict: 0 input(s) quarantined and 1 partly")
+    lax = runner.invoke(main, ["ingest", str(bad), "--dataset", str(tmp_path / "ds2")])
+    assert lax.exit_code == 0
+
+
+def test_cli_unwritable_dataset_is_an_error_line_not_a_traceback(tmp_path):
+    target = tmp_path / "file-not-folder"
+    target.write_text("x")
+    res = CliRunner().invoke(main, ["ingest", str(GOOD), "--dataset", str(target / "ds")])
+    assert res.exit_code == 1
+    assert res.output.startswith(f"Error: {target / 'ds'}: cannot write the dataset")
