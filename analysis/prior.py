@@ -6,7 +6,7 @@ warm-start prior and reward scale. Predictions come, in order of preference, fro
 1. the ``cost_tables`` table (per-call predictions NCCL logged, or a plugin dump), or
 2. the ``tuning_tables`` table (NCCL's per-communicator latency/bandwidth table), turned into
    per-call predictions with NCCL's time formula and corrections, implemented once in
-   :mod:`ncclbot_sweep.costmodel` (``shared/reference/nccl-cost-model.md``).
+   :mod:`ncclbot_sweep.costmodel` (``docs/nccl-cost-model.md``).
 
 Both are keyed by context; duplicate rows (several runs or sources) are averaged.
 """

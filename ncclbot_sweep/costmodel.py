@@ -5,7 +5,7 @@ NCCL builds, once per communicator, a table of latencies (us) and algorithm band
 init with ``NCCL_DEBUG_SUBSYS=TUNING`` as ``%8.1f/%6.1f`` cells. Per call it turns the
 table into a cost table (``ncclTopoGetAlgoTime``) and takes the argmin
 (``topoGetAlgoInfo``). This module is that per-call part, written from
-``shared/reference/nccl-cost-model.md`` sections 2.5, 3.5 and 3.6:
+``docs/nccl-cost-model.md`` sections 2.5, 3.5 and 3.6:
 
     time_us = lat * latCount + nBytes / (1000 * bw)
 

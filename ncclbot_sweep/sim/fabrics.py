@@ -8,7 +8,7 @@
 * ``sim-gb200-mnnvl-off``: the same nodes with MNNVL disabled: NVLink inside a node only,
   4 x 400G per node; PAT enabled for multi-GPU nodes.
 
-Graph values follow ``shared/reference/nccl-cost-model.md`` section 2.1 and 5 (H100 single
+Graph values follow ``docs/nccl-cost-model.md`` section 2.1 and 5 (H100 single
 node: ring/tree 12 ch x 30, NVLS 8 x 40/60; multi-node: 8 ch x 48 on 8 NICs).
 """
 

@@ -1,6 +1,6 @@
 """The simulated fabric's ``ncclTopoTuneModel``: graph parameters -> NCCL's init tuning table.
 
-Written from ``shared/reference/nccl-cost-model.md`` sections 2 and 3.1-3.4 with the
+Written from ``docs/nccl-cost-model.md`` sections 2 and 3.1-3.4 with the
 NCCL 2.30 constants (2.28.9+ latency table, 2.30 Blackwell caps). The table it returns is
 unrounded; the simulator prints it with ``%8.1f/%6.1f`` and computes its costs from the
 printed values (``TuningTable.as_printed``), exactly as the analysis does from the log.

@@ -6,7 +6,7 @@
  * NCCL does, calling it in NCCL's order from NCCL's threads, and measuring with
  * CLOCK_MONOTONIC the host time really spent inside the plugin's calls, so that the
  * simulator can add it to each iteration (plugin and synchronisation overhead are then the
- * real plugin's cost, not a constant). Facts: shared/reference/nccl-plugin-api.md.
+ * real plugin's cost, not a constant). Facts: docs/nccl-plugin-abi.md.
  *
  *   open      dlopen NCCL_PROFILER_PLUGIN and NCCL_TUNER_PLUGIN (one file through both gives
  *             one handle), profiler init (v6, else v5), then tuner init (v6, else v5) with

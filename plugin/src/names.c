@@ -1,4 +1,4 @@
-/* names.c: NCCL's spellings of collectives, algorithms and protocols (ARCHITECTURE section 3). */
+/* names.c: NCCL's spellings of collectives, algorithms and protocols (docs/architecture.md section 3). */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>

@@ -1,7 +1,7 @@
 /*
  * nccl_abi.h: our own declarations of the NCCL tuner and profiler plugin ABI.
  *
- * Written from the facts in shared/reference/nccl-plugin-api.md (sections 2-4);
+ * Written from the facts in docs/nccl-plugin-abi.md (sections 2-4);
  * no NCCL header is copied. Only the members this plugin reads are named; the
  * rest of each union is padding so that sizes and offsets match NCCL 2.27-2.30.
  * The _Static_asserts at the bottom pin the layouts the reference gives.

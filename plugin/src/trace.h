@@ -1,5 +1,5 @@
 /*
- * trace.h: the per-rank CSV trace of ARCHITECTURE section 8
+ * trace.h: the per-rank CSV trace of docs/architecture.md section 8
  * (<NCCLBOT_TRACE_DIR>/ncclbot-<comm_id 16 hex>-r<rank>.csv, "# ncclbot-trace v1").
  *
  * Off the hot path: a row is a fixed-size binary record copied into a ring allocated

@@ -34,7 +34,7 @@ def arm_name(arm: int) -> str:
     return f"{ALGOS[arm // 3]}/{PROTOS[arm % 3]}"
 
 
-# ---- ABI mirrors (from shared/reference/nccl-plugin-api.md, sections 3-4) ----
+# ---- ABI mirrors (from docs/nccl-plugin-abi.md, sections 3-4) ----
 
 LOGGER = C.c_void_p
 TUNER_INIT = C.CFUNCTYPE(C.c_int, C.POINTER(C.c_void_p), C.c_uint64, C.c_size_t, C.c_size_t,

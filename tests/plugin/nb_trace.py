@@ -1,4 +1,4 @@
-"""Reading the plugin's per-rank trace CSV (ARCHITECTURE section 8) in tests."""
+"""Reading the plugin's per-rank trace CSV (docs/architecture.md section 8) in tests."""
 
 from __future__ import annotations
 

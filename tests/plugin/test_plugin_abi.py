@@ -1,5 +1,5 @@
 """The ctypes mirrors the tests drive the plugin with match the layouts in
-shared/reference/nccl-plugin-api.md (the C side pins the same numbers with
+docs/nccl-plugin-abi.md (the C side pins the same numbers with
 _Static_assert in plugin/src/nccl_abi.h), so every behaviour test exercises the
 plugin at NCCL's real offsets."""
 

@@ -7,7 +7,7 @@
   by :mod:`ncclbot_sweep.sim.live`).
 * The fabric and seed (``NCCLBOT_SIM_FABRIC``, ``NCCLBOT_SIM_SEED``).
 * ``NCCL_ALGO``/``NCCL_PROTO`` in the 2.24+ syntax ``[list][;func:list]*`` with ``^``
-  exclusions (``shared/reference/nccl-plugin-api.md`` section 9), and the debug settings
+  exclusions (``docs/nccl-plugin-abi.md`` section 9), and the debug settings
   ``NCCL_DEBUG``, ``NCCL_DEBUG_SUBSYS``, ``NCCL_DEBUG_FILE``.
 """
 

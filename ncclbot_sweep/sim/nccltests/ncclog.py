@@ -3,7 +3,7 @@
 Every line carries NCCL's prefix ``host:pid:tid [dev] NCCL INFO `` (or ``... file:line
 NCCL WARN ``). Written here: the version line, the communicator summary (nodes, ranks and
 runtime channels, which the cost formula needs), the init tuning table in the three-block
-layout of ``shared/fixtures/real/B/ncclebpf-nccl2.29.7-tuning-3block-table-algo-choice.txt``,
+layout of ``tests/fixtures/real/B/ncclebpf-nccl2.29.7-tuning-3block-table-algo-choice.txt``,
 and one ``<Coll>: <bytes> Bytes -> Algo <ALGO> proto <PROTO> channel{Lo..Hi}={lo..hi}`` line
 per call.
 """

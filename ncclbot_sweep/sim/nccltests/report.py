@@ -1,6 +1,6 @@
 """The text and JSON that nccl-tests 2.19 prints, field for field.
 
-Layouts follow the real outputs in ``shared/fixtures/real/A`` (2.18/2.19 text and the
+Layouts follow the real outputs in ``tests/fixtures/real/A`` (2.18/2.19 text and the
 2.19.7 ``-J`` file): the ``#`` header, device lines, a three-line column header (with the
 ``i_min i_max i_p99 i_cv%`` columns under ``-I``), ``%12li  %12li  %8s  %6s  %6s`` row
 prefixes, numbers through nccl-tests' ``getFloatStr`` (2 decimals, fewer when they do not
