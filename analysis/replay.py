@@ -2,7 +2,8 @@
 
 One independent bandit per context. At step ``t`` the policy picks an arm; the k-th pull of
 an arm is served that arm's k-th sample in iteration order (transient included; a pool
-shorter than the horizon wraps around). Two prices per context:
+shorter than the horizon wraps its steady part, :func:`~.pools.pool_position`). Two prices
+per context:
 
 * realized TRLT  = sum_t X_t / sum_t X*_t - 1, against the measured-best arm ``a*`` replaying
   its own pool for the same ``T`` steps (so both pay the transient once);
@@ -28,7 +29,7 @@ from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import Arm
 
 from .policies import BanditState, Policy, draw_counts
-from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
+from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools, pool_position
 
 __all__ = ["ReplayProblem", "ReplayRun", "make_problem", "oracle_sums", "run_policy", "run_replay", "split_labels", "SPLITS"]
 
@@ -124,8 +125,8 @@ def oracle_sums(problem: ReplayProblem, horizon: int) -> tuple[np.ndarray, np.nd
     """Realized and selection-priced totals of the measured-best arm over ``horizon`` steps."""
     pools = problem.pools
     c = np.arange(len(pools))
-    depth = pools.depth[c, pools.best]
-    idx = np.arange(horizon)[None, :] % depth[:, None]
+    depth, wrap = pools.depth[c, pools.best], pools.wrap[c, pools.best]
+    idx = pool_position(np.arange(horizon)[None, :], depth[:, None], wrap[:, None])
     served = pools.samples[c[:, None], pools.best[:, None], idx].sum(axis=1)
     return served, horizon * pools.steady[c, pools.best]
 
@@ -150,6 +151,7 @@ class _Batch:
     depth_max: int
     samples: np.ndarray  # flat [C * K * D]
     depth: np.ndarray  # flat [B * K]
+    wrap: np.ndarray  # flat [B * K]
     steady: np.ndarray  # flat [B * K]
     mu_min: np.ndarray
     rngs: list
@@ -168,6 +170,7 @@ def _batch(problem: ReplayProblem, policy: Policy, seeds: list[int], share: bool
         policy=policy, state=state, n_blocks=n_blocks, ctx=ctx, rows=rows, cell_base=rows * n_arms,
         sample_base=ctx * (n_arms * depth_max), depth_max=depth_max,
         samples=np.ascontiguousarray(pools.samples).reshape(-1), depth=pools.depth[ctx].reshape(-1),
+        wrap=pools.wrap[ctx].reshape(-1),
         steady=np.nan_to_num(pools.steady[ctx]).reshape(-1), mu_min=problem.mu_min[ctx],
         rngs=[np.random.default_rng(s) for s in seeds[:n_blocks]])
 
@@ -179,7 +182,7 @@ def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.nda
     cell = b.cell_base + arms
     pulls_flat = b.state.pulls.reshape(-1)
     pulls = pulls_flat[cell]
-    x = b.samples[b.sample_base + arms * b.depth_max + pulls % b.depth[cell]]
+    x = b.samples[b.sample_base + arms * b.depth_max + pool_position(pulls, b.depth[cell], b.wrap[cell])]
     reward = b.mu_min / x
     skip = b.policy.estimator.skip_first
     if skip:

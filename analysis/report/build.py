@@ -47,6 +47,7 @@ class ReportOptions:
     window: tuple[int, int] = (11, 99)
     rho_max: float = 2.0
     n_boot: int = 200
+    keep_warmup: bool = False
 
 
 def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions = ReportOptions(),
@@ -57,7 +58,8 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    problem = load_problem(dataset, fabric=options.fabric, window=options.window, rho_max=options.rho_max)
+    problem = load_problem(dataset, fabric=options.fabric, window=options.window, rho_max=options.rho_max,
+                           keep_warmup=options.keep_warmup)
     if replay is None:
         replay = run_replay(problem, [parse_policy(p) for p in options.policies], horizon=options.horizon,
                             seeds=range(options.seeds), split=options.split)
@@ -87,7 +89,8 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "synthetic": any(str(f).startswith("sim-") for f in problem.contexts["fabric"].unique()),
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order,
-        "headline": _headline(summary),
+        "headline": _headline(summary), "convention": problem.pools.convention,
+        "excluded": problem.pools.excluded,
     }
     path = render_page(out / "index.html", "report.html.j2", context)
     log.info("report written to %s", path)

@@ -16,6 +16,8 @@ _DEFAULT_POLICIES = "AUTO,Random,UCB1,Softmax,KL-UCB,ETC"
 
 
 def _dataset_option(f):
+    f = click.option("--keep-warmup", is_flag=True, default=False,
+                     help="Keep iteration 0 (the perf binary's warm-up) in the pools; the paper drops it.")(f)
     f = click.option("--fabric", default=None, help="Only this fabric (default: every fabric in the dataset).")(f)
     f = click.option("--rho-max", type=float, default=2.0, show_default=True,
                      help="Arm filter: drop arms predicted slower than rho_max x the best prediction.")(f)
@@ -25,10 +27,10 @@ def _dataset_option(f):
                         help="Dataset root written by 'ncclbot-sweep ingest'.")(f)
 
 
-def _problem(dataset, fabric, window, rho_max):
+def _problem(dataset, fabric, window, rho_max, keep_warmup=False):
     from ncclbot_sweep.analysis.inputs import load_problem
 
-    return load_problem(dataset, fabric=fabric, window=tuple(window), rho_max=rho_max)
+    return load_problem(dataset, fabric=fabric, window=tuple(window), rho_max=rho_max, keep_warmup=keep_warmup)
 
 
 def _echo_table(frame, title: str) -> None:
@@ -51,14 +53,15 @@ def analyze() -> None:
 @analyze.command()
 @_dataset_option
 @click.option("--horizon", type=int, default=100, show_default=True, help="Steps priced for realized TRLT.")
-def pools(dataset, fabric, window, rho_max, horizon):
+def pools(dataset, fabric, window, rho_max, keep_warmup, horizon):
     """Summarise the replay pools: contexts, arms, depth and the transient switch point per scenario."""
     from ncclbot_sweep.analysis.transient import detect_transients
 
-    problem = _problem(dataset, fabric, window, rho_max)
+    problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
     p = problem.pools
     click.echo(f"{len(p)} contexts, arms {', '.join(p.arms)}, pool depth {int(p.depth.max())}, "
                f"mean offered arms {problem.offered.sum(axis=1).mean():.2f}")
+    click.echo(f"Pool convention: {p.convention}.")
     _echo_table(detect_transients(p), "Transient switch point per scenario (BIC, one vs two segments)")
 
 
@@ -68,11 +71,13 @@ def pools(dataset, fabric, window, rho_max, horizon):
 @click.option("--threshold", type=float, default=0.10, show_default=True, help="Tail threshold (fraction).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also write the audit tables as CSV into this folder.")
-def audit(dataset, fabric, window, rho_max, horizon, threshold, out):
+def audit(dataset, fabric, window, rho_max, keep_warmup, horizon, threshold, out):
     """Audit AUTO: error rate, TRLT, runner-up margin gate (Figure 13) and tail anatomy (Table 29)."""
     from ncclbot_sweep.analysis.audit import run_audit
 
-    result = run_audit(_problem(dataset, fabric, window, rho_max), horizon=horizon, threshold=threshold)
+    problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
+    click.echo(f"Pool convention: {problem.pools.convention}.")
+    result = run_audit(problem, horizon=horizon, threshold=threshold)
     _echo_table(result.summary, "AUTO against the measured-best arm")
     _echo_table(result.gate, "Runner-up margin gate")
     _echo_table(result.tail, "Tail anatomy")
@@ -95,14 +100,15 @@ def audit(dataset, fabric, window, rho_max, horizon, threshold, out):
               help="scale: test on all but the two smallest node counts; random: 50/50; loco: leave one collective out.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("replay.parquet"),
               show_default=True, help="Parquet file of results, one row per policy x context x seed.")
-def replay(dataset, fabric, window, rho_max, policies, horizon, seeds, split, out):
+def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, seeds, split, out):
     """Replay bandit policies on the forced-arm pools and print the Table-1 summary."""
     from ncclbot_sweep.analysis.policies import parse_policy, split_policy_list
     from ncclbot_sweep.analysis.replay import run_replay
     from ncclbot_sweep.analysis.summary import summarize
 
     chosen = [parse_policy(spec) for spec in split_policy_list(policies)]
-    problem = _problem(dataset, fabric, window, rho_max)
+    problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
+    click.echo(f"Pool convention: {problem.pools.convention}.")
     results = run_replay(problem, chosen, horizon=horizon, seeds=range(seeds), split=split)
     out.parent.mkdir(parents=True, exist_ok=True)
     results.to_parquet(out, index=False)
@@ -120,7 +126,7 @@ def replay(dataset, fabric, window, rho_max, policies, horizon, seeds, split, ou
               help="How contexts are split into train and test.")
 @click.option("--replay", "replay_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Reuse results of 'analyze replay' instead of replaying again.")
-def report(dataset, fabric, window, rho_max, out, policies, horizon, seeds, split, replay_file):
+def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file):
     """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out."""
     from ncclbot_sweep.analysis.report import ReportOptions, build_report
 
@@ -132,6 +138,7 @@ def report(dataset, fabric, window, rho_max, out, policies, horizon, seeds, spli
     from ncclbot_sweep.analysis.policies import split_policy_list
 
     options = ReportOptions(policies=tuple(split_policy_list(policies)), horizon=horizon,
-                            seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max)
+                            seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max,
+                            keep_warmup=keep_warmup)
     path = build_report(dataset, out, options=options, replay=results)
     click.echo(f"Report: {path}")
