@@ -251,6 +251,9 @@ def split_labels(contexts: pd.DataFrame, split: str = "scale", *, seed: int = 42
     out = pd.DataFrame(index=contexts.index)
     if split == "scale":
         nodes = sorted(contexts["nodes"].unique())
+        if len(nodes) < 2:
+            raise AnalysisError(f"the scale split needs at least two node counts, but the data has only {nodes}",
+                                hint="sweep more node counts (campaign 'nodes: [4, 8, 16, 32]') or pass --split random")
         train_nodes = set(nodes[:2]) if len(nodes) > 2 else set(nodes[:1])
         out["part"] = np.where(contexts["nodes"].isin(train_nodes), "train", "test")
         out["fold"] = "scale"

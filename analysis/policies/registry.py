@@ -13,7 +13,7 @@ from .families import (
     ETC, KLUCB, UCB1, UCBV, Auto, EpsilonGreedy, GaussianThompson, RandomPolicy, RoundRobinETC, Softmax, UCBTuned,
 )
 
-__all__ = ["POLICIES", "make_policy", "parse_policy", "split_policy_list", "draw_counts"]
+__all__ = ["POLICIES", "make_policy", "parse_policy", "split_policy_list", "expand_policy_list", "draw_counts"]
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
@@ -62,6 +62,35 @@ def split_policy_list(text: str) -> list[str]:
             current += ch
     parts.append(current.strip())
     return [p for p in parts if p]
+
+
+def expand_policy_list(text: str) -> list[str]:
+    """:func:`split_policy_list`, with every ``@FILE`` item replaced by the specs in that file.
+
+    A file is YAML: a mapping with a ``policies`` list (``champions.yaml`` of ``analyze tune``)
+    or a plain list of specs. Raises :class:`AnalysisError` naming the file when it is
+    missing or holds no ``policies`` list.
+    """
+    from pathlib import Path
+
+    import yaml
+
+    out = []
+    for item in split_policy_list(text):
+        if not item.startswith("@"):
+            out.append(item)
+            continue
+        path = Path(item[1:])
+        if not path.is_file():
+            raise AnalysisError(f"policy file {str(path)!r} does not exist",
+                                hint="pass @DIR/champions.yaml as written by 'ncclbot-sweep analyze tune --out DIR'")
+        doc = yaml.safe_load(path.read_text())
+        specs = doc.get("policies") if isinstance(doc, dict) else doc
+        if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+            raise AnalysisError(f"policy file {str(path)!r} has no list of policy specs",
+                                hint="write 'policies: [UCB1[alpha=0.1], ...]' or a YAML list of specs")
+        out.extend(specs)
+    return out
 
 
 def _value(text: str):

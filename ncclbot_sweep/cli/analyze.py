@@ -91,7 +91,7 @@ def audit(dataset, fabric, window, rho_max, keep_warmup, horizon, threshold, out
 @analyze.command()
 @_dataset_option
 @click.option("--policies", default=_DEFAULT_POLICIES, show_default=True,
-              help="Comma-separated policies (AUTO, Random, UCB1, KL-UCB, Softmax, GaussianTS, eps-greedy, "
+              help="Comma-separated policies, or @FILE (e.g. @DIR/champions.yaml of 'analyze tune') (AUTO, Random, UCB1, KL-UCB, Softmax, GaussianTS, eps-greedy, "
                    "ETC, RR-ETC, UCB-V, UCB-tuned, EXP3, EXP3++, Tsallis-INF, FPL, Hierarchical), each optionally "
                    "with parameters: 'UCB1[estimator.kind=gain;estimator.gain=0.1;label=UCB1-gain]'.")
 @click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
@@ -102,11 +102,11 @@ def audit(dataset, fabric, window, rho_max, keep_warmup, horizon, threshold, out
               show_default=True, help="Parquet file of results, one row per policy x context x seed.")
 def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, seeds, split, out):
     """Replay bandit policies on the forced-arm pools and print the Table-1 summary."""
-    from ncclbot_sweep.analysis.policies import parse_policy, split_policy_list
+    from ncclbot_sweep.analysis.policies import expand_policy_list, parse_policy
     from ncclbot_sweep.analysis.replay import run_replay
     from ncclbot_sweep.analysis.summary import summarize
 
-    chosen = [parse_policy(spec) for spec in split_policy_list(policies)]
+    chosen = [parse_policy(spec) for spec in expand_policy_list(policies)]
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
     click.echo(f"Pool convention: {problem.pools.convention}.")
     results = run_replay(problem, chosen, horizon=horizon, seeds=range(seeds), split=split)
@@ -135,10 +135,66 @@ def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon
         import pandas as pd
 
         results = pd.read_parquet(replay_file)
-    from ncclbot_sweep.analysis.policies import split_policy_list
+    from ncclbot_sweep.analysis.policies import expand_policy_list
 
-    options = ReportOptions(policies=tuple(split_policy_list(policies)), horizon=horizon,
+    options = ReportOptions(policies=tuple(expand_policy_list(policies)), horizon=horizon,
                             seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max,
                             keep_warmup=keep_warmup)
     path = build_report(dataset, out, options=options, replay=results)
     click.echo(f"Report: {path}")
+
+
+def _tune_progress():
+    """A rich progress bar per study; returns (context manager, callback)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bars = Progress(TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    tasks: dict = {}
+
+    def update(name: str, done: int, total: int) -> None:
+        if name not in tasks:
+            tasks[name] = bars.add_task(name, total=total)
+        bars.update(tasks[name], completed=done)
+
+    return bars, update
+
+
+@analyze.command()
+@_dataset_option
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Campaign folder: studies.journal, champions.yaml, tables, search_progress.png.")
+@click.option("--families", default=None, help="Comma-separated learning families (default: the 14 of Table 16).")
+@click.option("--trials", type=int, default=151, show_default=True, help="Complete trials per study.")
+@click.option("--startup-trials", type=int, default=50, show_default=True, help="Random trials after trial 0.")
+@click.option("--seed", type=int, default=42, show_default=True, help="Sampler seed (and replay base seed).")
+@click.option("--objective", type=click.Choice(["selection", "realized"]), default="selection", show_default=True,
+              help="Mean train TRLT priced on steady means (the paper's) or on the latencies served (Table 53).")
+@click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
+@click.option("--seeds", type=int, default=1, show_default=True, help="Replay seeds per trial (stochastic policies).")
+@click.option("--split", type=click.Choice(["scale", "random"]), default="scale", show_default=True,
+              help="Whose train partition the studies see.")
+@click.option("--storage", default=None, help="Optuna storage URL (an RDB; default: the journal file in --out).")
+@click.option("--workers", type=int, default=1, show_default=True, help="Processes on this machine.")
+def tune(dataset, fabric, window, rho_max, keep_warmup, out, families, trials, startup_trials, seed, objective,
+         horizon, seeds, split, storage, workers):
+    """Tune every learning family with Optuna TPE (resumable) and write champions.yaml and Table 16."""
+    from ncclbot_sweep.analysis.study import FAMILIES, TuneOptions
+    from ncclbot_sweep.analysis.study import tune as run_tune
+
+    names = tuple(n.strip() for n in families.split(",") if n.strip()) if families else tuple(FAMILIES)
+    options = TuneOptions(families=names, trials=trials, startup=startup_trials, seed=seed, objective=objective,
+                          horizon=horizon, seeds=seeds, split=split, storage=storage, workers=workers)
+    dataset_args = {"dataset": dataset, "fabric": fabric, "window": tuple(window), "rho_max": rho_max,
+                    "keep_warmup": keep_warmup}
+    problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
+    bars, update = _tune_progress()
+    with bars:
+        path = run_tune(problem, out, options=options, dataset_args=dataset_args, progress=update)
+    _echo_table(_read_table16(out), "Search summary (Table 16), train TRLT %")
+    click.echo(f"Champions: {path} (replay with --policies @{path})")
+
+
+def _read_table16(out: Path):
+    import pandas as pd
+
+    return pd.read_csv(out / "tables" / "table16.csv")
