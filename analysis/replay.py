@@ -299,6 +299,8 @@ def run_replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: i
     labels = split_labels(problem.contexts, split, seed=split_seed)
     frames = []
     for policy in policies:
+        if hasattr(policy, "prepare"):  # fit-once selectors learn from the train part only
+            policy = policy.prepare(problem, labels)
         run = run_policy(problem, policy, horizon=horizon, seeds=seeds)
         frames.append(_frame(problem, run, labels))
         log.info("replayed %s on %d contexts x %d seeds", policy.display_name, len(problem), len(list(seeds)))

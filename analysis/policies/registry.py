@@ -25,17 +25,28 @@ _ALIASES = {"auto": "AUTO", "random": "Random", "klucb": "KL-UCB", "kl-ucb": "KL
             "rretc": "RR-ETC", "madan": "RR-ETC", "ucbv": "UCB-V", "ucb-tuned": "UCB-tuned",
             "ucbtuned": "UCB-tuned", "exp3pp": "EXP3++", "tsallis": "Tsallis-INF", "hier": "Hierarchical"}
 
+#: Fit-once supervised selectors (``study/supervised.py``, scikit-learn), loaded on use.
+_SUPERVISED = ("linear", "rf", "gbm")
+
 
 def make_policy(name: str, **params) -> Policy:
     """Build a policy by name (case-insensitive, common aliases) with champion defaults.
+
+    ``Linear``, ``RF`` and ``GBM`` (optionally ``+cost``) are the supervised selectors of
+    :mod:`ncclbot_sweep.analysis.study.supervised`, fitted by the replay on the split's train part.
 
     ``params`` override fields; ``estimator`` may be an :class:`Estimator` or a dict of its
     fields merged into the policy's default estimator. Raises :class:`AnalysisError` on an
     unknown name or parameter.
     """
+    if name.partition("+")[0].strip().lower() in _SUPERVISED:
+        from ..study.supervised import make_supervised
+
+        return make_supervised(name, **params)
     key = {k.lower(): k for k in POLICIES}.get(name.lower()) or _ALIASES.get(name.lower())
     if key is None:
-        raise AnalysisError(f"policy must be one of {', '.join(POLICIES)}, but got {name!r}")
+        raise AnalysisError(f"policy must be one of {', '.join(POLICIES)} or a supervised selector "
+                            f"(Linear, RF, GBM, each optionally +cost), but got {name!r}")
     cls = POLICIES[key]
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = set(params) - fields

@@ -14,6 +14,9 @@ the paper describes, which TPE models directly:
 EXP3++, ETC and RR-ETC expose no warm start (always cold). The adaptive observed-max reward
 wrapper of Table 16 is not part of the replay's policies, so it is not searched.
 
+The supervised selectors (``GBM+cost`` ...) have spaces over their scikit-learn settings and
+the node-count feature (:data:`SUPERVISED_FAMILIES`, Table 41).
+
 Parameters map to a policy spec in the ``--policies`` grammar (:func:`policy_spec`); every
 field is written out, floats as ``repr`` so a spec replays bit for bit what its trial scored.
 """
@@ -25,7 +28,7 @@ from collections.abc import Callable
 
 from ncclbot_sweep.errors import AnalysisError
 
-__all__ = ["FAMILIES", "Family", "family", "defaults", "suggest", "policy_spec", "changed_knobs"]
+__all__ = ["FAMILIES", "SUPERVISED_FAMILIES", "Family", "family", "defaults", "suggest", "policy_spec", "changed_knobs"]
 
 Params = dict[str, object]
 
@@ -142,12 +145,48 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 )}
 
 
+def _gbm(t):
+    return {"n_estimators": t.suggest_int("n_estimators", 50, 600, log=True),
+            "learning_rate": t.suggest_float("learning_rate", 0.01, 0.3, log=True),
+            "max_depth": t.suggest_int("max_depth", 2, 6), "min_samples_leaf": t.suggest_int("min_samples_leaf", 1, 20),
+            "subsample": t.suggest_float("subsample", 0.5, 1.0), "max_features": t.suggest_float("max_features", 0.3, 1.0),
+            "use_nodes": t.suggest_categorical("use_nodes", [False, True])}
+
+
+def _rf(t):
+    return {"n_estimators": t.suggest_int("n_estimators", 50, 600, log=True),
+            "max_depth": t.suggest_int("max_depth", 0, 16), "min_samples_leaf": t.suggest_int("min_samples_leaf", 1, 20),
+            "max_features": t.suggest_float("max_features", 0.3, 1.0),
+            "use_nodes": t.suggest_categorical("use_nodes", [False, True])}
+
+
+def _linear(t):
+    return {"alpha": t.suggest_float("alpha", 1e-6, 10.0, log=True),
+            "use_nodes": t.suggest_categorical("use_nodes", [False, True])}
+
+
+_GBM = {"n_estimators": 300, "learning_rate": 0.08, "max_depth": 4, "min_samples_leaf": 1, "subsample": 1.0,
+        "max_features": 1.0, "use_nodes": True}
+_RF = {"n_estimators": 400, "max_depth": 0, "min_samples_leaf": 2, "max_features": 1.0, "use_nodes": True}
+
+#: The supervised selectors, tuned with the same budget on validation folds inside train (Table 41);
+#: trial 0 is the paper's fixed setting (``max_depth=0`` is unlimited for RF).
+SUPERVISED_FAMILIES: dict[str, Family] = {f.name: f for f in (
+    *(Family(f"GBM{c}", dict(_GBM), _gbm, warm=False, robust=False) for c in ("", "+cost")),
+    *(Family(f"RF{c}", dict(_RF), _rf, warm=False, robust=False) for c in ("", "+cost")),
+    *(Family(f"Linear{c}", {"alpha": 1e-6, "use_nodes": True}, _linear, warm=False, robust=False)
+      for c in ("", "+cost")),
+)}
+
+
 def family(name: str) -> Family:
     """The family called ``name``; raises :class:`AnalysisError` listing the 14 names."""
-    if name not in FAMILIES:
+    found = FAMILIES.get(name) or SUPERVISED_FAMILIES.get(name)
+    if found is None:
         raise AnalysisError(f"unknown learning family {name!r}",
-                            hint=f"use one of {', '.join(FAMILIES)} (--families NAME,NAME)")
-    return FAMILIES[name]
+                            hint=f"use one of {', '.join(FAMILIES)}, or a supervised selector "
+                                 f"{', '.join(SUPERVISED_FAMILIES)} (--families NAME,NAME)")
+    return found
 
 
 def defaults(name: str) -> Params:

@@ -3,6 +3,8 @@
 Each study runs ``trials`` complete trials (151 by default): trial 0 the family's educated
 guess (enqueued), ``startup`` random start-up trials, then TPE, on the mean train TRLT of
 the split's train partition (selection-priced by default, realized as an option, Table 53).
+Supervised selectors (``GBM+cost`` ...) are tuned with the same budget on the mean
+selection-priced TRLT of validation folds inside the train partition (Table 41).
 
 Studies live in Optuna storage: a journal file ``studies.journal`` in the output folder by
 default, or any Optuna storage URL (an RDB on a cluster). A study is *resumable*: killed at
@@ -35,7 +37,7 @@ from ncclbot_sweep.errors import AnalysisError
 
 from ..policies import parse_policy
 from ..replay import ReplayProblem, run_policy, split_labels
-from .spaces import FAMILIES, defaults, family, policy_spec, suggest
+from .spaces import FAMILIES, SUPERVISED_FAMILIES, defaults, family, policy_spec, suggest
 
 __all__ = ["TuneOptions", "JOURNAL", "open_storage", "train_partition", "run_study", "tune", "objective_value",
            "study_counts"]
@@ -136,6 +138,11 @@ def _sampler(options: TuneOptions, complete: int):
 
 def _score(train: ReplayProblem, name: str, params: dict, options: TuneOptions) -> tuple[float, dict]:
     spec = policy_spec(name, params)
+    if name in SUPERVISED_FAMILIES:
+        from .supervised import validation_trlt
+
+        value = validation_trlt(parse_policy(spec), train, options.split, seed=options.split_seed)
+        return value, {"spec": spec, "selection": value, "realized": float("nan"), "params": params}
     run = run_policy(train, parse_policy(spec), horizon=options.horizon, seeds=options.replay_seeds)
     attrs = {"spec": spec, "selection": objective_value(run, "selection"), "realized": objective_value(run, "realized"),
              "params": params}
