@@ -35,7 +35,7 @@ __all__ = ["ReplayProblem", "ReplayRun", "make_problem", "oracle_sums", "run_pol
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("scale", "random", "loco")
+SPLITS = ("scale", "reverse", "largest", "random", "loco")
 #: Steps at the end of a replay over which ``best_last20`` is measured.
 LAST_WINDOW = 20
 
@@ -236,27 +236,38 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
         arms=None if trace is None else per_seed(trace))
 
 
+def _node_split(contexts: pd.DataFrame, split: str) -> np.ndarray:
+    """Train mask of the node-count splits (``scale``, ``reverse``, ``largest``)."""
+    nodes = sorted(contexts["nodes"].unique())
+    if len(nodes) < 2:
+        raise AnalysisError(f"the {split} split needs at least two node counts, but the data has only {nodes}",
+                            hint="sweep more node counts (campaign 'nodes: [4, 8, 16, 32]') or pass --split random")
+    if split == "largest":
+        train = nodes[:-1]
+    else:
+        k = 2 if len(nodes) > 2 else 1
+        train = nodes[:k] if split == "scale" else nodes[-k:]
+    return contexts["nodes"].isin(set(train)).to_numpy()
+
+
 def split_labels(contexts: pd.DataFrame, split: str = "scale", *, seed: int = 42) -> pd.DataFrame:
     """Label every context with ``part`` (train/test) and ``fold`` for a split.
 
     * ``scale`` (default, scale out-of-distribution): train on the two smallest node counts,
-      test on the rest (paper section 5);
+      test on the rest (paper section 5); ``reverse``: train on the two largest (Table 36);
+      ``largest``: train on all but the largest node count, test on it (Table 46);
     * ``random``: same-scale random 50/50 split of contexts (``seed``);
     * ``loco``: leave-one-collective-out; every context is tested once, in the fold named
-      after its collective.
+      after its collective; ``loco:<Collective>`` holds out that one collective and trains
+      on the others (what a re-tuned leave-one-out study sees).
 
-    No policy is tuned here (champion defaults), so train contexts are replayed and labelled
-    for reference; summaries use the test part.
+    Tuning sees only the train part (:mod:`.study`); summaries use the test part.
     """
     out = pd.DataFrame(index=contexts.index)
-    if split == "scale":
-        nodes = sorted(contexts["nodes"].unique())
-        if len(nodes) < 2:
-            raise AnalysisError(f"the scale split needs at least two node counts, but the data has only {nodes}",
-                                hint="sweep more node counts (campaign 'nodes: [4, 8, 16, 32]') or pass --split random")
-        train_nodes = set(nodes[:2]) if len(nodes) > 2 else set(nodes[:1])
-        out["part"] = np.where(contexts["nodes"].isin(train_nodes), "train", "test")
-        out["fold"] = "scale"
+    kind, _, held = split.partition(":")
+    if kind in ("scale", "reverse", "largest") and not held:
+        out["part"] = np.where(_node_split(contexts, kind), "train", "test")
+        out["fold"] = kind
     elif split == "random":
         rng = np.random.default_rng(seed)
         test = rng.permutation(len(contexts)) < (len(contexts) + 1) // 2
@@ -265,8 +276,15 @@ def split_labels(contexts: pd.DataFrame, split: str = "scale", *, seed: int = 42
     elif split == "loco":
         out["part"] = "test"
         out["fold"] = contexts["collective"].astype(str).to_numpy()
+    elif kind == "loco" and held:
+        present = sorted(contexts["collective"].astype(str).unique())
+        if held not in present:
+            raise AnalysisError(f"split {split!r} holds out a collective the data lacks",
+                                hint=f"use loco:<one of {', '.join(present)}>")
+        out["part"] = np.where(contexts["collective"].astype(str) == held, "test", "train")
+        out["fold"] = f"loco-{held}"
     else:
-        raise AnalysisError(f"split must be one of {', '.join(SPLITS)}, but got {split!r}")
+        raise AnalysisError(f"split must be one of {', '.join(SPLITS)} or loco:<Collective>, but got {split!r}")
     return out
 
 
@@ -299,7 +317,7 @@ def run_replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: i
     labels = split_labels(problem.contexts, split, seed=split_seed)
     frames = []
     for policy in policies:
-        if hasattr(policy, "prepare"):  # fit-once selectors learn from the train part only
+        if hasattr(policy, "prepare") and not policy.fitted:  # fit-once selectors learn from the train part only
             policy = policy.prepare(problem, labels)
         run = run_policy(problem, policy, horizon=horizon, seeds=seeds)
         frames.append(_frame(problem, run, labels))

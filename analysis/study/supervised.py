@@ -100,6 +100,11 @@ class Supervised(Policy):
                                          max_depth=self.max_depth, min_samples_leaf=self.min_samples_leaf,
                                          subsample=self.subsample, max_features=self.max_features, random_state=0)
 
+    @property
+    def fitted(self) -> bool:
+        """Whether :meth:`prepare` has fixed this selector's arms (the replay then leaves it be)."""
+        return self.choice is not None
+
     def prepare(self, problem: ReplayProblem, labels: pd.DataFrame, *, labelled=None) -> Supervised:
         """This selector fitted on the split's train contexts: a copy whose ``choice`` is set."""
         return dataclasses.replace(self, choice=tuple(fit_choices(self, problem, labels, labelled=labelled)))
@@ -133,8 +138,8 @@ def _fit_predict(policy: Supervised, x: np.ndarray, y: np.ndarray, train_cells: 
 def fit_choices(policy: Supervised, problem: ReplayProblem, labels: pd.DataFrame, *, labelled=None) -> np.ndarray:
     """``[C]`` arm each context plays; fits never see a test context's labels.
 
-    ``labelled`` is an optional ``[C, K]`` mask of extra labelled cells (a target-scale
-    mini-sweep); their steady means join the train rows.
+    ``labelled`` is an optional ``(mask, values)`` pair of ``[C, K]`` arrays: extra labelled
+    cells (a target-scale mini-sweep) and their measured latency (us), which join the train rows.
     """
     x = features(problem, cost=policy.cost, use_nodes=policy.use_nodes)
     with np.errstate(divide="ignore"):
@@ -142,7 +147,11 @@ def fit_choices(policy: Supervised, problem: ReplayProblem, labels: pd.DataFrame
     measured = problem.pools.measured & np.isfinite(y)
     part, fold = labels["part"].to_numpy(), labels["fold"].to_numpy()
     choice = problem.auto.copy()
-    extra = np.zeros_like(measured) if labelled is None else (labelled & measured)
+    extra = np.zeros_like(measured)
+    if labelled is not None:
+        extra = labelled[0] & measured
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.where(extra, np.log(labelled[1]), y)
     if (part == "train").any():
         cells = measured & (part == "train")[:, None] | extra
         return _fit_predict(policy, x, y, cells, np.arange(len(problem)), problem.offered)

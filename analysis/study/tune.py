@@ -137,12 +137,13 @@ def _sampler(options: TuneOptions, complete: int):
 
 
 def _score(train: ReplayProblem, name: str, params: dict, options: TuneOptions) -> tuple[float, dict]:
-    spec = policy_spec(name, params)
     if name in SUPERVISED_FAMILIES:
+        spec = policy_spec(name, params, label=f"{name}-tuned")  # beside the fixed-setting row of the same name
         from .supervised import validation_trlt
 
         value = validation_trlt(parse_policy(spec), train, options.split, seed=options.split_seed)
         return value, {"spec": spec, "selection": value, "realized": float("nan"), "params": params}
+    spec = policy_spec(name, params)
     run = run_policy(train, parse_policy(spec), horizon=options.horizon, seeds=options.replay_seeds)
     attrs = {"spec": spec, "selection": objective_value(run, "selection"), "realized": objective_value(run, "realized"),
              "params": params}

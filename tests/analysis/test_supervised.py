@@ -93,7 +93,7 @@ def test_tuned_selector_champion_is_written_in_the_policies_grammar(problem, tmp
     path = tune(problem, tmp_path, options=TuneOptions(families=("GBM+cost",), trials=4, startup=2))
     doc = read_champions(path)
     champion = parse_policy(doc["policies"][0])
-    assert champion.display_name == "GBM+cost" and champion.cost
+    assert champion.display_name == "GBM+cost-tuned" and champion.cost
     recorded = doc["studies"]["GBM+cost"]["train_trlt_best"]
     assert validation_trlt(champion, train_partition(problem, "scale"), "scale") == recorded
     assert recorded <= doc["studies"]["GBM+cost"]["train_trlt_default"]
