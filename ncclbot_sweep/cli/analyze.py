@@ -128,7 +128,9 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
               help="How contexts are split into train and test (as for 'analyze replay').")
 @click.option("--replay", "replay_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Reuse results of 'analyze replay' instead of replaying again.")
-def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file):
+@click.option("--study", "studies", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="A folder of 'analyze tune/splits/holdout/minisweep/replication' whose tables to include (repeat).")
+def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file, studies):
     """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out."""
     from ncclbot_sweep.analysis.report import ReportOptions, build_report
 
@@ -141,7 +143,7 @@ def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon
 
     options = ReportOptions(policies=tuple(expand_policy_list(policies)), horizon=horizon,
                             seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max,
-                            keep_warmup=keep_warmup)
+                            keep_warmup=keep_warmup, studies=studies)
     path = build_report(dataset, out, options=options, replay=results)
     click.echo(f"Report: {path}")
 

@@ -62,6 +62,13 @@ def test_holdout_and_minisweep_score_the_target_contexts(dataset, tmp_path):
     # the labelled sizes are not scored: 11 sizes, every 4th labelled at offset 0 -> 3 of 11 per scenario
     first = long[(long["offset"] == 0) & (long["policy"] == "UCB1")]
     assert int(first["contexts"].iloc[0]) == 6 * (len(SIZES) - 3)
+    report = tmp_path / "report"
+    _run(["report", "--dataset", str(dataset), "--out", str(report), "--study", str(tmp_path), "--seeds", "1",
+          "--horizon", "30", "--policies", "AUTO,UCB1,GBM+cost"])
+    html = (report / "index.html").read_text()
+    assert "Table 46" in html and "Table 51" in html and "Pool convention: iteration 0" in html
+    summary = pd.read_csv(report / "tables" / "summary.csv")
+    assert list(summary["policy"]) == ["AUTO", "UCB1", "GBM+cost"]
 
 
 def test_minisweep_labels_only_target_cells_with_post_warmup_samples(dataset):
