@@ -99,6 +99,7 @@ def open_storage(out: Path, url: str | None):
         from optuna.storages.journal import JournalFileBackend
 
         out.mkdir(parents=True, exist_ok=True)
+        _repair_journal(out / JOURNAL)
         return optuna.storages.JournalStorage(JournalFileBackend(str(out / JOURNAL)))
     try:
         storage = optuna.storages.RDBStorage(url)
@@ -109,6 +110,28 @@ def open_storage(out: Path, url: str | None):
                             hint="pass a reachable RDB URL (sqlite:///PATH/studies.db, "
                                  "postgresql://USER@HOST/DB with its driver installed), or leave --storage out "
                                  f"to use the journal file {JOURNAL} in --out") from exc
+
+
+def _repair_journal(path: Path) -> None:
+    """Cut a torn last line (a writer killed inside its one ``write``) so appends stay valid.
+
+    Done under the journal's own lock, so a live writer's line is never cut.
+    """
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        with open(path, "rb+") as handle:
+            data = handle.read()
+            if not data.endswith(b"\n"):
+                log.warning("%s: cutting a torn last line (%d bytes) left by a killed writer", path,
+                            len(data) - data.rfind(b"\n") - 1)
+                handle.truncate(data.rfind(b"\n") + 1)
+    finally:
+        lock.release()
 
 
 def train_partition(problem: ReplayProblem, split: str, *, seed: int = 42) -> ReplayProblem:

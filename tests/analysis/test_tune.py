@@ -128,3 +128,13 @@ def test_bad_inputs_name_the_fix(dataset, tmp_path):
                                   "--families", "UCB1", "--trials", "2"])
     assert single.exit_code == 1
     assert "Error: the scale split needs at least two node counts" in single.output and "--split random" in single.output
+
+
+def test_a_torn_journal_line_from_a_killed_writer_is_cut(dataset, tmp_path):
+    assert CliRunner().invoke(main, _tune_args(dataset, tmp_path, 3)).exit_code == 0
+    journal = tmp_path / "studies.journal"
+    with open(journal, "ab") as handle:
+        handle.write(b'{"op_code": 4, "worker_id": "x", "study_id": 0, "datetime_sta')
+    result = CliRunner().invoke(main, _tune_args(dataset, tmp_path, 5))
+    assert result.exit_code == 0, result.output
+    assert len(_trials(tmp_path)[0]) == 5 and journal.read_bytes().endswith(b"\n")
