@@ -12,8 +12,11 @@ The paper's method (sections 3-6, appendices B-D, I) on plain pandas/numpy data:
 * :mod:`.replay` the pull-count replay engine and splits; :mod:`.summary` and
   :mod:`.stats` tables and tests; :mod:`.report` the HTML report (build steps, figures, tables); :mod:`.inputs`
   reads a dataset root;
-* ``live/`` (live campaigns), ``study/`` (tuning, baselines, ablations) and ``export.py``
-  are where later stages go; they import the core and :mod:`.policies`, never each other.
+* :mod:`.study` tuning (Optuna), supervised baselines (scikit-learn) and the robustness
+  studies (splits, holdout, mini-sweep, replication);
+* ``live/`` (live campaigns) and ``export.py`` are where later stages go; ``live/`` and
+  ``study/`` import the core and :mod:`.policies`, never each other. The policy registry
+  loads the supervised selectors from :mod:`.study` on use (``--policies GBM+cost``).
 
 Submodules are imported on use, so ``import ncclbot_sweep.analysis`` stays cheap.
 """
