@@ -27,13 +27,19 @@ CHAMPIONS = "champions.yaml"
 
 
 def trials_frame(storage, options) -> pd.DataFrame:
-    """Every complete trial of the campaign's studies, in trial order."""
+    """Every complete trial of every study in the campaign's storage (Table 16 order), in trial order.
+
+    All studies, not only this run's ``--families``: tuning one more family into a folder
+    adds its champion beside the others.
+    """
     import optuna
     from optuna.trial import TrialState
 
+    from .spaces import FAMILIES, SUPERVISED_FAMILIES
+
     existing = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     rows = []
-    for name in options.families:
+    for name in (*FAMILIES, *SUPERVISED_FAMILIES):
         if options.study_prefix + name not in existing:
             continue
         study = optuna.load_study(study_name=options.study_prefix + name, storage=storage)

@@ -138,3 +138,18 @@ def test_a_torn_journal_line_from_a_killed_writer_is_cut(dataset, tmp_path):
     result = CliRunner().invoke(main, _tune_args(dataset, tmp_path, 5))
     assert result.exit_code == 0, result.output
     assert len(_trials(tmp_path)[0]) == 5 and journal.read_bytes().endswith(b"\n")
+
+
+def test_workers_share_the_studies_and_a_later_family_joins_the_champions(dataset, tmp_path):
+    from ncclbot_sweep.analysis.study import read_champions
+
+    first = CliRunner().invoke(main, ["analyze", "tune", "--dataset", str(dataset), "--out", str(tmp_path),
+                                      "--families", "UCB1,ETC", "--trials", "3", "--horizon", "20", "--workers", "2"])
+    assert first.exit_code == 0, first.output
+    assert len(_trials(tmp_path, "UCB1")[0]) == 3 and len(_trials(tmp_path, "ETC")[0]) == 3
+    later = CliRunner().invoke(main, ["analyze", "tune", "--dataset", str(dataset), "--out", str(tmp_path),
+                                      "--families", "Softmax", "--trials", "3", "--horizon", "20"])
+    assert later.exit_code == 0, later.output
+    doc = read_champions(tmp_path / "champions.yaml")
+    assert set(doc["studies"]) == {"Softmax", "UCB1", "ETC"}
+    assert sorted(s.split("[")[0] for s in doc["policies"]) == ["ETC", "Softmax", "UCB1"]
