@@ -190,18 +190,19 @@ def _study_lock(out: Path, name: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _open_study(storage, name: str, options: TuneOptions):
+def _open_study(storage, name: str, options: TuneOptions, train: ReplayProblem):
     import optuna
 
     study = optuna.create_study(study_name=options.study_prefix + name, storage=storage, direction="minimize",
                                 load_if_exists=True)
+    wanted = {**options.fingerprint(), "train_contexts": len(train)}
     stored = study.user_attrs.get("options")
     if stored is None:
-        study.set_user_attr("options", options.fingerprint())
+        study.set_user_attr("options", wanted)
         study.set_user_attr("family", name)
-    elif stored != options.fingerprint():
-        raise AnalysisError(f"study {study.study_name!r} was tuned with {stored}, not {options.fingerprint()}",
-                            hint="resume with the same options, or tune into a new --out (or --storage)")
+    elif stored != wanted:
+        raise AnalysisError(f"study {study.study_name!r} was tuned with {stored}, not {wanted}",
+                            hint="resume with the same dataset and options, or tune into a new --out (or --storage)")
     return study
 
 
@@ -220,7 +221,7 @@ def run_study(storage, train: ReplayProblem, name: str, options: TuneOptions, *,
     """
     from optuna.trial import TrialState
 
-    study = _open_study(storage, name, options)
+    study = _open_study(storage, name, options, train)
     for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         log.warning("study %s: trial %d was left running by a killed process; marking it failed", name, stale.number)
         study.tell(stale.number, state=TrialState.FAIL)

@@ -153,3 +153,10 @@ def test_workers_share_the_studies_and_a_later_family_joins_the_champions(datase
     doc = read_champions(tmp_path / "champions.yaml")
     assert set(doc["studies"]) == {"Softmax", "UCB1", "ETC"}
     assert sorted(s.split("[")[0] for s in doc["policies"]) == ["ETC", "Softmax", "UCB1"]
+
+
+def test_resuming_with_other_options_is_refused(dataset, tmp_path):
+    assert CliRunner().invoke(main, _tune_args(dataset, tmp_path, 2)).exit_code == 0
+    other = CliRunner().invoke(main, [*_tune_args(dataset, tmp_path, 2), "--objective", "realized"])
+    assert other.exit_code == 1
+    assert "Error: study 'UCB1' was tuned with" in other.output and "tune into a new --out" in other.output
