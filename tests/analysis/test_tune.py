@@ -97,6 +97,12 @@ def test_champions_replay_to_the_train_trlt_their_study_recorded(dataset, tmp_pa
     table = (tmp_path / "tables" / "table16.md").read_text()
     assert "best_trial" in table and "Softmax" in table
     assert doc["studies"]["Softmax"]["trials"] == 6
+    realized = tune(problem, tmp_path / "realized", options=TuneOptions(families=("UCB1",), trials=4, startup=2,
+                                                                       horizon=40, objective="realized"))
+    record = read_champions(realized)
+    run = run_policy(train, parse_policy(record["policies"][0]), horizon=40, seeds=[42])
+    assert objective_value(run, "realized") == record["studies"]["UCB1"]["train_trlt_best"]
+    assert "realized-priced" in record["objective"]
 
 
 def test_replay_takes_the_champions_file(dataset, tmp_path):
