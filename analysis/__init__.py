@@ -14,8 +14,11 @@ The paper's method (sections 3-6, appendices B-D, I) on plain pandas/numpy data:
   reads a dataset root;
 * :mod:`.live` the live campaigns (selection against a pooled oracle, learning curves,
   overhead ladder, setup toll, stock comparisons; :func:`.live.analyze_live`);
-* ``study/`` (tuning, baselines, ablations) and ``export.py`` are where later stages go;
-  ``live`` and ``study`` import the core and :mod:`.policies`, never each other.
+* :mod:`.study` tuning (Optuna), supervised baselines (scikit-learn) and the robustness
+  studies (splits, holdout, mini-sweep, replication);
+* ``export.py`` is where the export stage goes; ``live/`` and ``study/`` import the core and
+  :mod:`.policies`, never each other. The policy registry loads the supervised selectors from
+  :mod:`.study` on use (``--policies GBM+cost``).
 
 Submodules are imported on use, so ``import ncclbot_sweep.analysis`` stays cheap.
 """

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from .pools import CONTEXT_COLUMNS
+from .pools import CONTEXT_COLUMNS, pool_position
 from .replay import ReplayProblem, oracle_sums
 
 __all__ = ["AuditResult", "run_audit", "audit_auto", "audit_summary", "gate_curve", "tail_anatomy", "format_bytes"]
@@ -54,7 +54,7 @@ def audit_auto(problem: ReplayProblem, *, horizon: int = 100) -> pd.DataFrame:
     arms = np.array(pools.arms)
     auto, best = problem.auto, pools.best
     oracle, _ = oracle_sums(problem, horizon)
-    idx = np.arange(horizon)[None, :] % pools.depth[c, auto][:, None]
+    idx = pool_position(np.arange(horizon)[None, :], pools.depth[c, auto][:, None], pools.wrap[c, auto][:, None])
     served = pools.samples[c[:, None], auto[:, None], idx].sum(axis=1)
     frame = pools.contexts[list(CONTEXT_COLUMNS)].copy()
     frame["n_arms"] = pools.measured.sum(axis=1)

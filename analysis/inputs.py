@@ -22,8 +22,11 @@ log = logging.getLogger(__name__)
 
 
 def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tuple[int, int] = (11, 99),
-                 rho_max: float = 2.0, min_arms: int = 2) -> ReplayProblem:
+                 rho_max: float = 2.0, min_arms: int = 2, keep_warmup: bool = False) -> ReplayProblem:
     """Pools, cost-model prior and arm filter for every context of a dataset (one fabric or all).
+
+    Pools follow the paper's convention (iteration 0 dropped unless ``keep_warmup``; see
+    :mod:`.pools`).
 
     Raises :class:`AnalysisError` naming the dataset when it holds no usable iterations or
     no prediction for any context.
@@ -39,7 +42,7 @@ def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tupl
     if iterations.empty:
         raise AnalysisError("dataset has no iterations" + (f" for fabric {fabric!r}" if fabric else ""), path=root,
                             hint="ingest a forced-arm sweep first (ncclbot-sweep ingest)")
-    pools = build_pools(iterations, window=window, min_arms=min_arms)
+    pools = build_pools(iterations, window=window, min_arms=min_arms, keep_warmup=keep_warmup)
     cost = read_table(root, "cost_tables", filters=filters)
     tuning = read_table(root, "tuning_tables", filters=filters)
     params = None

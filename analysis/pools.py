@@ -5,6 +5,18 @@ k-th measured sample (paper section 5), so the lazy-connection transient on an a
 iterations is part of the pool. Arms are ranked on their *steady-state* mean, by default
 over iterations 11..99 (paper appendix B.2), which defines the measured-best arm ``a*``.
 
+The paper's pool convention (appendix B.2, Table 9), the default here:
+
+* iteration 0, the perf binary's warm-up, is dropped from the pools (the dataset keeps it;
+  ``keep_warmup=True`` keeps it, and :attr:`Pools.convention` says which was used), so the
+  replay never charges the multi-second first-use NVLS stall that lands there;
+* a horizon longer than the pool wraps the *steady* part: after the last sample, pull ``k``
+  is served from the positions ``wrap..depth-1`` again (``wrap`` = the first sample inside
+  the steady window), so the lazy-init transient is replayed only on first exposure;
+* contexts whose message is 0 elements per rank (nccl-tests prints size 0, e.g. AllGather of
+  512 B over 256 ranks) have nothing to select; they are left out and listed in
+  :attr:`Pools.excluded` with a note.
+
 Everything here works on plain ``pandas``/``numpy`` data so it can be fed from the
 ``iterations`` table, from the simulator, or from a synthetic frame in a test.
 
@@ -17,7 +29,8 @@ Choices not fixed by the paper (documented here, kept on purpose):
 * several runs of one (context, arm) are concatenated in ``run_id`` order;
 * averaged rows (null ``iteration``) are skipped, except one-iteration cycles (``-n 1 -N k``)
   whose ``cycle`` becomes the iteration index;
-* an arm with no sample inside the steady window is ranked on all of its samples.
+* an arm with no sample inside the steady window is ranked on all of its samples, and its
+  pool wraps from its first sample.
 """
 
 from __future__ import annotations
@@ -31,7 +44,7 @@ import pandas as pd
 from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import AUTO, Arm
 
-__all__ = ["CONTEXT_COLUMNS", "SCENARIO_COLUMNS", "Pools", "build_pools", "arm_order"]
+__all__ = ["CONTEXT_COLUMNS", "SCENARIO_COLUMNS", "Pools", "build_pools", "arm_order", "pool_position"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +54,15 @@ CONTEXT_COLUMNS: tuple[str, ...] = ("fabric", "collective", "nodes", "ranks", "s
 SCENARIO_COLUMNS: tuple[str, ...] = ("fabric", "collective", "nodes")
 
 _REQUIRED = (*CONTEXT_COLUMNS, "arm", "iteration", "time_us")
+
+
+def pool_position(pulls, depth, wrap):
+    """Pool position of an arm's ``pulls``-th pull (0-based): in order, then cycling ``wrap..depth-1``.
+
+    Works on scalars and arrays alike; ``0 <= wrap < depth`` for every measured arm.
+    """
+    over = pulls >= depth
+    return np.where(over, wrap + (pulls - depth) % np.maximum(depth - wrap, 1), pulls)
 
 
 def arm_order(arms) -> list[str]:
@@ -63,6 +85,9 @@ class Pools:
         steady: ``[C, K]`` steady-state mean (us), NaN where not measured.
         best: ``[C]`` index of the measured-best arm ``a*`` (lowest steady mean).
         window: inclusive iteration range of the steady-state mean.
+        wrap: ``[C, K]`` pool position where a horizon beyond the pool starts over.
+        keep_warmup: whether iteration 0 was kept in the pools.
+        excluded: contexts left out because their message has 0 elements.
     """
 
     contexts: pd.DataFrame
@@ -72,6 +97,18 @@ class Pools:
     steady: np.ndarray
     best: np.ndarray
     window: tuple[int, int]
+    wrap: np.ndarray
+    keep_warmup: bool = False
+    excluded: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+
+    @property
+    def convention(self) -> str:
+        """One sentence on how the pools were built, for reports and logs."""
+        warm = ("iteration 0 (the perf binary's warm-up) kept in the pools" if self.keep_warmup
+                else "iteration 0 (the perf binary's warm-up) dropped from the pools, as in the paper")
+        note = (f"; {len(self.excluded)} zero-element contexts left out" if len(self.excluded) else "")
+        return (f"{warm}; arms ranked on iterations {self.window[0]}-{self.window[1]}; a horizon beyond "
+                f"the pool wraps its steady part{note}")
 
     @property
     def measured(self) -> np.ndarray:
@@ -92,6 +129,9 @@ class Pools:
             steady=self.steady[idx],
             best=self.best[idx],
             window=self.window,
+            wrap=self.wrap[idx],
+            keep_warmup=self.keep_warmup,
+            excluded=self.excluded,
         )
 
     def context_keys(self) -> list[tuple]:
@@ -129,14 +169,36 @@ def _clean(frame: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def build_pools(iterations: pd.DataFrame, *, window: tuple[int, int] = (11, 99), min_arms: int = 1) -> Pools:
+def _zero_elements(df: pd.DataFrame) -> pd.Series:
+    """Rows of contexts whose message is 0 elements per rank (nccl-tests prints size 0)."""
+    zero = df["size_bytes"].astype("int64") <= 0
+    if "count" in df.columns:
+        zero |= df["count"].fillna(1).astype("int64") <= 0
+    return zero
+
+
+def _split_excluded(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    zero = _zero_elements(df)
+    excluded = df.loc[zero, list(CONTEXT_COLUMNS)].drop_duplicates().sort_values(list(CONTEXT_COLUMNS))
+    excluded = excluded.reset_index(drop=True).assign(note="0 elements per rank: nothing to select")
+    if len(excluded):
+        log.warning("leaving out %d contexts whose message is 0 elements per rank", len(excluded))
+    return df[~zero], excluded
+
+
+def build_pools(iterations: pd.DataFrame, *, window: tuple[int, int] = (11, 99), min_arms: int = 1,
+                keep_warmup: bool = False) -> Pools:
     """Group an ``iterations`` frame into pools, steady means and measured-best arms.
 
-    Called once per analysis; deterministic (the same frame gives the same arrays). Contexts
-    with fewer than ``min_arms`` measured arms are left out (the audit uses 2). Raises
-    :class:`AnalysisError` when no context is left.
+    Called once per analysis; deterministic (the same frame gives the same arrays). Iteration
+    0 is dropped unless ``keep_warmup``; zero-element contexts are left out (see the module
+    docstring). Contexts with fewer than ``min_arms`` measured arms are left out (the audit
+    uses 2). Raises :class:`AnalysisError` when no context is left.
     """
     df = _clean(iterations)
+    if not keep_warmup:
+        df = df[df["iteration"].astype("int64") != 0]
+    df, excluded = _split_excluded(df)
     if df.empty:
         raise AnalysisError("no forced-arm iterations to build pools from",
                             hint="ingest a forced-arm sweep (runs with NCCL_ALGO/NCCL_PROTO set)")
@@ -159,17 +221,28 @@ def build_pools(iterations: pd.DataFrame, *, window: tuple[int, int] = (11, 99),
     depth = np.zeros((n_ctx, n_arm), dtype=np.int64)
     np.add.at(depth, (ctx, arm), 1)
     steady = _steady_means(frame, (n_ctx, n_arm), window)
+    wrap = _wrap_positions(frame["iteration"].to_numpy(), ctx, arm, pos, (n_ctx, n_arm), window[0])
     contexts = df[keys].drop_duplicates().sort_values(keys).reset_index(drop=True)
     keep = (depth > 0).sum(axis=1) >= min_arms
     if not keep.any():
         raise AnalysisError(f"no context has at least {min_arms} measured arms",
                             hint="sweep more arms per context, or lower min_arms")
-    samples, depth, steady, contexts = samples[keep], depth[keep], steady[keep], contexts[keep].reset_index(drop=True)
+    samples, depth, steady, wrap = samples[keep], depth[keep], steady[keep], wrap[keep]
+    contexts = contexts[keep].reset_index(drop=True)
     best = np.argmin(np.where(depth > 0, steady, np.inf), axis=1)
     contexts["n_arms"] = (depth > 0).sum(axis=1)
     contexts["best_arm"] = [arms[b] for b in best]
     log.info("built pools: %d contexts, %d arms, depth up to %d", len(contexts), n_arm, samples.shape[2])
-    return Pools(contexts, arms, samples, depth, steady, best, (window[0], window[1]))
+    return Pools(contexts, arms, samples, depth, steady, best, (window[0], window[1]), wrap,
+                 keep_warmup=keep_warmup, excluded=excluded)
+
+
+def _wrap_positions(iteration, ctx, arm, pos, shape, first_steady: int) -> np.ndarray:
+    """Per (context, arm) the first pool position inside the steady window (0 if none)."""
+    wrap = np.full(shape, np.iinfo(np.int64).max)
+    inside = iteration >= first_steady
+    np.minimum.at(wrap, (ctx[inside], arm[inside]), pos[inside])
+    return np.where(wrap == np.iinfo(np.int64).max, 0, wrap)
 
 
 def _steady_means(frame: pd.DataFrame, shape: tuple[int, int], window: tuple[int, int]) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 One independent bandit per context. At step ``t`` the policy picks an arm; the k-th pull of
 an arm is served that arm's k-th sample in iteration order (transient included; a pool
-shorter than the horizon wraps around). Two prices per context:
+shorter than the horizon wraps its steady part, :func:`~.pools.pool_position`). Two prices
+per context:
 
 * realized TRLT  = sum_t X_t / sum_t X*_t - 1, against the measured-best arm ``a*`` replaying
   its own pool for the same ``T`` steps (so both pay the transient once);
@@ -28,13 +29,13 @@ from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import Arm
 
 from .policies import BanditState, Policy, draw_counts
-from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
+from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools, pool_position
 
 __all__ = ["ReplayProblem", "ReplayRun", "make_problem", "oracle_sums", "run_policy", "run_replay", "split_labels", "SPLITS"]
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("scale", "random", "loco")
+SPLITS = ("scale", "reverse", "largest", "random", "loco")
 #: Steps at the end of a replay over which ``best_last20`` is measured.
 LAST_WINDOW = 20
 
@@ -124,8 +125,8 @@ def oracle_sums(problem: ReplayProblem, horizon: int) -> tuple[np.ndarray, np.nd
     """Realized and selection-priced totals of the measured-best arm over ``horizon`` steps."""
     pools = problem.pools
     c = np.arange(len(pools))
-    depth = pools.depth[c, pools.best]
-    idx = np.arange(horizon)[None, :] % depth[:, None]
+    depth, wrap = pools.depth[c, pools.best], pools.wrap[c, pools.best]
+    idx = pool_position(np.arange(horizon)[None, :], depth[:, None], wrap[:, None])
     served = pools.samples[c[:, None], pools.best[:, None], idx].sum(axis=1)
     return served, horizon * pools.steady[c, pools.best]
 
@@ -150,6 +151,7 @@ class _Batch:
     depth_max: int
     samples: np.ndarray  # flat [C * K * D]
     depth: np.ndarray  # flat [B * K]
+    wrap: np.ndarray  # flat [B * K]
     steady: np.ndarray  # flat [B * K]
     mu_min: np.ndarray
     rngs: list
@@ -168,6 +170,7 @@ def _batch(problem: ReplayProblem, policy: Policy, seeds: list[int], share: bool
         policy=policy, state=state, n_blocks=n_blocks, ctx=ctx, rows=rows, cell_base=rows * n_arms,
         sample_base=ctx * (n_arms * depth_max), depth_max=depth_max,
         samples=np.ascontiguousarray(pools.samples).reshape(-1), depth=pools.depth[ctx].reshape(-1),
+        wrap=pools.wrap[ctx].reshape(-1),
         steady=np.nan_to_num(pools.steady[ctx]).reshape(-1), mu_min=problem.mu_min[ctx],
         rngs=[np.random.default_rng(s) for s in seeds[:n_blocks]])
 
@@ -179,7 +182,7 @@ def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.nda
     cell = b.cell_base + arms
     pulls_flat = b.state.pulls.reshape(-1)
     pulls = pulls_flat[cell]
-    x = b.samples[b.sample_base + arms * b.depth_max + pulls % b.depth[cell]]
+    x = b.samples[b.sample_base + arms * b.depth_max + pool_position(pulls, b.depth[cell], b.wrap[cell])]
     reward = b.mu_min / x
     skip = b.policy.estimator.skip_first
     if skip:
@@ -233,24 +236,38 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
         arms=None if trace is None else per_seed(trace))
 
 
+def _node_split(contexts: pd.DataFrame, split: str) -> np.ndarray:
+    """Train mask of the node-count splits (``scale``, ``reverse``, ``largest``)."""
+    nodes = sorted(contexts["nodes"].unique())
+    if len(nodes) < 2:
+        raise AnalysisError(f"the {split} split needs at least two node counts, but the data has only {nodes}",
+                            hint="sweep more node counts (campaign 'nodes: [4, 8, 16, 32]') or pass --split random")
+    if split == "largest":
+        train = nodes[:-1]
+    else:
+        k = 2 if len(nodes) > 2 else 1
+        train = nodes[:k] if split == "scale" else nodes[-k:]
+    return contexts["nodes"].isin(set(train)).to_numpy()
+
+
 def split_labels(contexts: pd.DataFrame, split: str = "scale", *, seed: int = 42) -> pd.DataFrame:
     """Label every context with ``part`` (train/test) and ``fold`` for a split.
 
     * ``scale`` (default, scale out-of-distribution): train on the two smallest node counts,
-      test on the rest (paper section 5);
+      test on the rest (paper section 5); ``reverse``: train on the two largest (Table 36);
+      ``largest``: train on all but the largest node count, test on it (Table 46);
     * ``random``: same-scale random 50/50 split of contexts (``seed``);
     * ``loco``: leave-one-collective-out; every context is tested once, in the fold named
-      after its collective.
+      after its collective; ``loco:<Collective>`` holds out that one collective and trains
+      on the others (what a re-tuned leave-one-out study sees).
 
-    No policy is tuned here (champion defaults), so train contexts are replayed and labelled
-    for reference; summaries use the test part.
+    Tuning sees only the train part (:mod:`.study`); summaries use the test part.
     """
     out = pd.DataFrame(index=contexts.index)
-    if split == "scale":
-        nodes = sorted(contexts["nodes"].unique())
-        train_nodes = set(nodes[:2]) if len(nodes) > 2 else set(nodes[:1])
-        out["part"] = np.where(contexts["nodes"].isin(train_nodes), "train", "test")
-        out["fold"] = "scale"
+    kind, _, held = split.partition(":")
+    if kind in ("scale", "reverse", "largest") and not held:
+        out["part"] = np.where(_node_split(contexts, kind), "train", "test")
+        out["fold"] = kind
     elif split == "random":
         rng = np.random.default_rng(seed)
         test = rng.permutation(len(contexts)) < (len(contexts) + 1) // 2
@@ -259,8 +276,15 @@ def split_labels(contexts: pd.DataFrame, split: str = "scale", *, seed: int = 42
     elif split == "loco":
         out["part"] = "test"
         out["fold"] = contexts["collective"].astype(str).to_numpy()
+    elif kind == "loco" and held:
+        present = sorted(contexts["collective"].astype(str).unique())
+        if held not in present:
+            raise AnalysisError(f"split {split!r} holds out a collective the data lacks",
+                                hint=f"use loco:<one of {', '.join(present)}>")
+        out["part"] = np.where(contexts["collective"].astype(str) == held, "test", "train")
+        out["fold"] = f"loco-{held}"
     else:
-        raise AnalysisError(f"split must be one of {', '.join(SPLITS)}, but got {split!r}")
+        raise AnalysisError(f"split must be one of {', '.join(SPLITS)} or loco:<Collective>, but got {split!r}")
     return out
 
 
@@ -293,6 +317,8 @@ def run_replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: i
     labels = split_labels(problem.contexts, split, seed=split_seed)
     frames = []
     for policy in policies:
+        if hasattr(policy, "prepare") and not policy.fitted:  # fit-once selectors learn from the train part only
+            policy = policy.prepare(problem, labels)
         run = run_policy(problem, policy, horizon=horizon, seeds=seeds)
         frames.append(_frame(problem, run, labels))
         log.info("replayed %s on %d contexts x %d seeds", policy.display_name, len(problem), len(list(seeds)))

@@ -30,6 +30,11 @@ from ncclbot_sweep.analysis.prior import predictions_from_cost_tables  # noqa: E
 from ncclbot_sweep.analysis.replay import make_problem, run_policy  # noqa: E402
 from tests.analysis.reference import make_reference, reference_draws  # noqa: E402
 
+
+def served_position(pulls: int, depth: int, wrap: int) -> int:
+    """The pool position of an arm's pulls-th pull: in order, then its steady part again (as the engine)."""
+    return pulls if pulls < depth else wrap + (pulls - depth) % (depth - wrap)
+
 ARMS = ("Tree/LL", "Tree/LL128", "Tree/Simple", "Ring/LL", "Ring/LL128", "Ring/Simple", "NVLSTree/Simple")
 
 
@@ -74,7 +79,7 @@ def time_reference(problem, policy, horizon, seeds, sample, engine_arms):
         trace = []
         for t in range(1, horizon + 1):
             k = b.kind.select(b, t, us[t - 1, c], zs[t - 1, c])
-            x = float(pools.samples[c, k, b.pulls[k] % pools.depth[c, k]])
+            x = float(pools.samples[c, k, served_position(b.pulls[k], pools.depth[c, k], pools.wrap[c, k])])
             r = float(problem.mu_min[c]) / x
             if b.pulls[k] >= policy.estimator.skip_first:
                 b.kind.update(b, k, r)

@@ -13,7 +13,7 @@ from .families import (
     ETC, KLUCB, UCB1, UCBV, Auto, EpsilonGreedy, GaussianThompson, RandomPolicy, RoundRobinETC, Softmax, UCBTuned,
 )
 
-__all__ = ["POLICIES", "make_policy", "parse_policy", "split_policy_list", "draw_counts"]
+__all__ = ["POLICIES", "make_policy", "parse_policy", "split_policy_list", "expand_policy_list", "draw_counts"]
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
@@ -25,17 +25,28 @@ _ALIASES = {"auto": "AUTO", "random": "Random", "klucb": "KL-UCB", "kl-ucb": "KL
             "rretc": "RR-ETC", "madan": "RR-ETC", "ucbv": "UCB-V", "ucb-tuned": "UCB-tuned",
             "ucbtuned": "UCB-tuned", "exp3pp": "EXP3++", "tsallis": "Tsallis-INF", "hier": "Hierarchical"}
 
+#: Fit-once supervised selectors (``study/supervised.py``, scikit-learn), loaded on use.
+_SUPERVISED = ("linear", "rf", "gbm")
+
 
 def make_policy(name: str, **params) -> Policy:
     """Build a policy by name (case-insensitive, common aliases) with champion defaults.
+
+    ``Linear``, ``RF`` and ``GBM`` (optionally ``+cost``) are the supervised selectors of
+    :mod:`ncclbot_sweep.analysis.study.supervised`, fitted by the replay on the split's train part.
 
     ``params`` override fields; ``estimator`` may be an :class:`Estimator` or a dict of its
     fields merged into the policy's default estimator. Raises :class:`AnalysisError` on an
     unknown name or parameter.
     """
+    if name.partition("+")[0].strip().lower() in _SUPERVISED:
+        from ..study.supervised import make_supervised
+
+        return make_supervised(name, **params)
     key = {k.lower(): k for k in POLICIES}.get(name.lower()) or _ALIASES.get(name.lower())
     if key is None:
-        raise AnalysisError(f"policy must be one of {', '.join(POLICIES)}, but got {name!r}")
+        raise AnalysisError(f"policy must be one of {', '.join(POLICIES)} or a supervised selector "
+                            f"(Linear, RF, GBM, each optionally +cost), but got {name!r}")
     cls = POLICIES[key]
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = set(params) - fields
@@ -62,6 +73,35 @@ def split_policy_list(text: str) -> list[str]:
             current += ch
     parts.append(current.strip())
     return [p for p in parts if p]
+
+
+def expand_policy_list(text: str) -> list[str]:
+    """:func:`split_policy_list`, with every ``@FILE`` item replaced by the specs in that file.
+
+    A file is YAML: a mapping with a ``policies`` list (``champions.yaml`` of ``analyze tune``)
+    or a plain list of specs. Raises :class:`AnalysisError` naming the file when it is
+    missing or holds no ``policies`` list.
+    """
+    from pathlib import Path
+
+    import yaml
+
+    out = []
+    for item in split_policy_list(text):
+        if not item.startswith("@"):
+            out.append(item)
+            continue
+        path = Path(item[1:])
+        if not path.is_file():
+            raise AnalysisError(f"policy file {str(path)!r} does not exist",
+                                hint="pass @DIR/champions.yaml as written by 'ncclbot-sweep analyze tune --out DIR'")
+        doc = yaml.safe_load(path.read_text())
+        specs = doc.get("policies") if isinstance(doc, dict) else doc
+        if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+            raise AnalysisError(f"policy file {str(path)!r} has no list of policy specs",
+                                hint="write 'policies: [UCB1[alpha=0.1], ...]' or a YAML list of specs")
+        out.extend(specs)
+    return out
 
 
 def _value(text: str):

@@ -52,6 +52,8 @@ class ReportOptions:
     window: tuple[int, int] = (11, 99)
     rho_max: float = 2.0
     n_boot: int = 200
+    keep_warmup: bool = False
+    studies: Sequence[str | Path] = ()
 
 
 def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions = ReportOptions(),
@@ -62,7 +64,8 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    problem = load_problem(dataset, fabric=options.fabric, window=options.window, rho_max=options.rho_max)
+    problem = load_problem(dataset, fabric=options.fabric, window=options.window, rho_max=options.rho_max,
+                           keep_warmup=options.keep_warmup)
     if replay is None:
         replay = run_replay(problem, [parse_policy(p) for p in options.policies], horizon=options.horizon,
                             seeds=range(options.seeds), split=options.split)
@@ -85,6 +88,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         tables["tests"] = write_table(tests, out, name="tests")
     audit.contexts.to_csv(out / "tables" / "audit_contexts.csv", index=False)
     live = _live_section(dataset, out)
+    studies = _study_tables(options.studies, out)
     parts = replay["part"].value_counts().to_dict()
     context = {
         "title": f"NCCL-BOT analysis of {Path(dataset).name}",
@@ -93,7 +97,8 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "synthetic": any(is_synthetic_fabric(f) for f in problem.contexts["fabric"].unique()),
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order,
-        "headline": _headline(summary), "live": live,
+        "headline": _headline(summary), "live": live, "convention": problem.pools.convention,
+        "excluded": problem.pools.excluded, "studies": studies,
     }
     path = render_page(out / "index.html", "report.html.j2", context)
     log.info("report written to %s", path)
@@ -127,6 +132,30 @@ def _live_section(dataset: str | Path, out: Path) -> dict:
               for name, caption in _LIVE_SHOWN.items() if len(result.tables[name])}
     figures = {name: f"live/{path.name}" for name, path in sorted(result.figures.items())}
     return {"present": True, "tables": tables, "figures": figures, "synthetic": result.synthetic}
+
+
+#: Tables the study commands write (``analyze tune``, ``splits``, ``holdout``, ``minisweep``,
+#: ``replication``), in the order the report shows them, with their captions.
+STUDY_TABLES = {
+    "table16": "Hyperparameter search per family (Table 16): best trial, train TRLT default -> best (%), knobs changed.",
+    "table36": "Realized test TRLT mean / p99 (%) per split, every family re-tuned on the split's train part (Table 36).",
+    "table41": "Supervised selectors, fixed and tuned, against UCB1: realized mean / p99 / contexts above 10% (Table 41).",
+    "table46": "Largest-scale holdout: supervised fits on all but the largest node count, scored there (Table 46).",
+    "table51": "Labelled target-scale mini-sweep for the supervised fits, scored on the unlabelled targets (Table 51).",
+    "table3": "Champions frozen from this tuning, replayed on other fabrics (Table 3 layout).",
+}
+
+
+def _study_tables(folders: Sequence[str | Path], out: Path) -> list[dict]:
+    """Copy the study tables found in ``folders/tables`` into the report; one entry per table."""
+    found = []
+    for folder in folders:
+        for name, caption in STUDY_TABLES.items():
+            path = Path(folder) / "tables" / f"{name}.csv"
+            if path.is_file():
+                table = write_table(pd.read_csv(path), out, name=f"{Path(folder).name}-{name}")
+                found.append({"caption": f"{caption} Source: {Path(folder).name}/.", "table": table})
+    return found
 
 
 def _headline(summary: pd.DataFrame) -> list[str]:

@@ -500,22 +500,64 @@ def reference_draws(policy, n_ctx, n_arms, horizon, seed):
     return np.stack(us), np.stack(zs)
 
 
-def reference_replay(problem, policy, *, horizon, seed):
-    """Replay one seed of ``policy`` on every context; returns (served, selection, arms) per context."""
+def reference_pools(frame, *, window, keep_warmup=False):
+    """Plain pools from an iterations frame: ``{(context, arm): (samples, wrap, steady)}``.
+
+    The paper's convention written out independently of :mod:`ncclbot_sweep.analysis.pools`:
+    iteration 0 dropped unless ``keep_warmup``; samples in (run, iteration) order; ``wrap`` is
+    the first position inside the steady window (0 if none); ``steady`` the window mean (all
+    samples if the window holds none); zero-size contexts left out.
+    """
+    cells = {}
+    for row in frame.to_dict("records"):
+        if row["iteration"] == 0 and not keep_warmup:
+            continue
+        if row["size_bytes"] <= 0:
+            continue
+        key = (row["fabric"], row["collective"], int(row["nodes"]), int(row["ranks"]), int(row["size_bytes"]))
+        cells.setdefault((key, row["arm"]), []).append((str(row.get("run_id", "")), int(row["iteration"]),
+                                                        float(row["time_us"])))
+    out = {}
+    lo, hi = window
+    for cell, rows in cells.items():
+        rows.sort(key=lambda r: (r[0], r[1]))
+        samples = [t for _, _, t in rows]
+        wrap = next((i for i, (_, it, _) in enumerate(rows) if it >= lo), 0)
+        inside = [t for _, it, t in rows if lo <= it <= hi]
+        steady = sum(inside) / len(inside) if inside else sum(samples) / len(samples)
+        out[cell] = (samples, wrap, steady)
+    return out
+
+
+def served_sample(samples, wrap, pulls):
+    """The sample the ``pulls``-th pull (0-based) of an arm gets: in order, then the steady part again."""
+    if pulls < len(samples):
+        return samples[pulls]
+    return samples[wrap + (pulls - len(samples)) % (len(samples) - wrap)]
+
+
+def reference_replay(problem, policy, *, horizon, seed, raw, window, keep_warmup=False):
+    """Replay one seed of ``policy`` on every context; returns (served, selection, arms) per context.
+
+    Latencies come from :func:`reference_pools` of the raw frame ``raw``; the cost-model
+    side (offered arms, priors, AUTO, ``mu_hat_min``) from ``problem``.
+    """
     pools = problem.pools
+    plain = reference_pools(raw, window=window, keep_warmup=keep_warmup)
     n_ctx, n_arms, _ = pools.samples.shape
     extra = {"lex_rank": problem.lex_rank, "group": problem.group}
     draw_seed = seed if not policy.is_deterministic else 0
     us, zs = reference_draws(policy, n_ctx, n_arms, horizon, draw_seed)
     served, selection, traces = [], [], []
-    for c in range(n_ctx):
+    for c, key in enumerate(pools.context_keys()):
         b = make_reference(policy, problem.offered[c], problem.prior[c], int(problem.auto[c]), extra)
         total, sel, trace = 0.0, 0.0, []
         for t in range(1, horizon + 1):
             k = b.kind.select(b, t, us[t - 1, c], zs[t - 1, c])
-            x = float(pools.samples[c, k, b.pulls[k] % pools.depth[c, k]])
+            samples, wrap, steady = plain[(key, pools.arms[k])]
+            x = served_sample(samples, wrap, b.pulls[k])
             total += x
-            sel += float(pools.steady[c, k])
+            sel += steady
             r = float(problem.mu_min[c]) / x
             if b.pulls[k] >= policy.estimator.skip_first:
                 b.kind.update(b, k, r)

@@ -9,6 +9,7 @@ import pytest
 
 from ncclbot_sweep.analysis.policies import Estimator
 from ncclbot_sweep.analysis.policies import POLICIES, StepPolicy, make_policy
+from ncclbot_sweep.analysis.pools import pool_position
 from ncclbot_sweep.analysis.replay import run_policy
 from ncclbot_sweep.errors import AnalysisError
 
@@ -61,7 +62,7 @@ def test_ties_go_to_the_lowest_arm_index():
 
 @pytest.mark.parametrize("name", ["UCB1", "greedy", "KL-UCB", "UCB-V"])
 def test_step_policy_follows_the_engine(name):
-    problem = random_problem(11, n_ctx=4)
+    problem, _ = random_problem(11, n_ctx=4)
     policy = make_policy(name)
     run = run_policy(problem, policy, horizon=30, seeds=[0], record_arms=True)
     for c in range(len(problem)):
@@ -72,7 +73,8 @@ def test_step_policy_follows_the_engine(name):
         for t in range(30):
             arm = step.select()
             assert arm == run.arms[0, c, t]
-            step.update(arm, problem.pools.samples[c, arm, pulls[arm] % problem.pools.depth[c, arm]])
+            position = pool_position(pulls[arm], problem.pools.depth[c, arm], problem.pools.wrap[c, arm])
+            step.update(arm, problem.pools.samples[c, arm, position])
             pulls[arm] += 1
 
 

@@ -30,14 +30,18 @@ def test_steady_mean_uses_the_window_and_best_arm_follows_it():
     assert pools.arms == ("Tree/LL", "Ring/LL")  # NCCL scan order, not input order
     np.testing.assert_allclose(pools.steady[0], [11.0, 10.0])
     assert pools.contexts.loc[0, "best_arm"] == "Ring/LL"
-    # pools keep the transient, in iteration order
-    np.testing.assert_array_equal(pools.samples[0, 1, :4], [1000.0, 1000.0, 1000.0, 10.0])
+    # pools keep the transient, in iteration order, without iteration 0 (the perf binary's warm-up)
+    np.testing.assert_array_equal(pools.samples[0, 1, :3], [1000.0, 1000.0, 10.0])
+    kept = build_pools(_frame({"Tree/LL": tree_ll, "Ring/LL": ring_ll}), window=(3, 9), keep_warmup=True)
+    np.testing.assert_array_equal(kept.samples[0, 1, :4], [1000.0, 1000.0, 1000.0, 10.0])
+    np.testing.assert_array_equal(kept.steady, pools.steady)
+    assert "dropped" in pools.convention and "kept" in kept.convention
 
 
 def test_iteration_order_not_row_order_and_auto_rows_skipped():
     df = _frame({"Ring/LL": [5.0, 6.0, 7.0], "Ring/Simple": [1.0, 2.0, 3.0]})
     df = pd.concat([df.iloc[::-1], _frame({"AUTO": [0.5, 0.5]})])
-    pools = build_pools(df, window=(0, 9))
+    pools = build_pools(df, window=(0, 9), keep_warmup=True)
     assert pools.arms == ("Ring/LL", "Ring/Simple")
     np.testing.assert_array_equal(pools.samples[0, 0], [5.0, 6.0, 7.0])
 
@@ -47,12 +51,14 @@ def test_in_place_and_wrong_rows_are_dropped():
     df["in_place"] = False
     extra = df.assign(in_place=True, time_us=1.0)
     bad = df.assign(iteration=[2, 3], wrong=[1, 1], time_us=0.1)
-    pools = build_pools(pd.concat([df, extra, bad]).assign(wrong=lambda d: d["wrong"].fillna(0)), window=(0, 9))
+    pools = build_pools(pd.concat([df, extra, bad]).assign(wrong=lambda d: d["wrong"].fillna(0)), window=(0, 9),
+                        keep_warmup=True)
     np.testing.assert_array_equal(pools.samples[0, 0], [5.0, 6.0])
 
 
 def test_min_arms_filters_contexts_and_empty_raises():
-    df = pd.concat([_frame({"Ring/LL": [1.0], "Ring/Simple": [2.0]}), _frame({"Ring/LL": [1.0]}, size_bytes=8)])
+    df = pd.concat([_frame({"Ring/LL": [9.0, 1.0], "Ring/Simple": [9.0, 2.0]}),
+                    _frame({"Ring/LL": [9.0, 1.0]}, size_bytes=8)])
     assert len(build_pools(df, min_arms=2)) == 1
     with pytest.raises(AnalysisError, match="at least 3"):
         build_pools(df, min_arms=3)

@@ -55,7 +55,7 @@ def test_cost_tables_first_tuning_tables_fill_gaps():
 
 
 def test_duplicate_cost_rows_are_averaged_and_unknown_contexts_ignored():
-    it = pd.DataFrame([dict(fabric="f", collective="AllReduce", nodes=1, ranks=8, size_bytes=64, arm=a, iteration=0,
+    it = pd.DataFrame([dict(fabric="f", collective="AllReduce", nodes=1, ranks=8, size_bytes=64, arm=a, iteration=1,
                             time_us=1.0) for a in ("Ring/LL", "Tree/LL")])
     pools = build_pools(it)
     cost = pd.DataFrame([dict(fabric="f", collective="AllReduce", nodes=1, ranks=8, size_bytes=64, arm="ring/ll",

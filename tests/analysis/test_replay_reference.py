@@ -15,9 +15,13 @@ from .reference import reference_replay
 from .synth import ARMS
 
 
-def random_problem(seed: int, *, n_ctx: int = 12, depth: int = 30):
+WINDOW = (5, 99)
+
+
+def random_problem(seed: int, *, n_ctx: int = 12, depth: int = 30, keep_warmup: bool = False):
     """Random pools: random arm subsets, heavy transients, pools shorter than some horizons,
-    and predictions that are sometimes missing (kept by the filter) or far off (filtered)."""
+    predictions that are sometimes missing (kept by the filter) or far off (filtered), and a
+    multi-second warm-up stall on iteration 0 of some arms. Returns (problem, raw frame)."""
     rng = np.random.default_rng(seed)
     rows, cost = [], []
     for c in range(n_ctx):
@@ -29,6 +33,8 @@ def random_problem(seed: int, *, n_ctx: int = 12, depth: int = 30):
             d = int(rng.integers(depth // 2, depth + 1))
             times = true * rng.lognormal(0, 0.1, d)
             times[:4] *= 1 + rng.exponential(2.0, 4)
+            if rng.random() < 0.3:
+                times[0] += 5e6  # first-use NVLS-like stall on the perf binary's warm-up
             for i, x in enumerate(times):
                 rows.append(dict(fabric="sim-r", collective="AllReduce", nodes=1 + c % 3, ranks=8, size_bytes=1024 * (c + 1),
                                  arm=arm, iteration=i, time_us=float(x)))
@@ -36,10 +42,11 @@ def random_problem(seed: int, *, n_ctx: int = 12, depth: int = 30):
                 cost.append(dict(fabric="sim-r", collective="AllReduce", nodes=1 + c % 3, ranks=8,
                                  size_bytes=1024 * (c + 1), arm=arm,
                                  predicted_us=float(true * np.exp(rng.normal(0, 0.5)))))
-    pools = build_pools(pd.DataFrame(rows), window=(5, 99), min_arms=2)
+    frame = pd.DataFrame(rows)
+    pools = build_pools(frame, window=WINDOW, min_arms=2, keep_warmup=keep_warmup)
     from ncclbot_sweep.analysis.prior import predictions_from_cost_tables
 
-    return make_problem(pools, predictions_from_cost_tables(pools, pd.DataFrame(cost)), rho_max=2.0)
+    return make_problem(pools, predictions_from_cost_tables(pools, pd.DataFrame(cost)), rho_max=2.0), frame
 
 
 VARIANTS = [(name, {}) for name in POLICIES] + [
@@ -61,20 +68,21 @@ VARIANTS = [(name, {}) for name in POLICIES] + [
 
 @pytest.mark.parametrize(("name", "params"), VARIANTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(VARIANTS)])
 def test_engine_equals_reference(name, params):
-    problem = random_problem(7)
+    problem, raw = random_problem(7)
     policy = make_policy(name, **params)
     horizon, seeds = 40, [3, 11]
     run = run_policy(problem, policy, horizon=horizon, seeds=seeds, record_arms=True)
     assert problem.offered[np.arange(len(problem))[None, :, None], run.arms].all()
     for s, seed in enumerate(seeds):
-        served, selection, arms = reference_replay(problem, policy, horizon=horizon, seed=seed)
+        served, selection, arms = reference_replay(problem, policy, horizon=horizon, seed=seed, raw=raw,
+                                                   window=WINDOW)
         np.testing.assert_array_equal(run.arms[s], arms)
         np.testing.assert_array_equal(run.served_us[s], served)
         np.testing.assert_array_equal(run.selection_us[s], selection)
 
 
 def test_stochastic_policies_depend_on_seed_and_repeat_with_it():
-    problem = random_problem(3)
+    problem, _ = random_problem(3)
     policy = make_policy("Softmax", tau=0.5, decay=False)
     a = run_policy(problem, policy, horizon=30, seeds=[1, 2], record_arms=True)
     b = run_policy(problem, policy, horizon=30, seeds=[1, 2], record_arms=True)
@@ -83,6 +91,58 @@ def test_stochastic_policies_depend_on_seed_and_repeat_with_it():
 
 
 def test_deterministic_policy_has_no_seed_variance():
-    problem = random_problem(5)
+    problem, _ = random_problem(5)
     run = run_policy(problem, make_policy("UCB1"), horizon=30, seeds=range(4))
     assert np.ptp(run.served_us, axis=0).max() == 0.0
+
+
+@pytest.mark.parametrize("name", ["AUTO", "UCB1", "Softmax"])
+def test_keeping_iteration_0_matches_the_reference_too(name):
+    problem, raw = random_problem(7, keep_warmup=True)
+    policy = make_policy(name)
+    run = run_policy(problem, policy, horizon=70, seeds=[5], record_arms=True)
+    served, selection, arms = reference_replay(problem, policy, horizon=70, seed=5, raw=raw, window=WINDOW,
+                                               keep_warmup=True)
+    np.testing.assert_array_equal(run.arms[0], arms)
+    np.testing.assert_array_equal(run.served_us[0], served)
+    np.testing.assert_array_equal(run.selection_us[0], selection)
+
+
+def test_dropping_iteration_0_changes_realized_not_selection_prices():
+    dropped, _ = random_problem(7)
+    kept, _ = random_problem(7, keep_warmup=True)
+    auto = make_policy("AUTO")
+    a = run_policy(dropped, auto, horizon=40, seeds=[0])
+    b = run_policy(kept, auto, horizon=40, seeds=[0])
+    # steady means (iterations 5..99) do not see iteration 0: a fixed arm's selection price is unchanged
+    np.testing.assert_array_equal(a.trlt_selection, b.trlt_selection)
+    stalled = b.served_us[0] > 1e6
+    assert stalled.any() and (a.served_us[0] < 1e6).all()
+    assert not np.allclose(a.trlt_realized, b.trlt_realized)
+
+
+def test_a_long_horizon_wraps_the_steady_part_not_the_transient():
+    rows = [dict(fabric="sim-w", collective="AllReduce", nodes=2, ranks=16, size_bytes=4096, arm=arm,
+                 iteration=i, time_us=(1000.0 if i < 3 else 10.0 + i)) for arm in ("Ring/LL", "Ring/Simple")
+            for i in range(8)]
+    pools = build_pools(pd.DataFrame(rows), window=(3, 99))
+    # iteration 0 dropped: positions 0..6 hold iterations 1..7; the steady window starts at position 2
+    assert pools.depth[0, 0] == 7 and pools.wrap[0, 0] == 2
+    from ncclbot_sweep.analysis.pools import pool_position
+
+    served = [int(pool_position(k, 7, 2)) for k in range(12)]
+    assert served == [0, 1, 2, 3, 4, 5, 6, 2, 3, 4, 5, 6]
+    problem = make_problem(pools, np.array([[10.0, 30.0]]))
+    run = run_policy(problem, make_policy("AUTO"), horizon=12, seeds=[0])
+    expected = 2 * 1000.0 + sum(10.0 + it for it in (3, 4, 5, 6, 7, 3, 4, 5, 6, 7))
+    assert run.served_us[0, 0] == expected
+
+
+def test_zero_element_contexts_are_left_out_with_a_note():
+    rows = [dict(fabric="sim-z", collective="AllGather", nodes=32, ranks=256, size_bytes=size, count=size // 4 // 256,
+                 arm=arm, iteration=i, time_us=5.0 + i) for size in (0, 1 << 20) for arm in ("Ring/LL", "Ring/Simple")
+            for i in range(5)]
+    pools = build_pools(pd.DataFrame(rows), window=(1, 99))
+    assert list(pools.contexts["size_bytes"]) == [1 << 20]
+    assert list(pools.excluded["size_bytes"]) == [0] and "0 elements" in pools.excluded["note"].iloc[0]
+    assert "1 zero-element contexts left out" in pools.convention

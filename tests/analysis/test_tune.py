@@ -1,0 +1,168 @@
+"""``analyze tune``: resumable Optuna studies, champions that replay to their record, clear errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from ncclbot_sweep.cli import main
+
+from .simpools import write_sim_dataset
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tune-ds")
+    return write_sim_dataset(root, nodes=(4, 8, 16), sizes=tuple(2**k for k in range(12, 31, 3)), iters=40)
+
+
+def _trials(out, family="UCB1"):
+    """(number, params, value) of the complete trials of one study, read from the journal."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from ncclbot_sweep.analysis.study import open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(out, None)
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if family not in names:
+        return [], []
+    study = optuna.load_study(study_name=family, storage=storage)
+    return (study.get_trials(states=(TrialState.COMPLETE,)), study.get_trials(states=(TrialState.FAIL,)))
+
+
+def _tune_args(dataset, out, trials):
+    return ["analyze", "tune", "--dataset", str(dataset), "--out", str(out), "--families", "UCB1",
+            "--trials", str(trials), "--startup-trials", "10", "--horizon", "40"]
+
+
+def test_a_killed_study_resumes_to_exactly_n_trials_and_the_same_champion(dataset, tmp_path):
+    n = 60
+    killed, straight = tmp_path / "killed", tmp_path / "straight"
+    cmd = [sys.executable, "-c", "from ncclbot_sweep.cli import main; main()", *_tune_args(dataset, killed, n)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(_trials(killed)[0]) < 12 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    before = len(_trials(killed)[0])
+    assert 12 <= before < n, f"the study should be cut short, but had {before} of {n} trials"
+    resumed = CliRunner().invoke(main, _tune_args(dataset, killed, n))
+    assert resumed.exit_code == 0, resumed.output
+    again = CliRunner().invoke(main, _tune_args(dataset, straight, n))
+    assert again.exit_code == 0, again.output
+    done, failed = _trials(killed)
+    reference, _ = _trials(straight)
+    assert len(done) == n and len(reference) == n
+    assert [t.params for t in done] == [t.params for t in reference]
+    assert [t.value for t in done] == [t.value for t in reference]
+    assert len(failed) <= 1  # the trial the kill interrupted, if it was mid-trial
+    from ncclbot_sweep.analysis.study import read_champions
+
+    assert read_champions(killed / "champions.yaml")["policies"] == read_champions(straight / "champions.yaml")["policies"]
+    # running a finished campaign again adds nothing
+    assert CliRunner().invoke(main, _tune_args(dataset, killed, n)).exit_code == 0
+    assert len(_trials(killed)[0]) == n
+
+
+def test_champions_replay_to_the_train_trlt_their_study_recorded(dataset, tmp_path):
+    from ncclbot_sweep.analysis.inputs import load_problem
+    from ncclbot_sweep.analysis.policies import expand_policy_list, parse_policy
+    from ncclbot_sweep.analysis.replay import run_policy
+    from ncclbot_sweep.analysis.study import TuneOptions, read_champions, train_partition, tune
+    from ncclbot_sweep.analysis.study.tune import objective_value
+
+    problem = load_problem(dataset)
+    options = TuneOptions(families=("Softmax", "ETC", "Hierarchical"), trials=6, startup=3, horizon=40, seeds=2)
+    path = tune(problem, tmp_path, options=options)
+    doc = read_champions(path)
+    train = train_partition(problem, "scale")
+    specs = expand_policy_list(f"@{path}")
+    assert len(specs) == 3
+    for spec in specs:
+        policy = parse_policy(spec)
+        run = run_policy(train, policy, horizon=40, seeds=options.replay_seeds)
+        assert objective_value(run, "selection") == doc["studies"][policy.display_name]["train_trlt_best"]
+    assert (tmp_path / "search_progress.png").stat().st_size > 1000
+    table = (tmp_path / "tables" / "table16.md").read_text()
+    assert "best_trial" in table and "Softmax" in table
+    assert doc["studies"]["Softmax"]["trials"] == 6
+    realized = tune(problem, tmp_path / "realized", options=TuneOptions(families=("UCB1",), trials=4, startup=2,
+                                                                       horizon=40, objective="realized"))
+    record = read_champions(realized)
+    run = run_policy(train, parse_policy(record["policies"][0]), horizon=40, seeds=[42])
+    assert objective_value(run, "realized") == record["studies"]["UCB1"]["train_trlt_best"]
+    assert "realized-priced" in record["objective"]
+
+
+def test_replay_takes_the_champions_file(dataset, tmp_path):
+    (tmp_path / "champions.yaml").write_text("policies:\n- UCB1[alpha=0.2;label=UCB1-a]\n- ETC[m=2]\n")
+    out = tmp_path / "r.parquet"
+    result = CliRunner().invoke(main, ["analyze", "replay", "--dataset", str(dataset), "--policies",
+                                       f"AUTO,@{tmp_path / 'champions.yaml'}", "--seeds", "1", "--horizon", "20",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "| UCB1-a" in result.output and "| ETC" in result.output
+    missing = CliRunner().invoke(main, ["analyze", "replay", "--dataset", str(dataset), "--policies",
+                                        f"@{tmp_path / 'nope.yaml'}", "--out", str(out)])
+    assert missing.exit_code == 1 and "nope.yaml' does not exist" in missing.output
+
+
+def test_bad_inputs_name_the_fix(dataset, tmp_path):
+    runner = CliRunner()
+    unknown = runner.invoke(main, ["analyze", "tune", "--dataset", str(dataset), "--out", str(tmp_path / "a"),
+                                   "--families", "UCB1,UCB9"])
+    assert unknown.exit_code == 1
+    assert "Error: unknown learning family 'UCB9'" in unknown.output and "--families" in unknown.output
+    url = "postgresql://nobody@127.0.0.1:9/none"
+    storage = runner.invoke(main, ["analyze", "tune", "--dataset", str(dataset), "--out", str(tmp_path / "b"),
+                                   "--families", "UCB1", "--trials", "2", "--storage", url])
+    assert storage.exit_code == 1
+    assert f"Error: cannot open Optuna storage '{url}'" in storage.output and "leave --storage out" in storage.output
+    one = write_sim_dataset(tmp_path / "one", nodes=(8,), sizes=(4096, 1 << 20), iters=20)
+    single = runner.invoke(main, ["analyze", "tune", "--dataset", str(one), "--out", str(tmp_path / "c"),
+                                  "--families", "UCB1", "--trials", "2"])
+    assert single.exit_code == 1
+    assert "Error: the scale split needs at least two node counts" in single.output and "--split random" in single.output
+
+
+def test_a_torn_journal_line_from_a_killed_writer_is_cut(dataset, tmp_path):
+    assert CliRunner().invoke(main, _tune_args(dataset, tmp_path, 3)).exit_code == 0
+    journal = tmp_path / "studies.journal"
+    with open(journal, "ab") as handle:
+        handle.write(b'{"op_code": 4, "worker_id": "x", "study_id": 0, "datetime_sta')
+    result = CliRunner().invoke(main, _tune_args(dataset, tmp_path, 5))
+    assert result.exit_code == 0, result.output
+    assert len(_trials(tmp_path)[0]) == 5 and journal.read_bytes().endswith(b"\n")
+
+
+def test_workers_share_the_studies_and_a_later_family_joins_the_champions(dataset, tmp_path):
+    from ncclbot_sweep.analysis.study import read_champions
+
+    first = CliRunner().invoke(main, ["analyze", "tune", "--dataset", str(dataset), "--out", str(tmp_path),
+                                      "--families", "UCB1,ETC", "--trials", "3", "--horizon", "20", "--workers", "2"])
+    assert first.exit_code == 0, first.output
+    assert len(_trials(tmp_path, "UCB1")[0]) == 3 and len(_trials(tmp_path, "ETC")[0]) == 3
+    later = CliRunner().invoke(main, ["analyze", "tune", "--dataset", str(dataset), "--out", str(tmp_path),
+                                      "--families", "Softmax", "--trials", "3", "--horizon", "20"])
+    assert later.exit_code == 0, later.output
+    doc = read_champions(tmp_path / "champions.yaml")
+    assert set(doc["studies"]) == {"Softmax", "UCB1", "ETC"}
+    assert sorted(s.split("[")[0] for s in doc["policies"]) == ["ETC", "Softmax", "UCB1"]
+
+
+def test_resuming_with_other_options_is_refused(dataset, tmp_path):
+    assert CliRunner().invoke(main, _tune_args(dataset, tmp_path, 2)).exit_code == 0
+    other = CliRunner().invoke(main, [*_tune_args(dataset, tmp_path, 2), "--objective", "realized"])
+    assert other.exit_code == 1
+    assert "Error: study 'UCB1' was tuned with" in other.output and "tune into a new --out" in other.output
