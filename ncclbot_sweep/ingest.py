@@ -51,7 +51,7 @@ def _campaign_file_names() -> frozenset[str]:
     neither ingested nor quarantined, only listed as ignored."""
     camp = CampaignPaths.local("c")
     names = {camp.campaign_yaml.name, camp.inventory_yaml.name, camp.manifest.name, camp.job_script("j").name,
-             camp.job_log("j").name, camp.provenance("j").name}
+             camp.job_log("j").name, camp.provenance("j").name, camp.coordinator_log("j").name}
     names |= {f"{camp.manifest.name}-{suffix}" for suffix in ("journal", "wal", "shm")}
     return frozenset(names)
 

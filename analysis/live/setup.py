@@ -3,6 +3,10 @@
 In the live traces the stall is the single largest gap between consecutive collectives of
 a process (a rank), when it is at least one second, attributed to the arm played right
 after it (paper section 7: "we did not separate it from other arms' lazy initialization").
+Where the stall lands inside the collective's own profiler time instead (the simulated
+fabric serves it as GPU time, since nothing there sleeps), that latency is the candidate: a
+pull's candidate is the longer of the gap before it and its own latency, and a process's
+wall time is at least the GPU time of its collectives.
 A gap is measured between trace timestamps (``t_ns``) of one rank's pull rows in time
 order, over all its communicators and contexts; a stall on a process's very first traced
 collective has no gap before it and is not found. The plugin writes a pull row when its
@@ -51,9 +55,11 @@ def find_stalls(events: pd.DataFrame, *, min_gap_s: float = STALL_MIN_S) -> pd.D
     sort = ["run_id", "rank", "t_s"] + (["line"] if "line" in ev.columns else [])
     ev = ev.sort_values(sort, kind="stable").reset_index(drop=True)
     grouped = ev.groupby(["run_id", "rank"], sort=False)
-    ev["gap_s"] = grouped["t_s"].diff()
+    latency_s = ev["latency_us"].astype("float64").fillna(0.0) / 1e6
+    ev["gap_s"] = np.fmax(grouped["t_s"].diff().to_numpy(float), latency_s.to_numpy(float))
     first_latency_s = grouped["latency_us"].transform("first").fillna(0.0) / 1e6
-    ev["wall_s"] = grouped["t_s"].transform("max") - grouped["t_s"].transform("min") + first_latency_s
+    traced_s = grouped["t_s"].transform("max") - grouped["t_s"].transform("min") + first_latency_s
+    ev["wall_s"] = np.maximum(traced_s, latency_s.groupby([ev["run_id"], ev["rank"]]).transform("sum"))
     nvls = {arm: _is_nvls(arm) for arm in ev["arm"].dropna().unique()}
     ev["nvls"] = ev["arm"].map(nvls).fillna(False).astype(bool)
     rows = []

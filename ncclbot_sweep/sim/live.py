@@ -107,5 +107,6 @@ def live_player(host: PluginHost, process: SimProcess, collective: str, *, table
                 runs[-1] = (arm, runs[-1][1] + 1)
             else:
                 runs.append((arm, 1))
+        host.sync()  # nccl-tests synchronises the stream after each loop of calls
         return Played(times, tuple(runs))
     return play

@@ -108,6 +108,8 @@ def _load(path: Path) -> C.CDLL:
                                C.POINTER(C.c_uint64)]
     lib.nbh_close.restype = C.c_int
     lib.nbh_close.argtypes = [C.c_void_p, C.POINTER(C.c_uint64), C.POINTER(_Stats)]
+    lib.nbh_sync.restype = None
+    lib.nbh_sync.argtypes = [C.c_void_p]
     lib.nbh_stats_get.restype = None
     lib.nbh_stats_get.argtypes = [C.c_void_p, C.POINTER(_Stats)]
     lib.nbh_log_take.restype = C.c_size_t
@@ -182,6 +184,10 @@ class PluginHost:
                 level, flags, where, message = (line.split(" ", 3) + ["", "", ""])[:4]
                 if level.isdigit():
                     records.append(LogRecord(int(level), int(flags or "0", 16), where, message))
+
+    def sync(self) -> None:
+        """Wait until the proxy thread delivered every collective's events (a stream synchronize)."""
+        self._lib.nbh_sync(self._h)
 
     def close(self) -> float:
         """Finalize (tuner, then profiler) and unload; returns host us inside the finalizes."""

@@ -424,6 +424,18 @@ EXPORT void nbh_played(nbh_host *h, int coll, uint64_t count, const char *dtype,
   h->gpu_ns = start + lat_ns + spent;
 }
 
+/*
+ * nbh_sync: what cudaStreamSynchronize is to nccl-tests at the end of a timed loop: returns
+ * once the proxy thread has delivered the kernel events of every collective played so far.
+ * Caller's thread; not counted as plugin time (it is the GPU's).
+ */
+EXPORT void nbh_sync(nbh_host *h) {
+  if (!h->proxy_started) return;
+  pthread_mutex_lock(&h->mu);
+  while (h->head != h->tail) pthread_cond_wait(&h->space, &h->mu);
+  pthread_mutex_unlock(&h->mu);
+}
+
 /* nbh_stats_get: counters so far (the proxy's are final after nbh_close). Caller's thread. */
 EXPORT void nbh_stats_get(nbh_host *h, nbh_stats *out) {
   pthread_mutex_lock(&h->mu);

@@ -229,3 +229,72 @@ timeout_s: 300
     assert "rank 0 played" in stderr and "rank 1 played" in stderr
     job_log = next((tmp_path / "run").glob("jobs/*/job.log")).read_text()
     assert "ranks diverged" in job_log
+
+
+FORCED = f"""\
+name: live-test-forced
+kind: forced
+collectives: [AllReduce]
+nodes: [{NODES}]
+sizes: {{min: 4MiB, max: 512MiB, factor: 2}}
+arms: all
+baseline: true
+warmup: 0
+iterations: 100
+timeout_s: 600
+packing: {{steps_per_job: 10}}
+budget_node_hours: 100
+"""
+
+
+@pytest.fixture(scope="module")
+def analysed(live, tmp_path_factory):
+    """``analyze live`` on the live campaign plus a forced sweep of the same contexts."""
+    root, _data = live
+    tmp = tmp_path_factory.mktemp("analysed")
+    (tmp / "forced.yaml").write_text(FORCED)
+    inventory = resource_path("inventories", "sim-h100.yaml")
+    done = CliRunner().invoke(main, ["submit", str(tmp / "forced.yaml"), "-i", str(inventory), "-w", str(tmp / "forced")])
+    assert done.exit_code == 0, done.output
+    data = tmp / "data"
+    for folder in (root, tmp / "forced"):
+        ingested = CliRunner().invoke(main, ["ingest", str(folder), "--dataset", str(data), "--strict"])
+        assert ingested.exit_code == 0, ingested.output
+    from ncclbot_sweep.analysis.live import analyze_live
+
+    return analyze_live(data, campaign="live-test", out=tmp / "out")
+
+
+def test_live_analysis_of_the_simulated_campaign_needs_nothing_more(analysed):
+    assert list(analysed.issues["what"]) == [], "every rank's trace, a stock run and a forced sweep are there"
+
+
+def test_setup_toll_finds_the_nvls_stall_once_per_process(analysed):
+    toll = analysed.tables["setup_toll"]
+    low, high = fabric("sim-h100").spec.nvls_stall_s
+    assert len(toll) == 7, "every traced run"
+    assert (toll["processes"] == RANKS).all() and (toll["processes_using_nvls"] == RANKS).all()
+    assert (toll["stalls_found"] == toll["processes_using_nvls"]).all(), "exactly one stall per NVLS process"
+    assert (toll["stall_min_s"] >= low - 0.1).all() and (toll["stall_max_s"] <= high).all()
+    assert set(toll["stall_arm"]) == {"NVLSTree/Simple"}
+
+
+def test_auto_through_the_plugin_prices_as_the_offline_audit(analysed):
+    """AUTO through the plugin plays stock's arms; priced against the pooled live oracle its
+    selection TRLT per context is what the offline audit of the forced sweep says, within noise."""
+    compared = analysed.tables["auto_vs_audit"]
+    assert len(compared) >= 5
+    both = compared.dropna(subset=["live_selection_trlt_pct", "audit_selection_trlt_pct"])
+    assert (both["live_selection_trlt_pct"] - both["audit_selection_trlt_pct"]).abs().max() < 5.0, both.to_string()
+    assert (both["live_selection_trlt_pct"] > 10).sum() == (both["audit_selection_trlt_pct"] > 10).sum()
+
+
+def test_live_tables_order_learners_and_the_ladder(analysed):
+    selection = analysed.tables["selection_summary"].set_index("policy")
+    assert selection.loc["greedy", "selection_trlt_mean_pct"] < selection.loc["AUTO", "selection_trlt_mean_pct"]
+    auto_rungs = selection[selection.index.str.startswith("AUTO")]["selection_trlt_mean_pct"]
+    assert auto_rungs.max() - auto_rungs.min() < 1e-9, "every AUTO rung plays the same arms"
+    ladder = analysed.tables["overhead_ladder"].set_index("rung")
+    assert ladder.loc["AUTO [sync-4]", "overhead_pct"] > ladder.loc["AUTO [sync-64]", "overhead_pct"]
+    stock = analysed.tables["stock_bands"]
+    assert stock["avg_busbw_ratio"].between(0.5, 1.5).all()
