@@ -51,6 +51,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: str | Path) -> Path:
+    """Lay out, write the PNG and free the figure; returns the path."""
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
 def plot_survival(curves: pd.DataFrame, path: str | Path, *, title: str = "") -> Path:
     """Paper Figure 1: survival of realized TRLT over contexts, log axes, bootstrap band."""
     plt = _pyplot()
@@ -67,11 +76,7 @@ def plot_survival(curves: pd.DataFrame, path: str | Path, *, title: str = "") ->
     ax.set_ylabel("share of contexts above")
     ax.set_title(title or "Realized TRLT survival over contexts")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
 
 
 def plot_gate(gate: pd.DataFrame, path: str | Path) -> Path:
@@ -86,8 +91,4 @@ def plot_gate(gate: pd.DataFrame, path: str | Path) -> Path:
     ax.set_ylabel("%")
     ax.set_title("AUTO audit: runner-up margin as a gate")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)

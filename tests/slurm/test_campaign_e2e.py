@@ -64,6 +64,18 @@ def make_setup(tmp_path: Path, sshd, *, name: str, arms: list[str], nodes: list[
     return Setup(tmp_path, tmp_path / "work", remote, log, camp, inv)
 
 
+def submit_in_background(setup: Setup) -> tuple[threading.Thread, dict]:
+    """``runner.submit`` on a thread, returned once the campaign's first step has started."""
+    done: dict = {}
+    worker = threading.Thread(target=lambda: done.setdefault("summary", runner.submit(
+        setup.campaign, setup.inventory, setup.workdir)))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not setup.starts() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return worker, done
+
+
 def summary(setup: Setup) -> dict:
     code, out = setup.cli("status", str(setup.workdir), "--json")
     assert code == 0, out
@@ -129,13 +141,7 @@ def test_simulated_fabric_binaries_on_four_nodes(tmp_path, sshd, slurm_cluster):
 def test_node_down_mid_job_then_resume_finishes(tmp_path, sshd, slurm_cluster):
     s = make_setup(tmp_path, sshd, name="e2e-nodefail", arms=["Ring/Simple", "Tree/Simple"], steps_per_job=2,
                    env={"NCCLBOT_E2E_SLEEP": "4"})
-    done = {}
-    worker = threading.Thread(target=lambda: done.setdefault("summary", runner.submit(
-        s.campaign, s.inventory, s.workdir)))
-    worker.start()
-    deadline = time.monotonic() + 30
-    while not s.starts() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    worker, done = submit_in_background(s)
     assert s.starts(), "the first step never started"
     slurm_cluster.run("scontrol", "update", "nodename=n2", "state=down", "reason=e2e-test")
     worker.join(60)
@@ -170,13 +176,7 @@ def test_controller_restart_mid_campaign(tmp_path, sshd, slurm_cluster):
     # in Slurm 22.05, so the restart happens while the first step runs.)
     s = make_setup(tmp_path, sshd, name="e2e-ctld", arms=["Ring/Simple", "Tree/Simple"], steps_per_job=1,
                    nodes=[4], timeout_s=30, env={"NCCLBOT_E2E_SLEEP": "3"})
-    done = {}
-    worker = threading.Thread(target=lambda: done.setdefault("summary", runner.submit(
-        s.campaign, s.inventory, s.workdir)))
-    worker.start()
-    deadline = time.monotonic() + 30
-    while not s.starts() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    worker, done = submit_in_background(s)
     slurm_cluster.restart_ctld()
     worker.join(120)
     assert not worker.is_alive()
