@@ -285,7 +285,11 @@ def test_auto_through_the_plugin_prices_as_the_offline_audit(analysed):
     compared = analysed.tables["auto_vs_audit"]
     assert len(compared) >= 5
     both = compared.dropna(subset=["live_selection_trlt_pct", "audit_selection_trlt_pct"])
-    assert (both["live_selection_trlt_pct"] - both["audit_selection_trlt_pct"]).abs().max() < 5.0, both.to_string()
+    assert (both["live_oracle_arm"] == both["audit_best_arm"]).all(), both.to_string()
+    # Live latencies are the maximum over 4 rank processes, each with its own noise and placement,
+    # while the audit prices one forced process's steady mean: the time ratios agree within a few %.
+    ratio = (1 + both["live_selection_trlt_pct"] / 100) / (1 + both["audit_selection_trlt_pct"] / 100)
+    assert (ratio - 1).abs().max() < 0.08, both.to_string()
     assert (both["live_selection_trlt_pct"] > 10).sum() == (both["audit_selection_trlt_pct"] > 10).sum()
 
 

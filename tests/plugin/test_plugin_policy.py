@@ -112,11 +112,13 @@ def test_same_seed_same_arms_other_seed_other_arms(plugin, nb_env, comm_id, tmp_
     env = {"etc": {"etc_m": 4}, "eps-greedy": {"epsilon": 0.3}}.get(case, {})
     CASES[f"{case}-seeded"] = (CASES[case][0], {"policy": case, **env},
                                {"etc": {"m": 4}, "eps-greedy": {"eps": 0.3}}.get(case, {}))
+    # The communicator id differs per run (it holds the pid), and one other seed can happen to
+    # draw the same arms (Thompson's prior variance is small): several other seeds cannot.
     runs = [run_context(plugin, nb_env, tmp_path, comm_id, f"{case}-seeded", table, random.Random(5),
-                        seed=seed, steps=120) for seed in (7, 7, 8)]
+                        seed=seed, steps=120) for seed in (7, 7, 8, 9, 10, 11)]
     del CASES[f"{case}-seeded"]
     assert runs[0] == runs[1], "the same seed and communicator gave other arms"
-    assert runs[0] != runs[2], "another NCCLBOT_SEED gave the same arms"
+    assert any(other != runs[0] for other in runs[2:]), "other NCCLBOT_SEEDs gave the same arms"
 
 
 def test_shared_generator_is_bit_identical(policy_probe):
