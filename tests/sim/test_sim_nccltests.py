@@ -265,8 +265,10 @@ def test_mnnvl_switch_changes_what_nccl_sees_on_gb200():
 
 
 def test_all_datatypes_and_ops_loop_like_nccl_tests():
-    from ncclbot_sweep.sim.nccltests.options import DATATYPES, REDOPS
+    from ncclbot_sweep.names import NCCL_DATATYPES
+    from ncclbot_sweep.sim.nccltests.options import REDOPS
 
+    DATATYPES = [name for name, _width in NCCL_DATATYPES]
     _s, text = run("all_reduce_perf", "-b", "1K", "-e", "2K", "-f", "2", "-d", "all", "-o", "all", "-w", "1", "-n", "2")
     rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     assert len(rows) == len(DATATYPES) * len(REDOPS) * 2
