@@ -136,6 +136,17 @@ def test_bad_flags_are_usage_errors(capsys):
     assert "Invalid number of GPUs" in capsys.readouterr().err
 
 
+def test_datatype_spellings_come_from_names_and_only_nccl_types_run(capsys):
+    from ncclbot_sweep.sim.nccltests.options import parse_options
+
+    assert [parse_options(["-d", name]).datatype for name in ("fp16", "BF16", "float32", "char")] == [
+        "half", "bfloat16", "float", "int8"]
+    assert parse_options(["-d", "bf16"]).element_size == 2 and parse_options(["-d", "all"]).element_size == 4
+    assert run("all_reduce_perf", "-d", "short")[0] == 2  # int16 is a known width but no NCCL type
+    assert "invalid type short, must be one of int8, uint8, int32," in capsys.readouterr().err
+    assert parse_options(["-b", "1.5k", "-e", "2G"]).minbytes == 1536
+
+
 def _tuning_lines(text: str) -> list[str]:
     return [line.split("NCCL INFO ", 1)[1] for line in text.splitlines() if "NCCL INFO " in line]
 

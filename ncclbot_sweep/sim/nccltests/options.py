@@ -158,6 +158,15 @@ def _apply(options: Options, short: str, value: str) -> None:
     setattr(options, field, convert(value))  # type: ignore[operator]
 
 
+def _argument(attached: str | None, args: list[str], missing: str) -> str:
+    """An option's required argument: the attached one, else the next word (``getopt``'s rule)."""
+    if attached is not None:
+        return attached
+    if not args:
+        raise UsageError(missing)
+    return args.pop(0)
+
+
 def parse_options(argv: list[str]) -> Options:
     """Parse the arguments after the program name; raises :class:`UsageError`."""
     options = Options()
@@ -172,20 +181,13 @@ def parse_options(argv: list[str]) -> Options:
             name, eq, value = word[2:].partition("=")
             if name not in _LONG:
                 raise UsageError(f"unrecognized option '{word}'")
-            if not eq:
-                if not args:
-                    raise UsageError(f"option '--{name}' requires an argument")
-                value = args.pop(0)
+            value = _argument(value if eq else None, args, f"option '--{name}' requires an argument")
             _apply(options, _LONG[name], value)
         elif word.startswith("-") and len(word) > 1:
             short, value = word[1], word[2:]
             if short not in _SPEC:
                 raise UsageError(f"invalid option -- '{short}'")
-            if not value:
-                if not args:
-                    raise UsageError(f"option requires an argument -- '{short}'")
-                value = args.pop(0)
-            _apply(options, short, value)
+            _apply(options, short, _argument(value or None, args, f"option requires an argument -- '{short}'"))
         else:
             raise UsageError(f"unexpected argument {word!r}")
     _validate(options)
