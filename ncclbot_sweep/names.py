@@ -28,11 +28,14 @@ __all__ = [
     "PROTOCOLS",
     "FAMILIES",
     "AUTO",
+    "SIMPLE_ONLY_ALGORITHMS",
     "SIMULATOR",
     "BINARY_COLLECTIVE",
     "COLLECTIVE_BINARY",
     "FULL_BUFFER_COLLECTIVES",
     "NCCL_DATATYPES",
+    "PER_RANK_COUNT_COLLECTIVES",
+    "SIZE_UNITS",
     "SYNTHETIC_FABRIC_PREFIX",
     "Arm",
     "FabricOffer",
@@ -44,6 +47,7 @@ __all__ = [
     "canonical_collective",
     "canonical_dtype",
     "canonical_protocol",
+    "collective_algorithms",
     "collective_in_text",
     "dtype_bytes",
     "full_buffer_bytes",
@@ -52,6 +56,7 @@ __all__ = [
     "log_algorithm_name",
     "log_protocol_name",
     "nccl_datatype",
+    "nccl_type_name",
     "parse_size",
     "prune_arms",
     "valid_arms",
@@ -127,7 +132,8 @@ _COLLECTIVE_ALGORITHMS: dict[str, frozenset[str]] = {
     "ReduceScatter": frozenset({"Ring", "PAT", "NVLS", "CollNetDirect"}),
     "AllReduce": frozenset({"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"}),
 }
-_SIMPLE_ONLY = frozenset({"NVLS", "NVLSTree", "PAT", "CollNetDirect", "CollNetChain"})
+#: Algorithms that run the Simple protocol only.
+SIMPLE_ONLY_ALGORITHMS = frozenset({"NVLS", "NVLSTree", "PAT", "CollNetDirect", "CollNetChain"})
 
 _CANON_COLL = {c.lower(): c for c in ALL_COLLECTIVES} | {
     "allgather": "AllGather",
@@ -193,6 +199,14 @@ def log_algorithm_name(algorithm: str) -> str:
 def log_protocol_name(protocol: str) -> str:
     """Return the name NCCL prints for a protocol in its logs (``Simple`` -> ``SIMPLE``)."""
     return canonical_protocol(protocol).upper()
+
+
+def collective_algorithms(collective: str) -> frozenset[str]:
+    """The algorithms NCCL computes for a collective (empty for the armless ones).
+
+    The validity table's first rule; the simulator's tuning model computes exactly these cells.
+    """
+    return _COLLECTIVE_ALGORITHMS.get(canonical_collective(collective), frozenset())
 
 
 def algorithm_family(algorithm: str) -> str:
@@ -311,7 +325,7 @@ def arm_invalid_reason(
     if arm.algorithm not in _COLLECTIVE_ALGORITHMS[coll]:
         allowed = ", ".join(a for a in ALGORITHMS if a in _COLLECTIVE_ALGORITHMS[coll])
         return f"{coll} does not run {arm.algorithm} (it runs {allowed})"
-    if arm.algorithm in _SIMPLE_ONLY and arm.protocol != "Simple":
+    if arm.algorithm in SIMPLE_ONLY_ALGORITHMS and arm.protocol != "Simple":
         return f"{arm.algorithm} runs the Simple protocol only"
     family = _FAMILY[arm.algorithm]
     if family not in offer.families:
@@ -363,6 +377,11 @@ def valid_arms(
 #: Collectives whose nccl-tests ``size`` (and the tuner's ``nBytes``) is the whole buffer of all
 #: ranks, while NCCL's own log lines and counts are per rank (architecture section 3).
 FULL_BUFFER_COLLECTIVES = frozenset({"AllGather", "ReduceScatter"})
+#: Collectives whose nccl-tests ``size`` is the whole buffer and whose printed ``count`` is per
+#: rank (each rank moves (ranks - 1) / ranks of the buffer): the full-buffer ones plus AlltoAll.
+#: AlltoAll is not in :data:`FULL_BUFFER_COLLECTIVES`: NCCL runs it as point-to-point calls that
+#: never reach the tuner, so no ``nBytes`` or NCCL log line is ever converted for it.
+PER_RANK_COUNT_COLLECTIVES = FULL_BUFFER_COLLECTIVES | {"AlltoAll"}
 
 
 def full_buffer_bytes(collective: str | None, per_rank_bytes: int, ranks: int | None) -> int | None:
@@ -375,8 +394,10 @@ def full_buffer_bytes(collective: str | None, per_rank_bytes: int, ranks: int | 
     return per_rank_bytes * ranks if ranks else None
 
 
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
-          "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
+#: Size suffixes (upper case) -> bytes: binary units, as nccl-tests reads ``-b``/``-e``/``-i``.
+SIZE_UNITS: dict[str, int] = {
+    "": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+    "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
 
 
@@ -388,10 +409,10 @@ def parse_size(value: int | str) -> int:
         number, unit = value, ""
     else:
         match = _SIZE_RE.match(str(value))
-        if not match or match.group(2).upper() not in _UNITS:
+        if not match or match.group(2).upper() not in SIZE_UNITS:
             raise ValueError(f"size must be bytes or a string like '512B', '1M', '16GiB', but got {value!r}")
         number, unit = int(match.group(1)), match.group(2)
-    size = number * _UNITS[unit.upper()]
+    size = number * SIZE_UNITS[unit.upper()]
     if size < 0:
         raise ValueError(f"size must not be negative, but got {value!r}")
     return size
@@ -407,11 +428,17 @@ def human_size(size: int) -> str:
 
 # --------------------------------------------------------------------------- data types
 
+# NCCL's data types in ``ncclDataType_t`` order (index 0..11): the nccl-tests ``-d`` name, bytes
+# per element and the enum's name (what NCCL's warnings print).
+_NCCL_TYPE_TABLE: tuple[tuple[str, int, str], ...] = (
+    ("int8", 1, "ncclInt8"), ("uint8", 1, "ncclUint8"), ("int32", 4, "ncclInt32"), ("uint32", 4, "ncclUint32"),
+    ("int64", 8, "ncclInt64"), ("uint64", 8, "ncclUint64"), ("half", 2, "ncclFloat16"), ("float", 4, "ncclFloat32"),
+    ("double", 8, "ncclFloat64"), ("bfloat16", 2, "ncclBfloat16"), ("f8e4m3", 1, "ncclFloat8e4m3"),
+    ("f8e5m2", 1, "ncclFloat8e5m2"))
 #: NCCL's data types in ``ncclDataType_t`` order (index 0..11), by their nccl-tests ``-d`` name,
 #: with bytes per element.
-NCCL_DATATYPES: tuple[tuple[str, int], ...] = (
-    ("int8", 1), ("uint8", 1), ("int32", 4), ("uint32", 4), ("int64", 8), ("uint64", 8),
-    ("half", 2), ("float", 4), ("double", 8), ("bfloat16", 2), ("f8e4m3", 1), ("f8e5m2", 1))
+NCCL_DATATYPES: tuple[tuple[str, int], ...] = tuple((name, width) for name, width, _enum in _NCCL_TYPE_TABLE)
+_NCCL_ENUM_NAME = {name: enum for name, _width, enum in _NCCL_TYPE_TABLE}
 # Types that traces name but NCCL has no enum for, with their widths.
 _OTHER_WIDTHS = {"int16": 2}
 _DTYPE_WIDTH = dict(NCCL_DATATYPES) | _OTHER_WIDTHS
@@ -438,6 +465,17 @@ def dtype_bytes(name: str) -> int | None:
     """Bytes per element of a data type in any known spelling; None if unknown."""
     canon = canonical_dtype(name)
     return None if canon is None else _DTYPE_WIDTH[canon]
+
+
+def nccl_type_name(name: str) -> str:
+    """The ``ncclDataType_t`` name NCCL prints for an NCCL data type (``float`` -> ``ncclFloat32``).
+
+    Raises ``ValueError`` naming NCCL's types when ``name`` (any known spelling) is not one.
+    """
+    canon = canonical_dtype(name)
+    if canon not in _NCCL_ENUM_NAME:
+        raise ValueError(f"data type must be one of {', '.join(_NCCL_ENUM_NAME)}, but got {name!r}")
+    return _NCCL_ENUM_NAME[canon]
 
 
 # --------------------------------------------------------------------------- collectives in text

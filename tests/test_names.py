@@ -106,6 +106,30 @@ def test_dtype_spellings_and_widths():
     assert dtype_bytes("f16") == 2 and dtype_bytes("short") == 2 and dtype_bytes("quaternion") is None
 
 
+def test_nccl_type_names_follow_the_enum_and_refuse_non_nccl_types():
+    from ncclbot_sweep.names import nccl_type_name
+
+    assert [nccl_type_name(v) for v in ("float", "fp16", "c10::BFloat16", "int8")] == [
+        "ncclFloat32", "ncclFloat16", "ncclBfloat16", "ncclInt8"]
+    with pytest.raises(ValueError, match="data type must be one of int8, uint8, .*f8e5m2, but got 'short'"):
+        nccl_type_name("short")
+
+
+def test_alltoall_splits_counts_per_rank_but_is_not_a_full_buffer_collective():
+    from ncclbot_sweep.names import FULL_BUFFER_COLLECTIVES, PER_RANK_COUNT_COLLECTIVES, full_buffer_bytes
+
+    assert PER_RANK_COUNT_COLLECTIVES == FULL_BUFFER_COLLECTIVES | {"AlltoAll"}
+    assert "AlltoAll" not in FULL_BUFFER_COLLECTIVES and full_buffer_bytes("AlltoAll", 1024, None) == 1024
+
+
+def test_collective_algorithms_is_the_validity_table():
+    from ncclbot_sweep.names import COLLECTIVES, SIMPLE_ONLY_ALGORITHMS, collective_algorithms
+
+    for coll in COLLECTIVES:
+        assert collective_algorithms(coll) == {a for c, a in RUNS if c == coll}
+    assert collective_algorithms("alltoall") == frozenset() and SIMPLE_ONLY_ALGORITHMS == SIMPLE_ONLY
+
+
 def test_collective_in_text_prefers_the_longest_spelling():
     from ncclbot_sweep.names import collective_in_text
 

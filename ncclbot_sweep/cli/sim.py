@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ncclbot_sweep.names import COLLECTIVES
+from ncclbot_sweep.names import COLLECTIVES, parse_size
 
 __all__ = ["sim_group"]
 
@@ -33,10 +33,8 @@ def bin_dir_command() -> None:
 
 
 def _size(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
-    from ncclbot_sweep.sim.inspect import parse_size_text
-
     try:
-        return parse_size_text(value)
+        return parse_size(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 

@@ -14,7 +14,7 @@ from ncclbot_sweep.names import Arm
 from ncclbot_sweep.sim.fabric import fabric
 from ncclbot_sweep.sim.nccltests.ncclog import tuning_table_lines
 
-__all__ = ["CostRow", "cost_table_rows", "format_cost_table", "parse_size_text", "tuning_table_text"]
+__all__ = ["CostRow", "cost_table_rows", "format_cost_table", "tuning_table_text"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,21 +26,6 @@ class CostRow:
     true_us: float
     auto: bool
     best: bool
-
-
-def parse_size_text(text: str) -> int:
-    """``1048576``, ``1M``, ``1MiB``, ``512B`` or ``16GiB`` -> bytes (powers of 1024)."""
-    from ncclbot_sweep.sim.nccltests.options import UsageError, parse_size
-
-    value = text.strip()
-    for suffix in ("iB", "ib", "B", "b"):
-        if value.endswith(suffix) and len(value) > len(suffix):
-            value = value[: -len(suffix)]
-            break
-    try:
-        return parse_size(value)
-    except UsageError:
-        raise ValueError(f"size must look like 1048576, 1M or 1MiB, but got {text!r}") from None
 
 
 def cost_table_rows(fabric_name: str, collective: str, nodes: int, size_bytes: int) -> list[CostRow]:

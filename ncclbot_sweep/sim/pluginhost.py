@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ncclbot_sweep import pluginbuild
-from ncclbot_sweep.names import COLLECTIVES, Arm, all_arms
+from ncclbot_sweep.names import COLLECTIVES, FULL_BUFFER_COLLECTIVES, Arm, all_arms
 
 __all__ = ["CommInfo", "HostError", "LogRecord", "PluginHost", "host_library", "plugin_paths"]
 
@@ -36,7 +36,6 @@ _ARMS = all_arms()  # index = algorithm * 3 + protocol, NCCL's table order
 _LOG_CHUNK = 1 << 16
 #: NCCL_DEBUG spellings as logger levels (reference 2: NONE 0, VERSION 1, WARN 2, INFO 3, TRACE 5).
 _LEVELS = {"": 0, "NONE": 0, "VERSION": 1, "WARN": 2, "INFO": 3, "ABORT": 3, "TRACE": 5}
-_SPLIT_COUNT = ("AllGather", "ReduceScatter")
 
 
 class HostError(RuntimeError):
@@ -156,7 +155,7 @@ class PluginHost:
                latency_us: float) -> float:
         """The call's profiler events (GPU time ``latency_us``); returns host us inside them."""
         count = n_bytes // elt
-        if collective in _SPLIT_COUNT:
+        if collective in FULL_BUFFER_COLLECTIVES:
             count //= self.comm.nranks
         self._ns.value = 0
         self._lib.nbh_played(self._h, COLLECTIVES.index(collective), count, dtype.encode(),

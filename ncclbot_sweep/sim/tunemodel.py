@@ -13,7 +13,14 @@ import dataclasses
 import numpy as np
 
 from ncclbot_sweep.costmodel import TuningTable, log2i
-from ncclbot_sweep.names import ALGORITHMS, COLLECTIVES, PROTOCOLS
+from ncclbot_sweep.names import (
+    ALGORITHMS,
+    COLLECTIVES,
+    FULL_BUFFER_COLLECTIVES,
+    PROTOCOLS,
+    SIMPLE_ONLY_ALGORITHMS,
+    collective_algorithms,
+)
 
 __all__ = ["Graph", "ModelSpec", "TunedModel", "tune_model", "tuner_constants"]
 
@@ -58,15 +65,6 @@ _TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 
 _NVLS_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
 _NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)
 
-# Which (collective, algorithm) entries ncclTopoTuneModel computes (reference 3.1).
-_COMPUTED = {
-    "Broadcast": {"Ring"},
-    "Reduce": {"Ring"},
-    "AllGather": {"Ring", "NVLS", "CollNetDirect", "PAT"},
-    "ReduceScatter": {"Ring", "NVLS", "CollNetDirect", "PAT"},
-    "AllReduce": {"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"},
-}
-_SIMPLE_ONLY = {"CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
 # "Max NThreads" row of the printed table, per protocol (what an H100 build prints).
 _MAX_THREADS = {"Tree": (512, 640, 512), "Ring": (512, 640, 512), "PAT": (0, 0, 512)}
 
@@ -117,7 +115,7 @@ class TunedModel:
 
 def _enabled(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int, ranks: int) -> bool:
     """NCCL's enable rules after the table is built (reference 3.4); False -> bandwidth 0."""
-    if algo in _SIMPLE_ONLY and proto != _SIMPLE:
+    if algo in SIMPLE_ONLY_ALGORITHMS and proto != _SIMPLE:
         return False
     if proto == _LL128 and not spec.ll128:
         return False
@@ -178,7 +176,7 @@ def _bandwidth(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int,
     if algo == "PAT":
         bus *= 0.75
     if algo == "CollNetDirect" and proto == _SIMPLE:
-        if coll in ("AllGather", "ReduceScatter"):
+        if coll in FULL_BUFFER_COLLECTIVES:
             bus = ppn * min(graph.bw_intra, 0.9 * graph.bw_inter)
         else:
             factor = ppn / n_ch
@@ -186,14 +184,22 @@ def _bandwidth(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int,
             bus /= factor
             if spec.comp_cap >= 90:
                 bus *= 0.85
-    if algo in ("NVLS", "CollNetDirect") and coll in ("AllGather", "ReduceScatter") and nodes > 1:
+    if algo in ("NVLS", "CollNetDirect") and coll in FULL_BUFFER_COLLECTIVES and nodes > 1:
         bus = 0.0  # needs the CollNet plugin's iallgather/ireducescatter, not simulated
-    if algo in ("Ring", "NVLS", "NVLSTree") and not (algo == "NVLS" and coll in ("AllGather", "ReduceScatter")):
-        nsteps = {"AllReduce": 2 * (ranks - 1), "AllGather": ranks - 1, "ReduceScatter": ranks - 1}.get(coll, ranks)
+    if algo in ("Ring", "NVLS", "NVLSTree") and not (algo == "NVLS" and coll in FULL_BUFFER_COLLECTIVES):
+        nsteps = _ring_steps(coll, ranks)
         bus *= ranks / nsteps if nsteps > 0 else 1.0
     elif algo in ("Tree", "CollNetDirect", "CollNetChain") and coll == "AllReduce":
         bus *= 0.5
     return bus
+
+
+def _ring_steps(coll: str, ranks: int) -> int:
+    """``nsteps`` of the bandwidth and latency formulas (reference 3.2-3.3): 2(n-1) for AllReduce,
+    n-1 for AllGather and ReduceScatter, n for Broadcast and Reduce."""
+    if coll == "AllReduce":
+        return 2 * (ranks - 1)
+    return ranks - 1 if coll in FULL_BUFFER_COLLECTIVES else ranks
 
 
 def _latency(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int, ranks: int) -> float:
@@ -206,8 +212,8 @@ def _latency(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int, r
     intra_lat = _HW_LAT[intra_hw][algo][proto]
     inter_lat = _HW_LAT[_NET]["Tree" if ppn == 1 else algo][proto]
     if algo == "Ring":
-        nsteps = {"AllReduce": 2 * (ranks - 1), "AllGather": ranks - 1, "ReduceScatter": ranks - 1}.get(coll, ranks)
-        if coll in ("AllReduce", "AllGather", "ReduceScatter"):
+        nsteps = _ring_steps(coll, ranks)
+        if coll == "AllReduce" or coll in FULL_BUFFER_COLLECTIVES:
             overhead = 0.0 if nodes == 1 else (2.0 if spec.amd_cpu else 1.0)
             if proto == _SIMPLE:
                 overhead *= 3
@@ -248,7 +254,7 @@ def tune_model(spec: ModelSpec, *, nodes: int, ranks: int) -> TunedModel:
     threads = np.zeros((len(ALGORITHMS), len(PROTOCOLS)), dtype=int)
     for c, coll in enumerate(COLLECTIVES):
         for a, algo in enumerate(ALGORITHMS):
-            if algo not in _COMPUTED[coll]:
+            if algo not in collective_algorithms(coll):  # the cells ncclTopoTuneModel computes (ref. 3.1)
                 continue
             for p in range(len(PROTOCOLS)):
                 lat[c, a, p] = _latency(spec, coll, algo, p, nodes=model_nodes, ranks=ranks)

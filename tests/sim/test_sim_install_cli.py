@@ -70,7 +70,7 @@ def test_sim_cli_rejects_bad_values_with_usage_errors():
     runner = CliRunner()
     result = runner.invoke(cli, ["sim", "cost-table", "--collective", "AllReduce", "--nodes", "4", "--size", "12XB"])
     assert result.exit_code == 2
-    assert "Error: Invalid value for '--size': size must look like 1048576, 1M or 1MiB, but got '12XB'" in result.output
+    assert "Error: Invalid value for '--size': size must be bytes or a string like '512B', '1M', '16GiB', but got '12XB'" in result.output
     result = runner.invoke(cli, ["sim", "cost-table", "--fabric", "sim-a100", "--collective", "AllReduce",
                                  "--nodes", "4", "--size", "1M"])
     assert result.exit_code == 2 and "sim-h100" in result.output

@@ -136,6 +136,17 @@ def test_bad_flags_are_usage_errors(capsys):
     assert "Invalid number of GPUs" in capsys.readouterr().err
 
 
+def test_datatype_spellings_come_from_names_and_only_nccl_types_run(capsys):
+    from ncclbot_sweep.sim.nccltests.options import parse_options
+
+    assert [parse_options(["-d", name]).datatype for name in ("fp16", "BF16", "float32", "char")] == [
+        "half", "bfloat16", "float", "int8"]
+    assert parse_options(["-d", "bf16"]).element_size == 2 and parse_options(["-d", "all"]).element_size == 4
+    assert run("all_reduce_perf", "-d", "short")[0] == 2  # int16 is a known width but no NCCL type
+    assert "invalid type short, must be one of int8, uint8, int32," in capsys.readouterr().err
+    assert parse_options(["-b", "1.5k", "-e", "2G"]).minbytes == 1536
+
+
 def _tuning_lines(text: str) -> list[str]:
     return [line.split("NCCL INFO ", 1)[1] for line in text.splitlines() if "NCCL INFO " in line]
 
@@ -265,8 +276,10 @@ def test_mnnvl_switch_changes_what_nccl_sees_on_gb200():
 
 
 def test_all_datatypes_and_ops_loop_like_nccl_tests():
-    from ncclbot_sweep.sim.nccltests.options import DATATYPES, REDOPS
+    from ncclbot_sweep.names import NCCL_DATATYPES
+    from ncclbot_sweep.sim.nccltests.options import REDOPS
 
+    DATATYPES = [name for name, _width in NCCL_DATATYPES]
     _s, text = run("all_reduce_perf", "-b", "1K", "-e", "2K", "-f", "2", "-d", "all", "-o", "all", "-w", "1", "-n", "2")
     rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     assert len(rows) == len(DATATYPES) * len(REDOPS) * 2

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["Options", "UsageError", "parse_options", "parse_size", "DATATYPES", "REDOPS"]
+from ncclbot_sweep.names import NCCL_DATATYPES, SIZE_UNITS, canonical_dtype
 
-#: nccl-tests datatype names -> element size in bytes.
-DATATYPES: dict[str, int] = {
-    "int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
-    "half": 2, "float": 4, "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1,
-}
-_TYPE_ALIASES = {"char": "int8", "int": "int32", "fp16": "half", "fp32": "float", "fp64": "double", "bf16": "bfloat16"}
+__all__ = ["Options", "UsageError", "parse_options", "parse_size", "REDOPS"]
+
+_WIDTHS = dict(NCCL_DATATYPES)
 #: Reduction operations nccl-tests knows.
 REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum")
 
@@ -63,7 +60,7 @@ class Options:
     @property
     def element_size(self) -> int:
         """Bytes per element of ``-d`` (float's 4 for ``all``, whose first pass is int8 anyway)."""
-        return DATATYPES.get(self.datatype, 4)
+        return _WIDTHS.get(self.datatype, 4)
 
     def sizes(self) -> list[int]:
         """Requested sizes, min to max, by factor or fixed step (as the benchmark loop does)."""
@@ -81,11 +78,11 @@ class Options:
 
 
 def parse_size(text: str) -> int:
-    """``parsesize``: a number with an optional K, M or G suffix (powers of 1024)."""
+    """``parsesize``: a number with an optional one-letter K, M or G suffix (powers of 1024)."""
     value = text.strip()
     units = 1
     if value and value[-1] in "KkMmGg":
-        units = {"k": 1024, "m": 1024**2, "g": 1024**3}[value[-1].lower()]
+        units = SIZE_UNITS[value[-1].upper()]
         value = value[:-1]
     try:
         number = float(value)
@@ -106,9 +103,9 @@ def _int(text: str) -> int:
 def _datatype(text: str) -> str:
     if text.lower() == "all":
         return "all"
-    name = _TYPE_ALIASES.get(text.lower(), text.lower())
-    if name not in DATATYPES:
-        raise UsageError(f"invalid type {text}, must be one of {', '.join(DATATYPES)}")
+    name = canonical_dtype(text)
+    if name not in _WIDTHS:
+        raise UsageError(f"invalid type {text}, must be one of {', '.join(_WIDTHS)}")
     return name
 
 
@@ -161,6 +158,15 @@ def _apply(options: Options, short: str, value: str) -> None:
     setattr(options, field, convert(value))  # type: ignore[operator]
 
 
+def _argument(attached: str | None, args: list[str], missing: str) -> str:
+    """An option's required argument: the attached one, else the next word (``getopt``'s rule)."""
+    if attached is not None:
+        return attached
+    if not args:
+        raise UsageError(missing)
+    return args.pop(0)
+
+
 def parse_options(argv: list[str]) -> Options:
     """Parse the arguments after the program name; raises :class:`UsageError`."""
     options = Options()
@@ -175,20 +181,13 @@ def parse_options(argv: list[str]) -> Options:
             name, eq, value = word[2:].partition("=")
             if name not in _LONG:
                 raise UsageError(f"unrecognized option '{word}'")
-            if not eq:
-                if not args:
-                    raise UsageError(f"option '--{name}' requires an argument")
-                value = args.pop(0)
+            value = _argument(value if eq else None, args, f"option '--{name}' requires an argument")
             _apply(options, _LONG[name], value)
         elif word.startswith("-") and len(word) > 1:
             short, value = word[1], word[2:]
             if short not in _SPEC:
                 raise UsageError(f"invalid option -- '{short}'")
-            if not value:
-                if not args:
-                    raise UsageError(f"option requires an argument -- '{short}'")
-                value = args.pop(0)
-            _apply(options, short, value)
+            _apply(options, short, _argument(value or None, args, f"option requires an argument -- '{short}'"))
         else:
             raise UsageError(f"unexpected argument {word!r}")
     _validate(options)

@@ -19,7 +19,17 @@ import numpy as np
 
 from ncclbot_sweep import costmodel
 from ncclbot_sweep.errors import NcclbotError
-from ncclbot_sweep.names import BINARY_COLLECTIVE, COLLECTIVES, SIMULATOR, Arm, all_arms
+from ncclbot_sweep.names import (
+    BINARY_COLLECTIVE,
+    COLLECTIVES,
+    NCCL_DATATYPES,
+    PER_RANK_COUNT_COLLECTIVES,
+    SIMULATOR,
+    Arm,
+    all_arms,
+    dtype_bytes,
+    nccl_type_name,
+)
 from ncclbot_sweep.sim.fabric import SimFabric, fabric_for_env
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
 from ncclbot_sweep.sim.nccltests import report
@@ -32,7 +42,7 @@ from ncclbot_sweep.sim.nccltests.environment import (
     job_layout,
 )
 from ncclbot_sweep.sim.nccltests.ncclog import NcclLog, tuning_table_lines
-from ncclbot_sweep.sim.nccltests.options import DATATYPES, REDOPS, Options, UsageError, parse_options
+from ncclbot_sweep.sim.nccltests.options import REDOPS, Options, UsageError, parse_options
 from ncclbot_sweep.sim.live import LiveFailure, RankPlace, live_player, open_host, rank_place, wants_plugin
 from ncclbot_sweep.sim.pluginhost import HostError, PluginHost
 from ncclbot_sweep.sim.process import SimProcess, derive_seed
@@ -42,11 +52,6 @@ __all__ = ["NCCL_TESTS_VERSION", "main"]
 
 NCCL_TESTS_VERSION = "2.19.7"
 
-_NCCL_TYPES = {
-    "int8": "ncclInt8", "uint8": "ncclUint8", "int32": "ncclInt32", "uint32": "ncclUint32",
-    "int64": "ncclInt64", "uint64": "ncclUint64", "half": "ncclFloat16", "float": "ncclFloat32",
-    "double": "ncclFloat64", "bfloat16": "ncclBfloat16", "f8e4m3": "ncclFloat8e4m3", "f8e5m2": "ncclFloat8e5m2",
-}
 _BUS_IDS = {
     8: ("0000:18:00", "0000:2a:00", "0000:3a:00", "0000:5d:00", "0000:9a:00", "0000:ab:00", "0000:ba:00", "0000:db:00"),
     4: ("0008:01:00", "0009:01:00", "0018:01:00", "0019:01:00"),
@@ -86,7 +91,7 @@ class _Context:
 def _counts(collective: str, size: int, elt: int, ranks: int) -> tuple[int, int, int]:
     """(printed size, printed count, bytes per rank NCCL logs) for a requested size."""
     count = size // elt
-    if collective in ("AllGather", "ReduceScatter", "AlltoAll"):
+    if collective in PER_RANK_COUNT_COLLECTIVES:
         per_rank = count // ranks
         return per_rank * ranks * elt, per_rank, per_rank * elt
     return count * elt, count, count * elt
@@ -96,7 +101,7 @@ def _bus_factor(collective: str, ranks: int) -> float:
     """nccl-tests' busbw factor per collective."""
     if collective == "AllReduce":
         return 2.0 * (ranks - 1) / ranks
-    if collective in ("AllGather", "ReduceScatter", "AlltoAll"):
+    if collective in PER_RANK_COUNT_COLLECTIVES:
         return (ranks - 1) / ranks
     return 1.0
 
@@ -142,7 +147,7 @@ def _no_arm_failure(ctx: _Context) -> TestFailure:
     algo_env, proto_env = ctx.env.get("NCCL_ALGO"), ctx.env.get("NCCL_PROTO")
     message = (
         f"Error : no algorithm/protocol available for function {ctx.collective} with datatype "
-        f"{_NCCL_TYPES[ctx.dtype]}."
+        f"{nccl_type_name(ctx.dtype)}."
         + (f" NCCL_ALGO was set to {algo_env}." if algo_env else "")
         + (f" NCCL_PROTO was set to {proto_env}." if proto_env else "")
     )
@@ -252,7 +257,7 @@ def _arm_or_fail(ctx: _Context, size: int) -> Arm | None:
 
 def _combinations(collective: str, options: Options) -> list[tuple[str, str]]:
     """(datatype, redop) pairs to run: ``-d all`` and ``-o all`` loop like nccl-tests does."""
-    types = list(DATATYPES) if options.datatype == "all" else [options.datatype]
+    types = [name for name, _width in NCCL_DATATYPES] if options.datatype == "all" else [options.datatype]
     reducing = collective in ("AllReduce", "ReduceScatter", "Reduce", "SendRecv")
     ops = list(REDOPS) if options.op == "all" and reducing else [options.op if options.op != "all" else "sum"]
     return [(t, o) for t in types for o in ops]
@@ -273,7 +278,7 @@ def _benchmark(ctx: _Context, proc: SimProcess, json_doc: dict | None) -> float:
 def _benchmark_one(ctx: _Context, proc: SimProcess, dtype: str, op: str, busbws: list, results: list) -> None:
     """One size sweep (with cycles) for one datatype and reduction."""
     o = ctx.options
-    elt = DATATYPES[dtype]
+    elt = dtype_bytes(dtype)
     printed: dict[int, tuple[int, int]] = {}
     sizes = []
     for requested in o.sizes():
@@ -284,7 +289,7 @@ def _benchmark_one(ctx: _Context, proc: SimProcess, dtype: str, op: str, busbws:
     play = None
     if ctx.plugin is not None and ctx.collective in COLLECTIVES:
         play = live_player(ctx.plugin, proc, ctx.collective, table=lambda size: _cost_table(ctx, size),
-                           channels=lambda arm, size: _channels(ctx, arm, size), elt=elt, dtype=_NCCL_TYPES[dtype])
+                           channels=lambda arm, size: _channels(ctx, arm, size), elt=elt, dtype=nccl_type_name(dtype))
     events = run_sweep(proc, ctx.collective, sizes, lambda size: _arm_or_fail(ctx, size), iters=o.iters,
                        warmup=o.warmup_iters, agg=o.agg_iters, check=o.check, cycles=o.run_cycles, play=play)
     for event in events:
