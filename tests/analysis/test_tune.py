@@ -65,7 +65,7 @@ def _kill_at(cmd, out, target, pause, timeout=300):
     try:
         deadline = time.monotonic() + timeout
         while len(_trials(out)[0]) < target and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.1)  # each poll re-reads the journal: keep it light beside the tuner
         time.sleep(pause)  # lands anywhere: inside a trial, between trials, mid journal write
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
@@ -76,7 +76,7 @@ def test_a_study_killed_at_a_random_point_resumes_to_exactly_151_trials_and_the_
     n = 151
     seed = time.time_ns()
     rng = random.Random(seed)
-    target, pause = rng.randint(1, 140), rng.uniform(0.0, 0.2)
+    target, pause = rng.randint(1, 130), rng.uniform(0.0, 0.2)
     where = f"kill after {target} trials + {pause:.3f} s (random.Random({seed}))"
     killed, straight = tmp_path / "killed", tmp_path / "straight"
     _kill_at([sys.executable, "-c", "from ncclbot_sweep.cli import main; main()", *_full_budget_args(tiny_dataset, killed)],
