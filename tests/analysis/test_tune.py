@@ -191,3 +191,15 @@ def test_resuming_with_other_options_is_refused(dataset, tmp_path):
     other = CliRunner().invoke(main, [*_tune_args(dataset, tmp_path, 2), "--objective", "realized"])
     assert other.exit_code == 1
     assert "Error: study 'UCB1' was tuned with" in other.output and "tune into a new --out" in other.output
+
+
+def test_every_learning_family_searches_the_observed_max_wrapper_off_at_trial_0():
+    """Table 16's AOM knob: off in every educated guess, and a spec with it on replays with it on."""
+    from ncclbot_sweep.analysis.policies import parse_policy
+    from ncclbot_sweep.analysis.study import FAMILIES
+    from ncclbot_sweep.analysis.study.spaces import policy_spec
+
+    for name in FAMILIES:
+        assert defaults(name)["aom"] is False
+        assert not parse_policy(policy_spec(name, defaults(name))).estimator.observed_max
+        assert parse_policy(policy_spec(name, {**defaults(name), "aom": True})).estimator.observed_max
