@@ -185,12 +185,14 @@ def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.nda
     x = b.samples[b.sample_base + arms * b.depth_max + pool_position(pulls, b.depth[cell], b.wrap[cell])]
     reward = b.mu_min / x
     skip = b.policy.estimator.skip_first
+    est = b.policy.estimator
     if skip:
         learn = pulls >= skip
         if learn.any():
-            b.policy.update(b.state, b.rows[learn], arms[learn], reward[learn])
+            rows = b.rows[learn]
+            b.policy.update(b.state, rows, arms[learn], b.state.renormalise(rows, reward[learn], est))
     else:
-        b.policy.update(b.state, b.rows, arms, reward)
+        b.policy.update(b.state, b.rows, arms, b.state.renormalise(b.rows, reward, est))
     pulls_flat[cell] = pulls + 1
     return arms, x, b.steady[cell]
 

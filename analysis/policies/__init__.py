@@ -19,6 +19,9 @@ Shared conventions (the plugin must match them bit for bit in float64):
   arms; arm filter ``predicted <= rho_max * mu_hat_min`` (undefined predictions kept).
 * Warm start: ``mu_a = mu_hat_min / mu_hat(a)`` with ``n_a = nu`` virtual pulls for
   mean-based policies; cumulative losses ``L_a = nu * (1 - r_a)`` for loss-based ones.
+* Adaptive observed max (``estimator.observed_max``, off by default; not in the plugin):
+  the engines divide each learned reward by its running maximum before the policy's update
+  (:meth:`.estimators.BanditState.renormalise`).
 
 **UCB1** (featured policy; defaults are the paper's champion, Table 16), all float64:
 

@@ -30,6 +30,18 @@ saturates at ``1 / (1 - gamma)``.
 
 Skip-first-k: the first ``k`` pulls of each arm are served and paid for but not learned
 from (the lazy-initialisation transient, paper B.2); ``n_a`` and ``mu_a`` stay unchanged.
+
+Adaptive observed max (``observed_max``, paper D.8 and Table 16's "AOM"): a wrapper around
+every estimator that divides each learned reward by the bandit's running maximum ``M`` and,
+when a reward exceeds ``M``, first rescales the bandit's statistics to the new maximum::
+
+      if r > M:  q = M / r ;  mu_a <- q * mu_a ;  s2_a <- (q * q) * s2_a  (every arm) ;  M <- r
+      r <- r / M
+
+``M`` starts at 1, the reward scale of the cost-model prior (AUTO's own arm has prior
+``mu_hat_min / mu_hat_min = 1``), so a warm start and the renormalised rewards share one
+scale. Only the estimator's ``mu`` and ``s2`` are rescaled; policy-specific accumulators
+(the adversarial families' cumulative losses) see renormalised rewards from then on.
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ class Estimator:
     gain: float = 0.1
     discount: float = 1.0
     skip_first: int = 0
+    observed_max: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -75,6 +88,7 @@ class BanditState:
         n, mu, s2: effective counts, reward means, and ``m2`` (``mean``) or variance.
         pulls: ``[B, K]`` times each arm was served (drives the pull-count replay).
         learned: ``[B, K]`` learned updates per arm.
+        peak: ``[B]`` running maximum of the learned rewards (adaptive observed max), from 1.
         extra: policy-specific arrays.
     """
 
@@ -86,6 +100,7 @@ class BanditState:
     s2: np.ndarray
     pulls: np.ndarray
     learned: np.ndarray
+    peak: np.ndarray
     extra: dict
 
     @classmethod
@@ -94,7 +109,8 @@ class BanditState:
         return cls(
             offered=offered.copy(), prior=prior.copy(), auto=auto.copy(),
             n=np.zeros(shape), mu=np.zeros(shape), s2=np.zeros(shape),
-            pulls=np.zeros(shape, dtype=np.int64), learned=np.zeros(shape, dtype=np.int64), extra={},
+            pulls=np.zeros(shape, dtype=np.int64), learned=np.zeros(shape, dtype=np.int64),
+            peak=np.ones(shape[0]), extra={},
         )
 
     @property
@@ -119,6 +135,26 @@ class BanditState:
     def learn_mask(self, rows: np.ndarray, arms: np.ndarray, est: Estimator) -> np.ndarray:
         """Which of these pulls are learned from (skip-first-k), before ``pulls`` advances."""
         return self.pulls[rows, arms] >= est.skip_first
+
+    def renormalise(self, rows: np.ndarray, reward: np.ndarray, est: Estimator) -> np.ndarray:
+        """The reward a policy learns from: ``reward`` itself, or with ``observed_max`` divided by
+        the running maximum (statistics rescaled first when it grows; module docstring).
+
+        Called by the engines (replay, :class:`StepPolicy`) once per learned pull, before the
+        policy's update; ``rows`` are distinct.
+        """
+        if not est.observed_max:
+            return reward
+        peak = self.peak[rows]
+        grows = reward > peak
+        if grows.any():
+            up = rows[grows]
+            q = peak[grows] / reward[grows]
+            self.mu[up] *= q[:, None]
+            self.s2[up] *= (q * q)[:, None]
+            peak = np.where(grows, reward, peak)
+            self.peak[rows] = peak
+        return reward / peak
 
     def update(self, rows: np.ndarray, arms: np.ndarray, reward: np.ndarray, est: Estimator) -> None:
         """Apply one learned reward per row (``rows`` already filtered by :meth:`learn_mask`)."""

@@ -68,10 +68,12 @@ class StepPolicy:
         return self._last
 
     def update(self, arm: int, latency_us: float) -> float:
-        """Feed the measured latency of the arm just played; returns the reward used."""
+        """Feed the measured latency of the arm just played; returns the reward learned (renormalised with ``observed_max``)."""
         reward = np.array([self.mu_hat_min / float(latency_us)])
         rows, arms = np.array([0]), np.array([int(arm)])
-        if self.state.learn_mask(rows, arms, self.policy.estimator)[0]:
+        est = self.policy.estimator
+        if self.state.learn_mask(rows, arms, est)[0]:
+            reward = self.state.renormalise(rows, reward, est)
             self.policy.update(self.state, rows, arms, reward)
         self.state.pulls[0, arm] += 1
         return float(reward[0])

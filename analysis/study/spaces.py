@@ -7,12 +7,13 @@ the paper describes, which TPE models directly:
 * ``warm`` (cost-model warm start) on/off; ``pc`` (the pseudo-count nu) exists only when on;
 * ``robust`` (clipped-SGD mean) on/off; ``clip``, ``lr`` and ``decay_exp`` exist only when on;
 * ``skip_first`` (skip-first-k learning updates per arm);
+* ``aom`` (the adaptive observed-max reward wrapper, ``estimator.observed_max``) on/off, for
+  every learning family; off in every trial-0 guess;
 * Hierarchical: parent (EXP3 over algorithm groups) and child (Softmax) subspaces,
   ``parent.*`` and ``child.*``;
 * each family's own knobs (alpha, c, tau, prior variance, eps, m, gate, gamma, eta, ...).
 
-EXP3++, ETC and RR-ETC expose no warm start (always cold). The adaptive observed-max reward
-wrapper of Table 16 is not part of the replay's policies, so it is not searched.
+EXP3++, ETC and RR-ETC expose no warm start (always cold).
 
 The supervised selectors (``GBM+cost`` ...) have spaces over their scikit-learn settings and
 the node-count feature (:data:`SUPERVISED_FAMILIES`, Table 41).
@@ -56,6 +57,7 @@ class Family:
     own: Callable[[object], Params]
     warm: bool = True
     robust: bool = True
+    aom: bool = True
 
 
 def _ucb1(t):
@@ -172,9 +174,9 @@ _RF = {"n_estimators": 400, "max_depth": 0, "min_samples_leaf": 2, "max_features
 #: The supervised selectors, tuned with the same budget on validation folds inside train (Table 41);
 #: trial 0 is the paper's fixed setting (``max_depth=0`` is unlimited for RF).
 SUPERVISED_FAMILIES: dict[str, Family] = {f.name: f for f in (
-    *(Family(f"GBM{c}", dict(_GBM), _gbm, warm=False, robust=False) for c in ("", "+cost")),
-    *(Family(f"RF{c}", dict(_RF), _rf, warm=False, robust=False) for c in ("", "+cost")),
-    *(Family(f"Linear{c}", {"alpha": 1e-6, "use_nodes": True}, _linear, warm=False, robust=False)
+    *(Family(f"GBM{c}", dict(_GBM), _gbm, warm=False, robust=False, aom=False) for c in ("", "+cost")),
+    *(Family(f"RF{c}", dict(_RF), _rf, warm=False, robust=False, aom=False) for c in ("", "+cost")),
+    *(Family(f"Linear{c}", {"alpha": 1e-6, "use_nodes": True}, _linear, warm=False, robust=False, aom=False)
       for c in ("", "+cost")),
 )}
 
@@ -190,8 +192,9 @@ def family(name: str) -> Family:
 
 
 def defaults(name: str) -> Params:
-    """Trial 0 of a study: the family's educated guess."""
-    return dict(family(name).guess)
+    """Trial 0 of a study: the family's educated guess (observed-max wrapper off)."""
+    fam = family(name)
+    return {**fam.guess, "aom": False} if fam.aom else dict(fam.guess)
 
 
 def suggest(trial, name: str) -> Params:
@@ -204,6 +207,8 @@ def suggest(trial, name: str) -> Params:
         _robust(trial, params)
     if "skip_first" in fam.guess:
         params["skip_first"] = trial.suggest_int("skip_first", 0, 3)
+    if fam.aom:
+        params["aom"] = trial.suggest_categorical("aom", [False, True])
     params.update(fam.own(trial))
     return params
 
@@ -214,7 +219,7 @@ def _fmt(value) -> str:
 
 _RENAME = {"eps_decay": "decay", "parent.gamma": "parent_gamma", "parent.eta": "parent_eta",
            "child.tau": "tau", "child.decay": "decay", "skip_first": "estimator.skip_first",
-           "clip": "estimator.clip", "lr": "estimator.lr", "decay_exp": "estimator.decay"}
+           "clip": "estimator.clip", "aom": "estimator.observed_max", "lr": "estimator.lr", "decay_exp": "estimator.decay"}
 _FLAGS = ("warm", "robust")
 
 

@@ -68,6 +68,7 @@ class Bandit:
         self.s2 = [0.0] * k
         self.pulls = [0] * k
         self.learned = [0] * k
+        self.peak = 1.0
 
     @property
     def K(self):
@@ -84,6 +85,18 @@ class Bandit:
         if self.est.kind == "mean":
             return self.s2[k] / self.n[k] if self.n[k] > 0 else 0.0
         return self.s2[k]
+
+    def renormalise(self, r):
+        """Adaptive observed max: rescale every arm to a new running maximum, then divide by it."""
+        if not self.est.observed_max:
+            return r
+        if r > self.peak:
+            q = self.peak / r
+            for a in range(self.K):
+                self.mu[a] = self.mu[a] * q
+                self.s2[a] = self.s2[a] * (q * q)
+            self.peak = r
+        return r / self.peak
 
     def learn(self, k, r):
         e = self.est
@@ -560,7 +573,7 @@ def reference_replay(problem, policy, *, horizon, seed, raw, window, keep_warmup
             sel += steady
             r = float(problem.mu_min[c]) / x
             if b.pulls[k] >= policy.estimator.skip_first:
-                b.kind.update(b, k, r)
+                b.kind.update(b, k, b.renormalise(r))
             b.pulls[k] += 1
             trace.append(k)
         served.append(total)

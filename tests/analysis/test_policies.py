@@ -91,3 +91,18 @@ def test_policy_specs_with_parameters_and_labels():
     for bad in ("UCB1[alpha]", "UCB1[alpha=1", "UCB1[estimator.nope=1]", "UCB1[estimator.kind=median]"):
         with pytest.raises(AnalysisError):
             parse_policy(bad)
+
+
+def test_adaptive_observed_max_divides_by_the_running_max_and_rescales_on_a_new_one():
+    """Paper D.8: rewards are divided by their running maximum (from 1, the prior's scale); a new
+    maximum first rescales every arm's statistics by old/new."""
+    est = {"kind": "mean", "observed_max": True}
+    p = StepPolicy(make_policy("UCB1", estimator=est, pseudo_count=1.0), [10.0, 20.0])
+    assert p.means() == [1.0, 0.5]  # warm start on the reward scale
+    assert p.update(0, 20.0) == 0.5  # r = 10/20 below the max 1: learned as is
+    assert p.means() == [0.75, 0.5]
+    assert p.update(1, 5.0) == 1.0  # r = 2 is a new max: arms rescaled by 1/2, reward 2/2
+    assert p.means() == [0.375, (0.25 + 1.0) / 2]
+    assert p.update(0, 8.0) == 1.25 / 2  # r = 1.25 below the max 2
+    plain = StepPolicy(make_policy("UCB1", estimator={"kind": "mean"}, pseudo_count=1.0), [10.0, 20.0])
+    assert [plain.update(a, x) for a, x in ((0, 20.0), (1, 5.0), (0, 8.0))] == [0.5, 2.0, 1.25]

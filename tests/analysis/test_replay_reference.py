@@ -146,3 +146,33 @@ def test_zero_element_contexts_are_left_out_with_a_note():
     assert list(pools.contexts["size_bytes"]) == [1 << 20]
     assert list(pools.excluded["size_bytes"]) == [0] and "0 elements" in pools.excluded["note"].iloc[0]
     assert "1 zero-element contexts left out" in pools.convention
+
+
+AOM_FAMILIES = [name for name in POLICIES if name not in ("AUTO", "Random")]
+
+
+@pytest.mark.parametrize("name", AOM_FAMILIES)
+def test_adaptive_observed_max_matches_the_reference(name):
+    """With the observed-max wrapper on, every learning family still equals the plain reference."""
+    problem, raw = random_problem(7)
+    policy = make_policy(name, estimator={"observed_max": True})
+    horizon, seeds = 40, [3, 11]
+    run = run_policy(problem, policy, horizon=horizon, seeds=seeds, record_arms=True)
+    for s, seed in enumerate(seeds):
+        served, _, arms = reference_replay(problem, policy, horizon=horizon, seed=seed, raw=raw, window=WINDOW)
+        np.testing.assert_array_equal(run.arms[s], arms)
+        np.testing.assert_array_equal(run.served_us[s], served)
+
+
+def test_adaptive_observed_max_changes_some_replays_and_is_off_by_default():
+    """The random problem has rewards above 1 (predictions far off), so the wrapper fires and moves
+    arms somewhere; the default estimator leaves it off."""
+    assert not make_policy("UCB1").estimator.observed_max
+    problem, _ = random_problem(7)
+    moved = []
+    for name in ("UCB1", "Softmax", "GaussianTS", "FPL"):
+        plain = run_policy(problem, make_policy(name), horizon=40, seeds=[3], record_arms=True)
+        aom = run_policy(problem, make_policy(name, estimator={"observed_max": True}), horizon=40, seeds=[3],
+                         record_arms=True)
+        moved.append(not np.array_equal(plain.arms, aom.arms))
+    assert any(moved)

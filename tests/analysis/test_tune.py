@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from ncclbot_sweep.analysis.study import read_champions
+from ncclbot_sweep.analysis.study.spaces import defaults
 from ncclbot_sweep.cli import main
 
 from .simpools import write_sim_dataset
@@ -43,35 +46,57 @@ def _tune_args(dataset, out, trials):
             "--trials", str(trials), "--startup-trials", "10", "--horizon", "40"]
 
 
-def test_a_killed_study_resumes_to_exactly_n_trials_and_the_same_champion(dataset, tmp_path):
-    n = 60
-    killed, straight = tmp_path / "killed", tmp_path / "straight"
-    cmd = [sys.executable, "-c", "from ncclbot_sweep.cli import main; main()", *_tune_args(dataset, killed, n)]
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    """One collective, three node counts, three sizes: a 151-trial study in seconds."""
+    root = tmp_path_factory.mktemp("tune-tiny")
+    return write_sim_dataset(root, collectives=("AllReduce",), nodes=(4, 8, 16),
+                             sizes=tuple(2**k for k in range(12, 31, 6)), iters=30)
+
+
+def _full_budget_args(dataset, out):
+    """The paper's budget from the CLI defaults: trial 0 + 50 random start-up + 100 TPE = 151."""
+    return ["analyze", "tune", "--dataset", str(dataset), "--out", str(out), "--families", "UCB1", "--horizon", "40"]
+
+
+def _kill_at(cmd, out, target, pause, timeout=300):
+    """Run ``cmd`` and SIGKILL its process group ``pause`` s after ``target`` trials completed."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while len(_trials(killed)[0]) < 12 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        deadline = time.monotonic() + timeout
+        while len(_trials(out)[0]) < target and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # each poll re-reads the journal: keep it light beside the tuner
+        time.sleep(pause)  # lands anywhere: inside a trial, between trials, mid journal write
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
+
+
+def test_a_study_killed_at_a_random_point_resumes_to_exactly_151_trials_and_the_same_champion(tiny_dataset, tmp_path):
+    n = 151
+    seed = time.time_ns()
+    rng = random.Random(seed)
+    target, pause = rng.randint(1, 130), rng.uniform(0.0, 0.2)
+    where = f"kill after {target} trials + {pause:.3f} s (random.Random({seed}))"
+    killed, straight = tmp_path / "killed", tmp_path / "straight"
+    _kill_at([sys.executable, "-c", "from ncclbot_sweep.cli import main; main()", *_full_budget_args(tiny_dataset, killed)],
+             killed, target, pause)
     before = len(_trials(killed)[0])
-    assert 12 <= before < n, f"the study should be cut short, but had {before} of {n} trials"
-    resumed = CliRunner().invoke(main, _tune_args(dataset, killed, n))
+    assert target <= before < n, f"{where}: the study should be cut short, but had {before} of {n} trials"
+    resumed = CliRunner().invoke(main, _full_budget_args(tiny_dataset, killed))
     assert resumed.exit_code == 0, resumed.output
-    again = CliRunner().invoke(main, _tune_args(dataset, straight, n))
+    again = CliRunner().invoke(main, _full_budget_args(tiny_dataset, straight))
     assert again.exit_code == 0, again.output
     done, failed = _trials(killed)
     reference, _ = _trials(straight)
-    assert len(done) == n and len(reference) == n
-    assert [t.params for t in done] == [t.params for t in reference]
-    assert [t.value for t in done] == [t.value for t in reference]
-    assert len(failed) <= 1  # the trial the kill interrupted, if it was mid-trial
-    from ncclbot_sweep.analysis.study import read_champions
-
-    assert read_champions(killed / "champions.yaml")["policies"] == read_champions(straight / "champions.yaml")["policies"]
+    assert len(done) == n and len(reference) == n, where
+    assert done[0].params == reference[0].params == defaults("UCB1"), where  # trial 0: the educated guess
+    assert [t.params for t in done] == [t.params for t in reference], where
+    assert [t.value for t in done] == [t.value for t in reference], where
+    assert len(failed) <= 1, where  # the trial the kill interrupted, if it was mid-trial
+    assert read_champions(killed / "champions.yaml") == read_champions(straight / "champions.yaml"), where
     # running a finished campaign again adds nothing
-    assert CliRunner().invoke(main, _tune_args(dataset, killed, n)).exit_code == 0
+    assert CliRunner().invoke(main, _full_budget_args(tiny_dataset, killed)).exit_code == 0
     assert len(_trials(killed)[0]) == n
 
 
@@ -166,3 +191,15 @@ def test_resuming_with_other_options_is_refused(dataset, tmp_path):
     other = CliRunner().invoke(main, [*_tune_args(dataset, tmp_path, 2), "--objective", "realized"])
     assert other.exit_code == 1
     assert "Error: study 'UCB1' was tuned with" in other.output and "tune into a new --out" in other.output
+
+
+def test_every_learning_family_searches_the_observed_max_wrapper_off_at_trial_0():
+    """Table 16's AOM knob: off in every educated guess, and a spec with it on replays with it on."""
+    from ncclbot_sweep.analysis.policies import parse_policy
+    from ncclbot_sweep.analysis.study import FAMILIES
+    from ncclbot_sweep.analysis.study.spaces import policy_spec
+
+    for name in FAMILIES:
+        assert defaults(name)["aom"] is False
+        assert not parse_policy(policy_spec(name, defaults(name))).estimator.observed_max
+        assert parse_policy(policy_spec(name, {**defaults(name), "aom": True})).estimator.observed_max
