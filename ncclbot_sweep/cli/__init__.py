@@ -65,6 +65,9 @@ def _register() -> None:
     from ncclbot_sweep.cli import analyze as analyze_cli
 
     main.add_command(analyze_cli.analyze)
+    from ncclbot_sweep.cli import export as export_cli
+
+    main.add_command(export_cli.export)
     from ncclbot_sweep.cli import remote as remote_cli
 
     main.add_command(remote_cli.collect_cmd)
