@@ -160,7 +160,7 @@ def state_texts(problem: ReplayProblem, header: list[str]) -> dict[str, str]:
             if not (problem.offered[c, k] and np.isfinite(steady) and steady > 0):
                 continue
             lines.append(f"{ctx['collective'].iat[c]},{int(ctx['size_bytes'].iat[c])},{mu_min!r},{arm},"
-                         f"{float(pools.depth[c, k])!r},{mu_min / float(steady)!r}")
+                         f"{int(pools.depth[c, k])},{mu_min / float(steady)!r}")
     return {name: "\n".join(lines) + "\n" for name, lines in out.items()}
 
 
@@ -182,7 +182,7 @@ def write_export(kind: str, dataset, out: Path, *, fabric: str | None = None, ma
 
     problem = load_problem(dataset, fabric=fabric, window=window, rho_max=rho_max)
     fab = single_fabric(problem, dataset)
-    header = provenance(dataset, fab, nccl_version(dataset, fab), kind, margin)
+    header = provenance(Path(dataset).resolve(), fab, nccl_version(dataset, fab), kind, margin)
     if kind == "state":
         out.mkdir(parents=True, exist_ok=True)
         paths = []
