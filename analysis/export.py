@@ -33,12 +33,12 @@ __all__ = [
     "STATE_HEADER",
     "decisions",
     "nccl_tuner_text",
-    "static_text",
-    "state_texts",
-    "state_file_name",
+    "nccl_version",
     "provenance",
     "single_fabric",
-    "nccl_version",
+    "state_file_name",
+    "state_texts",
+    "static_text",
     "write_export",
 ]
 

@@ -7,6 +7,7 @@ section 6), the static table and the saved state by the real plugin through nb_h
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -17,9 +18,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from ncclbot_sweep.cli import main
 from ncclbot_sweep.analysis.export import decisions
 from ncclbot_sweep.analysis.inputs import load_problem
+from ncclbot_sweep.cli import main
 from ncclbot_sweep.names import ALGORITHMS, PROTOCOLS, Arm
 from ncclbot_sweep.sim.fabric import fabric
 
@@ -27,7 +28,7 @@ from .simpools import write_sim_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "plugin"))
-import nb_host as H  # noqa: E402
+import nb_host as H  # the plugin tests' NCCL stand-in (tests/plugin is not a package)
 
 FABRIC = "sim-h100"
 SIZES = tuple(2**k for k in range(14, 29, 2))  # 16 KiB .. 256 MiB
@@ -78,8 +79,8 @@ def read_tuner_rules(path: Path):
         coll = TUNER_COLLS.index(f[0]) if f[0] in TUNER_COLLS else TUNER_COLLS.index("allreduce")
         algo = TUNER_ALGOS.index(f[3]) if f[3] in TUNER_ALGOS else 1
         proto = ("ll", "ll128", "simple").index(f[4]) if f[4] in ("ll", "ll128", "simple") else 2
-        rules.append(dict(coll=coll, lo=int(f[1]), hi=int(f[2]), arm=str(Arm(ALGORITHMS[algo], PROTOCOLS[proto])),
-                          channels=int(f[5]), nodes=int(f[6]), ranks=int(f[7])))
+        rules.append({"coll": coll, "lo": int(f[1]), "hi": int(f[2]), "arm": str(Arm(ALGORITHMS[algo], PROTOCOLS[proto])),
+                          "channels": int(f[5]), "nodes": int(f[6]), "ranks": int(f[7])})
     return rules
 
 
@@ -107,7 +108,7 @@ def test_nccl_tuner_returns_the_measured_best_arm_for_every_context(dataset, pro
     for r in rules:
         by_shape.setdefault((r["coll"], r["nodes"], r["ranks"]), []).append(r)
     for shape_rules in by_shape.values():
-        for a, b in zip(shape_rules, shape_rules[1:]):
+        for a, b in itertools.pairwise(shape_rules):
             assert a["arm"] != b["arm"] and a["hi"] < b["lo"], "one range per run of the same arm"
     for coll, nodes, ranks, *_ in contexts(problem):
         assert tuner_choice(rules, coll, SIZES[0] - 1, nodes, ranks) is None, "below the sweep NCCL decides"
