@@ -27,7 +27,8 @@ from ..policies import parse_policy
 from ..replay import run_replay
 from ..summary import confirmatory, per_context, per_scenario, summarize
 from ..transient import detect_transients
-from .figures import plot_gate, plot_survival, survival_curves
+from .figures import (arm_curves, cost_vs_measured, error_map, plot_arm_curves, plot_cost_vs_measured,
+                      plot_error_maps, plot_gate, plot_survival, survival_curves)
 from .page import render_page
 from .tables import write_table
 
@@ -74,8 +75,11 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     summary = summarize(replay, threshold=options.threshold, order=order)
     learners = [p for p in order if p not in ("AUTO", "Random")]
     tests = confirmatory(replay, [("AUTO", p) for p in learners], threshold=options.threshold) if "AUTO" in order else None
+    synthetic = any(is_synthetic_fabric(f) for f in problem.contexts["fabric"].unique())
     curves = survival_curves(per_context(replay), n_boot=options.n_boot)
-    figures = {"survival": plot_survival(curves, out / "survival.png").name, "gate": plot_gate(audit.gate, out / "gate.png").name}
+    figures = {"survival": plot_survival(curves, out / "survival.png", synthetic=synthetic).name,
+               "gate": plot_gate(audit.gate, out / "gate.png", synthetic=synthetic).name,
+               **_scenario_figures(problem, audit.contexts, out)}
     tables = {
         "summary": write_table(summary, out, name="summary"),
         "scenarios": write_table(per_scenario(replay, threshold=options.threshold), out, name="scenarios"),
@@ -94,7 +98,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "title": f"NCCL-BOT analysis of {Path(dataset).name}",
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "dataset": str(dataset), "fabrics": sorted(problem.contexts["fabric"].unique()),
-        "synthetic": any(is_synthetic_fabric(f) for f in problem.contexts["fabric"].unique()),
+        "synthetic": synthetic,
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order,
         "headline": _headline(summary), "live": live, "convention": problem.pools.convention,
@@ -103,6 +107,27 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     path = render_page(out / "index.html", "report.html.j2", context)
     log.info("report written to %s", path)
     return path
+
+
+#: The folder (under ``out``) of the per-scenario figures and their CSVs.
+FIGURE_FOLDER = "figures"
+
+
+def _scenario_figures(problem, audit_contexts: pd.DataFrame, out: Path) -> dict[str, list[str]]:
+    """Arm curves per scenario, AUTO-error maps per collective, cost model against measurement.
+
+    Returns, per kind, the PNG paths relative to ``out`` (each has its CSV beside it).
+    """
+    folder = out / FIGURE_FOLDER
+
+    def rel(paths):
+        return [f"{FIGURE_FOLDER}/{p.name}" for p in paths]
+
+    return {
+        "arms": rel(plot_arm_curves(arm_curves(problem.pools, audit_contexts), folder)),
+        "errmaps": rel(plot_error_maps(error_map(audit_contexts), folder)),
+        "costmodel": rel(plot_cost_vs_measured(cost_vs_measured(problem.pools, problem.predicted), folder)),
+    }
 
 
 #: The live tables the report shows, with their captions (all are written under ``live/``).
