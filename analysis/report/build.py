@@ -1,8 +1,8 @@
 """The HTML report of one dataset: audit, replay, statistics, figures and table copies.
 
 ``build_report`` runs the whole analysis as a list of named steps and writes into ``out``:
-``index.html`` (from ``templates/report.html.j2``), PNG figures, and a CSV and a Markdown
-copy of every table shown. Replay results can be passed in (``analyze replay`` output) to
+``index.html`` (from ``templates/report.html.j2``), PNG figures (each with its CSV),
+a CSV and a Markdown copy of every table shown, and ``results.json`` (:mod:`.results`). Replay results can be passed in (``analyze replay`` output) to
 avoid replaying again. When the dataset holds live runs, the live analysis
 (:mod:`..live`) adds its section (its own files under ``out/live/``); otherwise the
 section says that there are none.
@@ -22,7 +22,7 @@ from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import is_synthetic_fabric
 
 from ..audit import run_audit
-from ..inputs import load_problem
+from ..inputs import load_problem, load_provenance
 from ..policies import parse_policy
 from ..replay import run_replay
 from ..summary import confirmatory, per_context, per_scenario, summarize
@@ -30,6 +30,7 @@ from ..transient import detect_transients
 from .figures import (arm_curves, cost_vs_measured, error_map, plot_arm_curves, plot_cost_vs_measured,
                       plot_error_maps, plot_gate, plot_survival, survival_curves)
 from .page import render_page
+from .results import RESULTS_FILE, results_document, write_results
 from .tables import write_table
 
 __all__ = ["DEFAULT_POLICIES", "ReportOptions", "build_report"]
@@ -55,6 +56,8 @@ class ReportOptions:
     n_boot: int = 200
     keep_warmup: bool = False
     studies: Sequence[str | Path] = ()
+    #: The command line that asked for the report, recorded in its provenance (None: called from Python).
+    command: str | None = None
 
 
 def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions = ReportOptions(),
@@ -91,6 +94,10 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     if tests is not None and len(tests):
         tables["tests"] = write_table(tests, out, name="tests")
     audit.contexts.to_csv(out / "tables" / "audit_contexts.csv", index=False)
+    provenance = _provenance(dataset, problem, options)
+    write_results(out / RESULTS_FILE, results_document(problem=problem, audit=audit, replay=replay, summary=summary,
+                                                       tests=tests, provenance=provenance,
+                                                       options=_plain_options(options)))
     live = _live_section(dataset, out)
     studies = _study_tables(options.studies, out)
     parts = replay["part"].value_counts().to_dict()
@@ -102,11 +109,31 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order,
         "headline": _headline(summary), "live": live, "convention": problem.pools.convention,
-        "excluded": problem.pools.excluded, "studies": studies,
+        "excluded": problem.pools.excluded, "studies": studies, "provenance": provenance,
+        "results_file": RESULTS_FILE,
     }
     path = render_page(out / "index.html", "report.html.j2", context)
     log.info("report written to %s", path)
     return path
+
+
+def _provenance(dataset: str | Path, problem, options: ReportOptions) -> dict:
+    """Tool, versions, hardware, campaigns and command behind the report (page block and results.json)."""
+    from ncclbot_sweep import __version__
+
+    return {"tool": "ncclbot-sweep", "tool_version": __version__, "dataset": str(Path(dataset).resolve()),
+            "fabrics": sorted(str(f) for f in problem.contexts["fabric"].unique()),
+            **load_provenance(dataset, fabric=options.fabric), "command": options.command}
+
+
+def _plain_options(options: ReportOptions) -> dict:
+    """The options as JSON values (tuples as lists, paths as strings)."""
+    def plain(value):
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        return str(value) if isinstance(value, Path) else value
+
+    return {field.name: plain(getattr(options, field.name)) for field in dataclasses.fields(options)}
 
 
 #: The folder (under ``out``) of the per-scenario figures and their CSVs.
