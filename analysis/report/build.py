@@ -102,7 +102,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     studies = _study_tables(options.studies, out)
     parts = replay["part"].value_counts().to_dict()
     context = {
-        "title": f"NCCL-BOT analysis of {Path(dataset).name}",
+        "title": _title(dataset, provenance),
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "dataset": str(dataset), "fabrics": sorted(problem.contexts["fabric"].unique()),
         "synthetic": synthetic,
@@ -124,6 +124,12 @@ def _provenance(dataset: str | Path, problem, options: ReportOptions) -> dict:
     return {"tool": "ncclbot-sweep", "tool_version": __version__, "dataset": str(Path(dataset).resolve()),
             "fabrics": sorted(str(f) for f in problem.contexts["fabric"].unique()),
             **load_provenance(dataset, fabric=options.fabric), "command": options.command}
+
+
+def _title(dataset: str | Path, provenance: dict) -> str:
+    """The page title: the campaign(s) (or the dataset folder when no runs name one) and the fabric(s)."""
+    campaigns = ", ".join(provenance["campaigns"]) or Path(dataset).name
+    return f"NCCL-BOT analysis of {campaigns} on {', '.join(provenance['fabrics'])}"
 
 
 def _plain_options(options: ReportOptions) -> dict:

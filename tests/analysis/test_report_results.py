@@ -90,3 +90,16 @@ def test_results_provenance_names_versions_hosts_and_command(report):
     assert prov["fabrics"] == ["sim-h100"] and prov["dataset"].endswith("ds0")
     assert prov["command"].startswith("ncclbot-sweep analyze report --dataset ")
     assert "--horizon 30" in prov["command"]
+
+
+def test_page_names_campaign_and_fabric_and_shows_provenance_and_glossary(report):
+    html = (report / "index.html").read_text()
+    assert "<title>NCCL-BOT analysis of sweep-a on sim-h100</title>" in html
+    for part in ("<h2>Provenance</h2>", "2.27.5", "NVIDIA H100 80GB HBM3", "n1, n2, n3, n4", "c0ffee",
+                 "ncclbot-sweep analyze report --dataset", "<h2>Glossary</h2>", "<dt>TRLT</dt>", "<dt>Margin</dt>",
+                 "<dt>Scenario</dt>", "<dt>Realized</dt>", "<dt>Selection-priced</dt>", 'href="results.json"'):
+        assert part in html, part
+    # every data table sits in a box that scrolls sideways instead of widening the page
+    tables = html.count('<table class="dataframe t">')
+    assert tables >= 6 and html.count('<div class="scroll"><table class="dataframe t">') == tables
+    assert ".scroll { max-width: 100%; overflow-x: auto; }" in html
