@@ -200,12 +200,13 @@ def plot_error_maps(emap: pd.DataFrame, folder: str | Path) -> list[Path]:
         grid = g.pivot_table(index="nodes", columns="size_bytes", values="loss_pct", aggfunc="max")
         grid = grid.reindex(index=nodes, columns=sizes)
         fig, ax = plt.subplots(figsize=(max(6.0, 0.85 * len(sizes) + 2), max(2.6, 0.9 * len(nodes) + 1.6)), dpi=110)
-        image = ax.imshow(grid.to_numpy(float), cmap="Reds", aspect="auto", vmin=0,
-                          vmax=max(float(np.nanmax(grid.to_numpy(float))), 1.0))
+        top = max(float(np.nanmax(grid.to_numpy(float))), 1.0)
+        image = ax.imshow(grid.to_numpy(float), cmap="Reds", aspect="auto", vmin=0, vmax=top)
         pos_size, pos_node = {s: i for i, s in enumerate(sizes)}, {n: i for i, n in enumerate(nodes)}
         for row in g.itertuples(index=False):
+            ink = "white" if row.loss_pct > 0.6 * top else "black"  # readable on the dark end of the map
             ax.text(pos_size[row.size_bytes], pos_node[row.nodes], _cell_label(row), ha="center", va="center",
-                    fontsize=5.5, color="black")
+                    fontsize=6.5, color=ink)
         ax.set_xticks(range(len(sizes)), [format_bytes(s).replace(" ", "") for s in sizes], rotation=60, fontsize=7)
         ax.set_yticks(range(len(nodes)), [str(n) for n in nodes])
         ax.set_xlabel("message size (nccl-tests size)")
