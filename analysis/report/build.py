@@ -27,8 +27,17 @@ from ..policies import parse_policy
 from ..replay import run_replay
 from ..summary import confirmatory, per_context, per_scenario, summarize
 from ..transient import detect_transients
-from .figures import (arm_curves, cost_vs_measured, error_map, plot_arm_curves, plot_cost_vs_measured,
-                      plot_error_maps, plot_gate, plot_survival, survival_curves)
+from .figures import (
+    arm_curves,
+    cost_vs_measured,
+    error_map,
+    plot_arm_curves,
+    plot_cost_vs_measured,
+    plot_error_maps,
+    plot_gate,
+    plot_survival,
+    survival_curves,
+)
 from .page import render_page
 from .results import RESULTS_FILE, results_document, write_results
 from .tables import write_table

@@ -19,8 +19,17 @@ from ncclbot_sweep.names import bus_factor, is_synthetic_fabric
 from ..audit import format_bytes
 from ..pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
 
-__all__ = ["survival_curves", "plot_survival", "plot_gate", "arm_curves", "plot_arm_curves", "error_map",
-           "plot_error_maps", "cost_vs_measured", "plot_cost_vs_measured"]
+__all__ = [
+    "arm_curves",
+    "cost_vs_measured",
+    "error_map",
+    "plot_arm_curves",
+    "plot_cost_vs_measured",
+    "plot_error_maps",
+    "plot_gate",
+    "plot_survival",
+    "survival_curves",
+]
 
 
 def _grid(values: np.ndarray, points: int = 200) -> np.ndarray:

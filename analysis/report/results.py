@@ -23,7 +23,7 @@ import pandas as pd
 from ..pools import CONTEXT_COLUMNS, Pools
 from ..summary import per_context
 
-__all__ = ["SCHEMA_VERSION", "RESULTS_FILE", "results_document", "write_results"]
+__all__ = ["RESULTS_FILE", "SCHEMA_VERSION", "results_document", "write_results"]
 
 #: Version of the ``results.json`` layout.
 SCHEMA_VERSION = 1
