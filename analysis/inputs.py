@@ -16,7 +16,7 @@ from .pools import build_pools
 from .prior import call_params_from_runs, load_prior
 from .replay import ReplayProblem, make_problem
 
-__all__ = ["load_problem"]
+__all__ = ["load_problem", "load_provenance"]
 
 log = logging.getLogger(__name__)
 
@@ -54,3 +54,26 @@ def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tupl
         return make_problem(pools, predicted, rho_max=rho_max)
     except AnalysisError as exc:
         raise AnalysisError(exc.reason, path=root, hint=exc.hint) from exc
+
+
+#: ``runs`` columns the provenance block lists (distinct values, sorted), by the key it uses.
+_PROVENANCE_COLUMNS = {"campaigns": "campaign", "campaign_keys": "campaign_key", "nccl_versions": "nccl_version",
+                       "nccl_tests_versions": "nccl_tests_version", "gpu_models": "gpu_name", "nodes": "nodes"}
+
+
+def load_provenance(dataset: str | Path, *, fabric: str | None = None) -> dict:
+    """Where a dataset's forced-arm measurements came from, read from its ``runs`` table.
+
+    Called by the report for its provenance block and ``results.json``. Each entry is the
+    sorted list of distinct non-null values (empty when the dataset has no ``runs`` rows, as
+    for frames written straight into ``iterations``); ``hosts`` splits the comma-joined
+    host lists of the runs.
+    """
+    from ncclbot_sweep.datasets import read_table
+
+    runs = read_table(Path(dataset), "runs", filters=[("fabric", "=", fabric)] if fabric else None)
+    out = {key: sorted({v.item() if hasattr(v, "item") else v for v in runs[col].dropna()})
+           for key, col in _PROVENANCE_COLUMNS.items()}
+    out["hosts"] = sorted({h.strip() for joined in runs["hosts"].dropna() for h in str(joined).split(",") if h.strip()})
+    out["runs"] = len(runs)
+    return out

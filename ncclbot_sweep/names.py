@@ -43,6 +43,7 @@ __all__ = [
     "algorithm_family",
     "all_arms",
     "arm_invalid_reason",
+    "bus_factor",
     "canonical_algorithm",
     "canonical_collective",
     "canonical_dtype",
@@ -392,6 +393,19 @@ def full_buffer_bytes(collective: str | None, per_rank_bytes: int, ranks: int | 
     if collective not in FULL_BUFFER_COLLECTIVES:
         return per_rank_bytes
     return per_rank_bytes * ranks if ranks else None
+
+
+def bus_factor(collective: str, ranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor: ``busbw = algbw * bus_factor`` (its PERFORMANCE.md).
+
+    Used by the simulator's perf binaries and by the report's bandwidth figures, so both turn a
+    time into the bus bandwidth nccl-tests would print.
+    """
+    if collective == "AllReduce":
+        return 2.0 * (ranks - 1) / ranks
+    if collective in PER_RANK_COUNT_COLLECTIVES:
+        return (ranks - 1) / ranks
+    return 1.0
 
 
 #: Size suffixes (upper case) -> bytes: binary units, as nccl-tests reads ``-b``/``-e``/``-i``.

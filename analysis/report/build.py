@@ -1,8 +1,8 @@
 """The HTML report of one dataset: audit, replay, statistics, figures and table copies.
 
 ``build_report`` runs the whole analysis as a list of named steps and writes into ``out``:
-``index.html`` (from ``templates/report.html.j2``), PNG figures, and a CSV and a Markdown
-copy of every table shown. Replay results can be passed in (``analyze replay`` output) to
+``index.html`` (from ``templates/report.html.j2``), PNG figures (each with its CSV),
+a CSV and a Markdown copy of every table shown, and ``results.json`` (:mod:`.results`). Replay results can be passed in (``analyze replay`` output) to
 avoid replaying again. When the dataset holds live runs, the live analysis
 (:mod:`..live`) adds its section (its own files under ``out/live/``); otherwise the
 section says that there are none.
@@ -22,13 +22,24 @@ from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import is_synthetic_fabric
 
 from ..audit import run_audit
-from ..inputs import load_problem
+from ..inputs import load_problem, load_provenance
 from ..policies import parse_policy
 from ..replay import run_replay
 from ..summary import confirmatory, per_context, per_scenario, summarize
 from ..transient import detect_transients
-from .figures import plot_gate, plot_survival, survival_curves
+from .figures import (
+    arm_curves,
+    cost_vs_measured,
+    error_map,
+    plot_arm_curves,
+    plot_cost_vs_measured,
+    plot_error_maps,
+    plot_gate,
+    plot_survival,
+    survival_curves,
+)
 from .page import render_page
+from .results import RESULTS_FILE, results_document, write_results
 from .tables import write_table
 
 __all__ = ["DEFAULT_POLICIES", "ReportOptions", "build_report"]
@@ -54,6 +65,8 @@ class ReportOptions:
     n_boot: int = 200
     keep_warmup: bool = False
     studies: Sequence[str | Path] = ()
+    #: The command line that asked for the report, recorded in its provenance (None: called from Python).
+    command: str | None = None
 
 
 def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions = ReportOptions(),
@@ -74,8 +87,11 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     summary = summarize(replay, threshold=options.threshold, order=order)
     learners = [p for p in order if p not in ("AUTO", "Random")]
     tests = confirmatory(replay, [("AUTO", p) for p in learners], threshold=options.threshold) if "AUTO" in order else None
+    synthetic = any(is_synthetic_fabric(f) for f in problem.contexts["fabric"].unique())
     curves = survival_curves(per_context(replay), n_boot=options.n_boot)
-    figures = {"survival": plot_survival(curves, out / "survival.png").name, "gate": plot_gate(audit.gate, out / "gate.png").name}
+    figures = {"survival": plot_survival(curves, out / "survival.png", synthetic=synthetic).name,
+               "gate": plot_gate(audit.gate, out / "gate.png", synthetic=synthetic).name,
+               **_scenario_figures(problem, audit.contexts, out)}
     tables = {
         "summary": write_table(summary, out, name="summary"),
         "scenarios": write_table(per_scenario(replay, threshold=options.threshold), out, name="scenarios"),
@@ -87,22 +103,73 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     if tests is not None and len(tests):
         tables["tests"] = write_table(tests, out, name="tests")
     audit.contexts.to_csv(out / "tables" / "audit_contexts.csv", index=False)
+    provenance = _provenance(dataset, problem, options)
+    write_results(out / RESULTS_FILE, results_document(problem=problem, audit=audit, replay=replay, summary=summary,
+                                                       tests=tests, provenance=provenance,
+                                                       options=_plain_options(options)))
     live = _live_section(dataset, out)
     studies = _study_tables(options.studies, out)
     parts = replay["part"].value_counts().to_dict()
     context = {
-        "title": f"NCCL-BOT analysis of {Path(dataset).name}",
+        "title": _title(dataset, provenance),
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "dataset": str(dataset), "fabrics": sorted(problem.contexts["fabric"].unique()),
-        "synthetic": any(is_synthetic_fabric(f) for f in problem.contexts["fabric"].unique()),
+        "synthetic": synthetic,
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order,
         "headline": _headline(summary), "live": live, "convention": problem.pools.convention,
-        "excluded": problem.pools.excluded, "studies": studies,
+        "excluded": problem.pools.excluded, "studies": studies, "provenance": provenance,
+        "results_file": RESULTS_FILE,
     }
     path = render_page(out / "index.html", "report.html.j2", context)
     log.info("report written to %s", path)
     return path
+
+
+def _provenance(dataset: str | Path, problem, options: ReportOptions) -> dict:
+    """Tool, versions, hardware, campaigns and command behind the report (page block and results.json)."""
+    from ncclbot_sweep import __version__
+
+    return {"tool": "ncclbot-sweep", "tool_version": __version__, "dataset": str(Path(dataset).resolve()),
+            "fabrics": sorted(str(f) for f in problem.contexts["fabric"].unique()),
+            **load_provenance(dataset, fabric=options.fabric), "command": options.command}
+
+
+def _title(dataset: str | Path, provenance: dict) -> str:
+    """The page title: the campaign(s) (or the dataset folder when no runs name one) and the fabric(s)."""
+    campaigns = ", ".join(provenance["campaigns"]) or Path(dataset).name
+    return f"NCCL-BOT analysis of {campaigns} on {', '.join(provenance['fabrics'])}"
+
+
+def _plain_options(options: ReportOptions) -> dict:
+    """The options as JSON values (tuples as lists, paths as strings)."""
+    def plain(value):
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        return str(value) if isinstance(value, Path) else value
+
+    return {field.name: plain(getattr(options, field.name)) for field in dataclasses.fields(options)}
+
+
+#: The folder (under ``out``) of the per-scenario figures and their CSVs.
+FIGURE_FOLDER = "figures"
+
+
+def _scenario_figures(problem, audit_contexts: pd.DataFrame, out: Path) -> dict[str, list[str]]:
+    """Arm curves per scenario, AUTO-error maps per collective, cost model against measurement.
+
+    Returns, per kind, the PNG paths relative to ``out`` (each has its CSV beside it).
+    """
+    folder = out / FIGURE_FOLDER
+
+    def rel(paths):
+        return [f"{FIGURE_FOLDER}/{p.name}" for p in paths]
+
+    return {
+        "arms": rel(plot_arm_curves(arm_curves(problem.pools, audit_contexts), folder)),
+        "errmaps": rel(plot_error_maps(error_map(audit_contexts), folder)),
+        "costmodel": rel(plot_cost_vs_measured(cost_vs_measured(problem.pools, problem.predicted), folder)),
+    }
 
 
 #: The live tables the report shows, with their captions (all are written under ``live/``).

@@ -6,6 +6,8 @@ inside the command bodies so ``--help`` stays light.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import click
@@ -118,6 +120,11 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
     click.echo(f"Results written to {out}")
 
 
+def _command_line() -> str:
+    """The command line as typed (program name without its folder), for the report's provenance."""
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
 @analyze.command()
 @_dataset_option
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Report folder.")
@@ -143,7 +150,7 @@ def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon
 
     options = ReportOptions(policies=tuple(expand_policy_list(policies)), horizon=horizon,
                             seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max,
-                            keep_warmup=keep_warmup, studies=studies)
+                            keep_warmup=keep_warmup, studies=studies, command=_command_line())
     path = build_report(dataset, out, options=options, replay=results)
     click.echo(f"Report: {path}")
 

@@ -51,6 +51,13 @@ def test_report_writes_html_figures_and_table_copies(dataset, tmp_path):
         assert (tmp_path / "tables" / f"{name}.csv").exists()
         assert (tmp_path / "tables" / f"{name}.md").read_text().startswith("| ")
     assert (tmp_path / "survival.png").stat().st_size > 1000
+    arms = sorted((tmp_path / "figures").glob("arms_*.png"))
+    maps = sorted((tmp_path / "figures").glob("errmap_*.png"))
+    assert len(arms) == 3 * 3 and len(maps) == 3
+    assert (tmp_path / "figures" / "costmodel_sim-h100.png").is_file()
+    for png in [*arms, *maps, tmp_path / "survival.png", tmp_path / "gate.png"]:
+        assert png.with_suffix(".csv").is_file()
+        assert f'src="{png.relative_to(tmp_path).as_posix()}"' in html
 
 
 def test_missing_dataset_is_a_user_error(tmp_path):

@@ -27,6 +27,7 @@ from ncclbot_sweep.names import (
     SIMULATOR,
     Arm,
     all_arms,
+    bus_factor,
     dtype_bytes,
     nccl_type_name,
 )
@@ -95,15 +96,6 @@ def _counts(collective: str, size: int, elt: int, ranks: int) -> tuple[int, int,
         per_rank = count // ranks
         return per_rank * ranks * elt, per_rank, per_rank * elt
     return count * elt, count, count * elt
-
-
-def _bus_factor(collective: str, ranks: int) -> float:
-    """nccl-tests' busbw factor per collective."""
-    if collective == "AllReduce":
-        return 2.0 * (ranks - 1) / ranks
-    if collective in PER_RANK_COUNT_COLLECTIVES:
-        return (ranks - 1) / ranks
-    return 1.0
 
 
 def _op_and_root(collective: str, op: str, root: int) -> tuple[str, int]:
@@ -310,7 +302,7 @@ def _benchmark_one(ctx: _Context, proc: SimProcess, dtype: str, op: str, busbws:
 def _row(ctx: _Context, event, count: int, dtype: str, op_name: str, root: int, busbws: list) -> tuple[str, dict]:
     """The text row and the JSON record of one size."""
     o = ctx.options
-    factor = _bus_factor(ctx.collective, ctx.ranks)
+    factor = bus_factor(ctx.collective, ctx.ranks)
     line = report.row_prefix(event.size, count, dtype, op_name, root)
     record: dict = {"size": event.size, "count": count, "type": dtype, "redop": op_name, "root": f"{root:6d}"}
     for name, times in (("out_of_place", event.out_of_place), ("in_place", event.in_place)):
