@@ -6,6 +6,7 @@ See the package docstring (:mod:`ncclbot_sweep.analysis.policies`) for the conve
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import ClassVar
 
@@ -61,8 +62,14 @@ def total_n(state: BanditState) -> np.ndarray:
 
 
 def log_n(state: BanditState) -> np.ndarray:
-    """``ln(max(N, 1))`` with ``N`` from :func:`total_n`."""
-    return np.log(np.maximum(total_n(state), 1.0))
+    """``ln(max(N, 1))`` with ``N`` from :func:`total_n`, by the C library's ``log``.
+
+    The plugin calls libm's ``log``; numpy's SIMD ``log`` may round the last bit differently on
+    some CPUs (AVX-512), so ``math.log`` (libm) keeps every index equal to the plugin's. One log per
+    context row, so the cost is small next to the per-arm work.
+    """
+    n = np.maximum(total_n(state), 1.0)
+    return np.fromiter(map(math.log, n.tolist()), dtype=np.float64, count=n.size)
 
 
 def unpulled_first(state: BanditState, chosen: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from ncclbot_sweep import pluginbuild
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.datasets import read_table
+from ncclbot_sweep.names import Arm
 from ncclbot_sweep.resources import resource_path
 from ncclbot_sweep.sim import bin_dir, fabric
 
@@ -149,12 +150,13 @@ def test_auto_through_the_plugin_plays_stock_arms(live):
     runs = _runs(data)
     choices = read_table(data, "choices")
     played = {}
-    for name in ("stock", "AUTO", "AUTO[timed]", "AUTO[sync-4]"):
+    auto_rungs = ("AUTO", "AUTO[timed]", "AUTO[sync-4]", "AUTO[sync-16]", "AUTO[sync-64]")
+    for name in ("stock", *auto_rungs):
         (run_id,) = runs.index[runs["name"] == name]
         mine = choices[choices["run_id"] == run_id].sort_values("seq")
         played[name] = list(zip(mine["size_bytes"], mine["arm"], mine.get("calls", [1] * len(mine))))
     assert played["stock"], "the choice lines of stock NCCL were ingested"
-    for name in ("AUTO", "AUTO[timed]", "AUTO[sync-4]"):
+    for name in auto_rungs:
         assert played[name] == played["stock"], f"{name} played other arms than stock NCCL"
 
 
@@ -171,10 +173,12 @@ def test_overhead_ladder_bandwidth_falls_with_the_sync_period(live):
     rung = {name: float(busbw[runs.index[runs["name"] == name][0]])
             for name in ("stock", "AUTO[timed]", "AUTO[sync-64]", "AUTO[sync-16]", "AUTO[sync-4]")}
     events = read_table(data, "live_events")
-    sync_rows = events[(events["kind"] == "sync") & events["run_id"].isin(runs.index[runs["policy"] == "AUTO"])]
-    if sync_rows.empty:
-        pytest.skip("the plugin's auto policy does not run synchronisation rounds yet (issue 10's plugin part): "
-                    f"ladder so far {rung}")
+    rank0 = events[events["rank"] == 0].groupby(["run_id", "kind"]).size()
+    for name, every in (("AUTO[timed]", 0), ("AUTO[sync-64]", 64), ("AUTO[sync-16]", 16), ("AUTO[sync-4]", 4)):
+        (run_id,) = runs.index[runs["name"] == name]
+        pulls, rounds = (int(rank0.get((run_id, kind), 0)) for kind in ("pull", "sync"))
+        expected = pulls / every if every else 0
+        assert abs(rounds - expected) <= 0.05 * expected + 2, f"{name}: {rounds} sync rounds for {pulls} pulls"
     assert rung["AUTO[sync-4]"] < rung["AUTO[sync-16]"] < rung["AUTO[sync-64]"] < rung["stock"], rung
 
 
@@ -285,7 +289,14 @@ def test_auto_through_the_plugin_prices_as_the_offline_audit(analysed):
     compared = analysed.tables["auto_vs_audit"]
     assert len(compared) >= 5
     both = compared.dropna(subset=["live_selection_trlt_pct", "audit_selection_trlt_pct"])
-    assert (both["live_oracle_arm"] == both["audit_best_arm"]).all(), both.to_string()
+    # Two measurements may crown different arms only where the simulator's ground truth has
+    # them within noise of each other (AllReduce at 512 MiB: NVLSTree/Simple 0.6% ahead of Ring/LL128).
+    sim = fabric("sim-h100")
+    for row in both[both["live_oracle_arm"] != both["audit_best_arm"]].itertuples():
+        live_us, audit_us = (sim.steady_latency_us(row.collective, row.nodes, Arm.parse(arm), row.size_bytes)
+                             for arm in (row.live_oracle_arm, row.audit_best_arm))
+        assert abs(live_us / audit_us - 1) < 0.02, both.to_string()
+    assert (both["live_oracle_arm"] == both["audit_best_arm"]).mean() > 0.8, both.to_string()
     # Live latencies are the maximum over 4 rank processes, each with its own noise and placement,
     # while the audit prices one forced process's steady mean: the time ratios agree within a few %.
     ratio = (1 + both["live_selection_trlt_pct"] / 100) / (1 + both["audit_selection_trlt_pct"] / 100)
