@@ -313,3 +313,60 @@ def test_live_tables_order_learners_and_the_ladder(analysed):
     assert ladder.loc["AUTO [sync-4]", "overhead_pct"] > ladder.loc["AUTO [sync-64]", "overhead_pct"]
     stock = analysed.tables["stock_bands"]
     assert stock["avg_busbw_ratio"].between(0.5, 1.5).all()
+
+
+FAIL_ONCE = """#!/bin/bash
+# Every rank of the plugin's step fails in the first job that runs it, then runs normally.
+# The first job id is claimed atomically (a hard link cannot be made twice).
+if [ -n "$NCCLBOT_TRACE_DIR" ]; then
+    echo "$SLURM_JOB_ID" >"{flags}/claim.$$" && ln "{flags}/claim.$$" "{flags}/first" 2>/dev/null
+    rm -f "{flags}/claim.$$"
+    if [ "$(cat "{flags}/first")" = "$SLURM_JOB_ID" ]; then
+        echo "planted failure" >&2
+        exit 1
+    fi
+fi
+exec "{sim}/$(basename "$0")" "$@"
+"""
+
+
+def test_status_and_resume_work_on_a_live_campaign(tmp_path):
+    """A live step that failed: ``status --check`` names it and writes nothing; ``resume`` runs
+    that step again (four ranks, a new coordinator) and not the finished stock step."""
+    subprocess.run(["make", "-s", "-C", str(pluginbuild.build_dir().parent)], check=True)
+    planted = tmp_path / "bin"
+    planted.mkdir()
+    (planted / "all_reduce_perf").write_text(FAIL_ONCE.format(sim=bin_dir(), flags=tmp_path))
+    (planted / "all_reduce_perf").chmod(0o755)
+    camp = tmp_path / "c.yaml"
+    camp.write_text(f"""\
+name: live-resume
+kind: live
+collectives: [AllReduce]
+nodes: [{NODES}]
+sizes: {{min: 16MiB, max: 16MiB}}
+policies: [stock, ucb1]
+plugin: {{env: {{NCCLBOT_SYNC_EVERY: "4"}}}}
+warmup: 0
+iterations: 40
+timeout_s: 300
+""")
+    run = tmp_path / "run"
+    inv = _inventory(tmp_path, bin_dir_value=str(planted))
+    first = CliRunner().invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(run)])
+    assert first.exit_code != 0 and "1/2 ok" in first.output, first.output
+    steps = {json.loads(m.read_text())["policy"]: m.parent for m in run.glob("jobs/*/steps/*/step.json")}
+    kept = (steps["stock"] / "exit").stat().st_mtime_ns
+
+    def tree():
+        return {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+
+    before = tree()
+    status = CliRunner().invoke(main, ["status", str(run), "--check"])
+    assert status.exit_code != 0 and "planted failure" in status.output, status.output
+    assert tree() == before, "status wrote into the campaign folder"
+    resumed = CliRunner().invoke(main, ["resume", str(run)])
+    assert resumed.exit_code == 0 and "steps: 2/2 ok" in resumed.output, resumed.output + _failures(run)
+    assert (steps["stock"] / "exit").stat().st_mtime_ns == kept, "the finished stock step ran again"
+    assert len(list((steps["ucb1"] / "trace").glob("ncclbot-*-r*.csv"))) == RANKS
+    assert CliRunner().invoke(main, ["status", str(run), "--check"]).exit_code == 0
