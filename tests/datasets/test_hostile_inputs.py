@@ -124,16 +124,31 @@ def test_rows_of_impossible_trace_durations_and_latencies_are_quarantined(tmp_pa
     assert len(_quarantine(tmp_path / "ds", trace)) == 2
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file whatever its permissions")
+def _without_root_file_access() -> None:
+    """In the child, before exec: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
+    bounding set, so even root meets file permissions (CI runs as root)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
 def test_an_unreadable_file_is_quarantined_and_the_rest_ingested(tmp_path):
     (tmp_path / "in").mkdir()
     locked = tmp_path / "in" / "locked.txt"
     locked.write_bytes(GOOD.read_bytes())
     locked.chmod(0)
     (tmp_path / "in" / "good.txt").write_bytes(GOOD.read_bytes())
-    summary = ingest([tmp_path / "in"], tmp_path / "ds")
-    assert summary.ingested == 1 and [p for p, _ in summary.quarantined] == [str(locked)]
-    assert "permissions" in summary.quarantined[0][1]
+    code = _INGEST + "print(*(f'{path}: {reason}' for path, reason in s.quarantined), sep='\\n')\n"
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ds"), str(tmp_path / "in")],
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=_without_root_file_access if os.geteuid() == 0 else None)
+    assert done.returncode == 0, done.stderr
+    counts, *reasons = done.stdout.splitlines()
+    assert counts.split() == ["1", "0", "1"]
+    assert len(reasons) == 1 and reasons[0].startswith(f"{locked}: ") and "permissions" in reasons[0]
 
 
 def test_a_source_whose_files_exist_but_not_its_ledger_entry_is_ingested_not_quarantined(tmp_path):
