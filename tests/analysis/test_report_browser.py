@@ -89,6 +89,7 @@ def probe(page: Path, profile: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
+    _chromium()  # skip (or fail) before building a report no browser will open
     root = tmp_path_factory.mktemp("browser")
     dataset = write_sim_dataset(root / "ds", nodes=(4, 8, 16), sizes=tuple(2**k for k in range(12, 31, 3)), iters=40)
     result = CliRunner().invoke(main, ["analyze", "report", "-d", str(dataset), "-o", str(root / "report"),
