@@ -4,6 +4,8 @@ Each area keeps its commands in its own module here and is registered below. Lib
 errors (:class:`~ncclbot_sweep.errors.NcclbotError`) and OS faults (a full disk, a read-only
 file system, missing permissions) become ``Error: ...`` with exit 1;
 Ctrl-C exits 130. Heavy libraries are imported inside the commands that need them.
+Every command, group or not, gets the global flags (``-v``, ``--version``) once all are
+registered, so ``ncclbot-sweep analyze live -v`` works like ``ncclbot-sweep -v analyze live``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ __all__ = ["ingest_command", "datasets_group"]
 
 @click.command("ingest")
 @folder_argument("paths", ("-w", "--workdir"), what="paths to ingest", multiple=True, type=click.Path(exists=True),
-                 help="A campaign folder, other folder or file to ingest (repeat for several)")
+                 help="A campaign folder, other folder or file to ingest; repeat for several")
 @dataset_option("Dataset folder to write (created if missing).", required=True, type=click.Path(file_okay=False))
 @click.option("--fabric", default=None, help="Fabric name for loose files without step.json (default: unknown).")
 @click.option("--include-unfinished", is_flag=True,
@@ -23,7 +23,7 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
                    strict: bool) -> None:
     """Parse nccl-tests output, NCCL logs and traces into Parquet tables.
 
-    PATH may be a file, a folder or a campaign folder. Ingesting the same file twice adds
+    Each path may be a file, a folder or a campaign folder. Ingesting the same file twice adds
     nothing; files that cannot be parsed are listed in the dataset's quarantine table.
     A second ingest into the same dataset waits for the first one.
 

@@ -60,7 +60,7 @@ def folder_argument(name: str, flags: tuple[str, str], *, what: str, help: str, 
             return f(*args, **kwargs)
 
         command = click.option(*flags, name, type=type, multiple=multiple,
-                               help=f"{help} (or give it as {metavar}).")(command)
+                               help=f"{help} (or give {'them' if multiple else 'it'} as {metavar}).")(command)
         return click.argument(f"{name}_positional", metavar=f"[{metavar}]", nargs=-1 if multiple else 1,
                               required=False, type=type)(command)
 
