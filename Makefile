@@ -41,7 +41,7 @@ demo-gb200: demo
 	  --policies "AUTO,Random,@$(DEMO_OUT)/tune/champions.yaml,GBM+cost" --study $(DEMO_OUT)/tune --study $(DEMO_OUT)/gb200
 
 test: venv plugin
-	bash tests/infra/install-slurm-sshd.sh
+	bash tests/infra/install-test-packages.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ncclbot_sweep.errors import AnalysisError
+from ncclbot_sweep.errors import AnalysisError, did_you_mean
 
 from .pools import build_pools
 from .prior import call_params_from_runs, load_prior
@@ -31,7 +31,7 @@ def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tupl
     Raises :class:`AnalysisError` naming the dataset when it holds no usable iterations or
     no prediction for any context.
     """
-    from ncclbot_sweep.datasets import read_table
+    from ncclbot_sweep.datasets import partition_values, read_table
 
     root = Path(dataset)
     if not root.is_dir():
@@ -39,8 +39,12 @@ def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tupl
                             hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
     filters = [("fabric", "=", fabric)] if fabric else None
     iterations = read_table(root, "iterations", filters=filters)
+    if iterations.empty and fabric:
+        fabrics = partition_values(root, "iterations", "fabric")
+        raise AnalysisError(f"dataset has no iterations for fabric {fabric!r}{did_you_mean(fabric, fabrics)}",
+                            path=root, hint=f"fabrics in this dataset: {', '.join(fabrics) or 'none'}")
     if iterations.empty:
-        raise AnalysisError("dataset has no iterations" + (f" for fabric {fabric!r}" if fabric else ""), path=root,
+        raise AnalysisError("dataset has no iterations", path=root,
                             hint="ingest a forced-arm sweep first (ncclbot-sweep ingest)")
     pools = build_pools(iterations, window=window, min_arms=min_arms, keep_warmup=keep_warmup)
     cost = read_table(root, "cost_tables", filters=filters)

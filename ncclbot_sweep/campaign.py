@@ -65,6 +65,7 @@ __all__ = [
     "parse_size",
     "plan_campaign",
     "resolve_campaign_path",
+    "shipped_campaigns",
 ]
 
 log = logging.getLogger(__name__)
@@ -422,14 +423,19 @@ def load_campaign(path: str | Path) -> Campaign:
     return load_spec(path, Campaign, CampaignError, what="campaign", hint=_HINT)
 
 
+def shipped_campaigns() -> list[tuple[str, Campaign]]:
+    """Every campaign shipped with the package, validated, as (name, campaign) sorted by name."""
+    from ncclbot_sweep.resources import resource_path, shipped_names
+
+    return [(name, load_campaign(resource_path("campaigns", f"{name}.yaml")))
+            for name in shipped_names("campaigns")]
+
+
 def resolve_campaign_path(path: Path) -> Path:
     """A path as given if it exists, else the shipped campaign of that name (``demo``)."""
-    if path.exists() or path.is_absolute() or len(path.parts) > 1:
-        return path
-    from ncclbot_sweep.resources import resource_path
+    from ncclbot_sweep.resources import resolve_shipped
 
-    shipped = resource_path("campaigns", path.name if path.suffix else f"{path.name}.yaml")
-    return shipped if shipped.exists() else path
+    return resolve_shipped("campaigns", path, CampaignError)
 
 
 # --------------------------------------------------------------------------- expansion

@@ -79,6 +79,7 @@ __all__ = [
     "TABLES",
     "PARTITION_KEYS",
     "partition_columns",
+    "partition_values",
     "read_table",
     "read_arrow",
     "write_rows",
@@ -269,6 +270,24 @@ def _partition_value(key: str, value: Any) -> str:
 def _partition_folder(root: str | Path, name: str, values: Sequence[Any]) -> Path:
     keys = partition_columns(name)
     return table_dir(root, name).joinpath(*(f"{k}={_partition_value(k, v)}" for k, v in zip(keys, values)))
+
+
+def partition_values(root: str | Path, name: str, key: str) -> list[str]:
+    """The values of partition ``key`` that table ``name`` holds data for, from its folder names (sorted).
+
+    Cheap (no file is read): what an error message lists when a filter such as
+    ``fabric=sim-h10`` matched nothing.
+    """
+    from urllib.parse import unquote
+
+    if key not in partition_columns(name):
+        raise DatasetError(f"table {name!r} is not partitioned by {key!r}",
+                           hint=f"its partition keys are {', '.join(partition_columns(name)) or 'none'}")
+    folder = table_dir(root, name)
+    if not folder.is_dir():
+        return []
+    return sorted({unquote(p.name.split("=", 1)[1]) for p in folder.rglob(f"{key}=*")
+                   if p.is_dir() and any(p.rglob(data_file_name("*")))})
 
 
 def ensure_schema_file(root: str | Path, name: str) -> Path:

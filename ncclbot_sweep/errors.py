@@ -7,8 +7,10 @@ the job/step key) and how to fix it.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import errno
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "DatasetError",
     "AnalysisError",
     "from_os_error",
+    "did_you_mean",
 ]
 
 
@@ -116,6 +119,15 @@ class DatasetError(NcclbotError):
 
 class AnalysisError(NcclbotError):
     """The analysis cannot run on the given dataset (missing tables, no contexts, ...)."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'sim-h100'?)`` for the choices closest to a mistyped name, else ``""``.
+
+    The one spelling hint of the project: inventory, campaign and fabric names all go through it.
+    """
+    close = difflib.get_close_matches(str(name), sorted({str(c) for c in choices}), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 _WRITABLE = "check the permissions of that path, or choose a folder you can write to"

@@ -44,6 +44,7 @@ __all__ = [
     "load_inventory",
     "parse_inventory_text",
     "resolve_inventory_path",
+    "shipped_inventories",
     "sbatch_value_problem",
 ]
 
@@ -410,14 +411,19 @@ def load_inventory(path: str | Path) -> Inventory:
     return inventory
 
 
+def shipped_inventories() -> list[tuple[str, Inventory]]:
+    """Every inventory shipped with the package, validated, as (name, inventory) sorted by name."""
+    from ncclbot_sweep.resources import resource_path, shipped_names
+
+    return [(name, load_inventory(resource_path("inventories", f"{name}.yaml")))
+            for name in shipped_names("inventories")]
+
+
 def resolve_inventory_path(path: Path) -> Path:
     """A path as given if it exists, else the shipped inventory of that name (``sim-h100``)."""
-    if path.exists() or path.is_absolute() or len(path.parts) > 1:
-        return path
-    from ncclbot_sweep.resources import resource_path
+    from ncclbot_sweep.resources import resolve_shipped
 
-    shipped = resource_path("inventories", path.name if path.suffix else f"{path.name}.yaml")
-    return shipped if shipped.exists() else path
+    return resolve_shipped("inventories", path, InventoryError)
 
 
 def describe_inventory(inventory: Inventory, path: str | Path | None = None) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ncclbot_sweep.errors import AnalysisError
+from ncclbot_sweep.errors import AnalysisError, did_you_mean
 from ncclbot_sweep.names import AUTO
 
 __all__ = ["STOCK_POLICY", "LIVE_KINDS", "SCENARIO_KEYS", "LiveIssue", "LiveData", "load_live", "sync_every",
@@ -133,7 +133,8 @@ def load_live(dataset: str | Path, *, campaign: str | None = None) -> LiveData:
     if campaign is not None:
         if not (live["campaign"] == campaign).any():
             names = sorted(set(live["campaign"].dropna()))
-            raise AnalysisError(f"dataset has no live, stock or overhead run of campaign {campaign!r}", path=root,
+            raise AnalysisError(f"dataset has no live, stock or overhead run of campaign {campaign!r}"
+                                + did_you_mean(campaign, names), path=root,
                                 hint=f"campaigns with live runs: {', '.join(names) or 'none'}")
         live = live[live["campaign"] == campaign]
     if live.empty:

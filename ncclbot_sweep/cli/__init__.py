@@ -4,6 +4,8 @@ Each area keeps its commands in its own module here and is registered below. Lib
 errors (:class:`~ncclbot_sweep.errors.NcclbotError`) and OS faults (a full disk, a read-only
 file system, missing permissions) become ``Error: ...`` with exit 1;
 Ctrl-C exits 130. Heavy libraries are imported inside the commands that need them.
+Every command, group or not, gets the global flags (``-v``, ``--version``) once all are
+registered, so ``ncclbot-sweep analyze live -v`` works like ``ncclbot-sweep -v analyze live``.
 """
 
 from __future__ import annotations
@@ -35,18 +37,53 @@ class _Group(click.Group):
             sys.exit(ExitCode.INTERRUPTED)
 
 
+_VERBOSITY = "ncclbot_sweep.verbosity"
+
+
+def _verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
+    """Add this level's -v count to the run's total and set the log level (-v info, -vv debug)."""
+    root = ctx.find_root()
+    total = root.meta.get(_VERBOSITY, 0) + value
+    root.meta[_VERBOSITY] = total
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if total:
+        logging.getLogger().setLevel(logging.WARNING - 10 * min(total, 2))
+
+
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"ncclbot-sweep, version {__version__}")
+        ctx.exit()
+
+
+def _global_options() -> list[click.Option]:
+    """The flags every command takes, before or after its name (fresh objects per command)."""
+    return [
+        click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_verbose,
+                     help="More log output (-v info, -vv debug); counts at every level of the command."),
+        click.Option(["--version"], is_flag=True, expose_value=False, is_eager=True, callback=_version,
+                     help="Show the version and exit."),
+    ]
+
+
+def _add_global_options(command: click.Command) -> None:
+    """Give ``command`` and every command under it the global flags (once)."""
+    names = {p.name for p in command.params}
+    command.params.extend(o for o in _global_options() if o.name not in names)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_global_options(sub)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="ncclbot-sweep")
-@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def main(verbose: int) -> None:
+def main() -> None:
     """Sweep NCCL algorithms and protocols on Slurm, ingest the results, and analyse them.
 
     Example, on the embedded simulated fabric:
 
+    \b
         ncclbot-sweep plan campaigns/demo.yaml --inventory inventories/sim-h100.yaml
     """
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
 def _register() -> None:
@@ -71,6 +108,7 @@ def _register() -> None:
     from ncclbot_sweep.cli import remote as remote_cli
 
     main.add_command(remote_cli.collect_cmd)
+    _add_global_options(main)
 
 
 _register()

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import click
 
+from ncclbot_sweep.cli.jsonout import echo_json
+from ncclbot_sweep.cli.options import dataset_option, json_option, out_option
+
 __all__ = ["analyze"]
 
 _DEFAULT_POLICIES = "AUTO,Random,UCB1,Softmax,KL-UCB,ETC"
@@ -25,8 +28,7 @@ def _dataset_option(f):
                      help="Arm filter: drop arms predicted slower than rho_max x the best prediction.")(f)
     f = click.option("--window", type=(int, int), default=(11, 99), show_default=True,
                      help="Steady-state window (first and last iteration) that ranks arms.")(f)
-    return click.option("--dataset", "dataset", required=True, type=click.Path(file_okay=False, path_type=Path),
-                        help="Dataset root written by 'ncclbot-sweep ingest'.")(f)
+    return dataset_option(required=True, type=click.Path(file_okay=False, path_type=Path))(f)
 
 
 def _problem(dataset, fabric, window, rho_max, keep_warmup=False):
@@ -46,21 +48,33 @@ def _echo_table(frame, title: str) -> None:
 def analyze() -> None:
     """Audit NCCL's AUTO choice, replay bandit policies and write the report.
 
+    \b
     Example, after ingesting a simulated sweep:
-
-        ncclbot-sweep analyze report --dataset demo-out/dataset --out demo-out/report
+        ncclbot-sweep analyze report -d demo-out/dataset -o demo-out/report
     """
 
 
 @analyze.command()
 @_dataset_option
 @click.option("--horizon", type=int, default=100, show_default=True, help="Steps priced for realized TRLT.")
-def pools(dataset, fabric, window, rho_max, keep_warmup, horizon):
-    """Summarise the replay pools: contexts, arms, depth and the transient switch point per scenario."""
+@json_option("convention, contexts, arms, pool_depth, mean_offered_arms, transients (one object per scenario, "
+             "the columns of the text table).")
+def pools(dataset, fabric, window, rho_max, keep_warmup, horizon, as_json):
+    """Summarise the replay pools: contexts, arms, depth and the transient switch point per scenario.
+
+    \b
+    Example:
+        ncclbot-sweep analyze pools -d demo-out/dataset --json
+    """
     from ncclbot_sweep.analysis.transient import detect_transients
 
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
     p = problem.pools
+    if as_json:
+        echo_json({"convention": p.convention, "contexts": len(p), "arms": list(p.arms),
+                   "pool_depth": int(p.depth.max()), "mean_offered_arms": float(problem.offered.sum(axis=1).mean()),
+                   "transients": detect_transients(p)})
+        return
     click.echo(f"{len(p)} contexts, arms {', '.join(p.arms)}, pool depth {int(p.depth.max())}, "
                f"mean offered arms {problem.offered.sum(axis=1).mean():.2f}")
     click.echo(f"Pool convention: {p.convention}.")
@@ -71,22 +85,34 @@ def pools(dataset, fabric, window, rho_max, keep_warmup, horizon):
 @_dataset_option
 @click.option("--horizon", type=int, default=100, show_default=True, help="Steps priced for realized TRLT.")
 @click.option("--threshold", type=float, default=0.10, show_default=True, help="Tail threshold (fraction).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Also write the audit tables as CSV into this folder.")
-def audit(dataset, fabric, window, rho_max, keep_warmup, horizon, threshold, out):
-    """Audit AUTO: error rate, TRLT, runner-up margin gate (Figure 13) and tail anatomy (Table 29)."""
+@out_option("Also write the audit tables as CSV into this folder.", type=click.Path(file_okay=False, path_type=Path),
+            default=None)
+@json_option("convention; summary, gate, tail and contexts, each a list of row objects with the columns of "
+             "audit_<name>.csv.")
+def audit(dataset, fabric, window, rho_max, keep_warmup, horizon, threshold, out, as_json):
+    """Audit AUTO: error rate, TRLT, runner-up margin gate (Figure 13) and tail anatomy (Table 29).
+
+    \b
+    Example:
+        ncclbot-sweep analyze audit -d demo-out/dataset -o audit/
+    """
     from ncclbot_sweep.analysis.audit import run_audit
 
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
-    click.echo(f"Pool convention: {problem.pools.convention}.")
     result = run_audit(problem, horizon=horizon, threshold=threshold)
+    tables = ("summary", "gate", "tail", "contexts")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in tables:
+            getattr(result, name).to_csv(out / f"audit_{name}.csv", index=False)
+    if as_json:
+        echo_json({"convention": problem.pools.convention, **{name: getattr(result, name) for name in tables}})
+        return
+    click.echo(f"Pool convention: {problem.pools.convention}.")
     _echo_table(result.summary, "AUTO against the measured-best arm")
     _echo_table(result.gate, "Runner-up margin gate")
     _echo_table(result.tail, "Tail anatomy")
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for name in ("contexts", "summary", "gate", "tail"):
-            getattr(result, name).to_csv(out / f"audit_{name}.csv", index=False)
         click.echo(f"Audit tables written to {out}")
 
 
@@ -102,21 +128,33 @@ def audit(dataset, fabric, window, rho_max, keep_warmup, horizon, threshold, out
               help="scale: test on all but the two smallest node counts; reverse: train on the two largest; "
                    "largest: test on the largest only; random: 50/50; loco: leave one collective out "
                    "(loco:AllGather holds out one).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("replay.parquet"),
-              show_default=True, help="Parquet file of results, one row per policy x context x seed.")
-def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, seeds, split, out):
-    """Replay bandit policies on the forced-arm pools and print the Table-1 summary."""
+@out_option("Parquet file of results, one row per policy x context x seed.",
+            type=click.Path(dir_okay=False, path_type=Path), default=Path("replay.parquet"), show_default=True)
+@json_option("convention, out (the Parquet file written), summary (one object per policy: the columns of the "
+             "text table, TRLT in %).")
+def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, seeds, split, out, as_json):
+    """Replay bandit policies on the forced-arm pools and print the Table-1 summary.
+
+    \b
+    Example:
+        ncclbot-sweep analyze replay -d demo-out/dataset --policies AUTO,UCB1 -o replay.parquet
+    """
     from ncclbot_sweep.analysis.policies import expand_policy_list, parse_policy
     from ncclbot_sweep.analysis.replay import run_replay
     from ncclbot_sweep.analysis.summary import summarize
 
     chosen = [parse_policy(spec) for spec in expand_policy_list(policies)]
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
-    click.echo(f"Pool convention: {problem.pools.convention}.")
+    if not as_json:
+        click.echo(f"Pool convention: {problem.pools.convention}.")
     results = run_replay(problem, chosen, horizon=horizon, seeds=range(seeds), split=split)
     out.parent.mkdir(parents=True, exist_ok=True)
     results.to_parquet(out, index=False)
-    _echo_table(summarize(results, order=[p.display_name for p in chosen]), "TRLT on the test contexts (%)")
+    summary = summarize(results, order=[p.display_name for p in chosen])
+    if as_json:
+        echo_json({"convention": problem.pools.convention, "out": out, "summary": summary})
+        return
+    _echo_table(summary, "TRLT on the test contexts (%)")
     click.echo(f"Results written to {out}")
 
 
@@ -127,7 +165,7 @@ def _command_line() -> str:
 
 @analyze.command()
 @_dataset_option
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Report folder.")
+@out_option("Report folder.", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--policies", default=_DEFAULT_POLICIES, show_default=True, help="Comma-separated policy names.")
 @click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
 @click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")
@@ -138,7 +176,12 @@ def _command_line() -> str:
 @click.option("--study", "studies", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="A folder of 'analyze tune/splits/holdout/minisweep/replication' whose tables to include (repeat).")
 def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file, studies):
-    """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out."""
+    """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out.
+
+    \b
+    Example:
+        ncclbot-sweep analyze report -d demo-out/dataset -o report/ --study tune/
+    """
     from ncclbot_sweep.analysis.report import ReportOptions, build_report
 
     results = None
@@ -156,28 +199,25 @@ def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon
 
 
 @analyze.command()
-@click.option("--dataset", "dataset", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Dataset root written by 'ncclbot-sweep ingest'.")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the tables (Parquet and CSV), figures (PNG) and headline.json.")
+@dataset_option(required=True, type=click.Path(file_okay=False, path_type=Path))
+@out_option("Folder for the tables (Parquet and CSV), figures (PNG) and headline.json.", required=True,
+            type=click.Path(file_okay=False, path_type=Path))
 @click.option("--campaign", default=None, help="Only this campaign (default: every live campaign in the dataset).")
 @click.option("--min-pulls", type=int, default=5, show_default=True,
               help="Samples an arm needs at a size to be the reconstructed oracle there.")
-@click.option("--json", "as_json", is_flag=True, help="Print the headline numbers as JSON instead of tables.")
+@json_option("the headline numbers, as in OUT/headline.json.")
 def live(dataset, out, campaign, min_pulls, as_json):
     """Live campaigns: selection TRLT, learning curves, overhead ladder, setup toll and stock comparison.
 
+    \b
     Example, after ingesting a live campaign folder:
-
-        ncclbot-sweep analyze live --dataset ds --out live-out --campaign live-h100
+        ncclbot-sweep analyze live -d ds -o live-out --campaign live-h100
     """
-    import json
-
     from ncclbot_sweep.analysis.live import analyze_live
 
     result = analyze_live(dataset, campaign=campaign, out=out, min_pulls=min_pulls)
     if as_json:
-        click.echo(json.dumps(result.headline, indent=2, sort_keys=True))
+        echo_json(result.headline)
         return
     for name, title in (("selection_summary", "Selection-priced TRLT over sizes (%)"),
                         ("overhead_ladder", "Overhead ladder against stock"),
@@ -206,8 +246,8 @@ def _tune_progress():
 
 @analyze.command()
 @_dataset_option
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Campaign folder: studies.journal, champions.yaml, tables, search_progress.png.")
+@out_option("Study folder: studies.journal, champions.yaml, tables, search_progress.png.", required=True,
+            type=click.Path(file_okay=False, path_type=Path))
 @click.option("--families", default=None, help="Comma-separated learning families (default: the 14 of Table 16).")
 @click.option("--trials", type=int, default=151, show_default=True, help="Complete trials per study.")
 @click.option("--startup-trials", type=int, default=50, show_default=True, help="Random trials after trial 0.")
@@ -223,7 +263,12 @@ def _tune_progress():
 @click.option("--workers", type=int, default=1, show_default=True, help="Processes on this machine.")
 def tune(dataset, fabric, window, rho_max, keep_warmup, out, families, trials, startup_trials, seed, objective,
          horizon, seeds, split, split_seed, storage, workers):
-    """Tune every learning family with Optuna TPE (resumable) and write champions.yaml and Table 16."""
+    """Tune every learning family with Optuna TPE (resumable) and write champions.yaml and Table 16.
+
+    \b
+    Example:
+        ncclbot-sweep analyze tune -d demo-out/dataset -o tune/ --families UCB1,GBM+cost --trials 40
+    """
     from ncclbot_sweep.analysis.study import FAMILIES, TuneOptions
     from ncclbot_sweep.analysis.study import tune as run_tune
 
@@ -251,8 +296,8 @@ def _replay_options(f):
     f = click.option("--threshold", type=float, default=0.10, show_default=True, help="Tail threshold (fraction).")(f)
     f = click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")(f)
     f = click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")(f)
-    return click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-                        help="Folder for the study's tables (tables/*.csv, *.md).")(f)
+    return out_option("Folder for the study's tables (tables/*.csv, *.md).", required=True,
+                      type=click.Path(file_okay=False, path_type=Path))(f)
 
 
 def _write_study(out, name, long, table, title):
@@ -275,7 +320,12 @@ def _write_study(out, name, long, table, title):
 @click.option("--startup-trials", type=int, default=50, show_default=True, help="Random trials after trial 0.")
 def splits(dataset, fabric, window, rho_max, keep_warmup, out, horizon, seeds, threshold, splits, families, fixed,
            trials, startup_trials):
-    """Re-tune on every split and score on its test part (Tables 36 and 41)."""
+    """Re-tune on every split and score on its test part (Tables 36 and 41).
+
+    \b
+    Example:
+        ncclbot-sweep analyze splits -d demo-out/dataset -o splits/ --trials 40
+    """
     from ncclbot_sweep.analysis.study import TuneOptions
     from ncclbot_sweep.analysis.study.robustness import DEFAULT_SPLITS, ReplayOptions, split_study
 
@@ -296,7 +346,12 @@ def splits(dataset, fabric, window, rho_max, keep_warmup, out, horizon, seeds, t
 @_replay_options
 @click.option("--policies", required=True, help="Policies to score, e.g. 'AUTO,@DIR/champions.yaml,GBM+cost'.")
 def holdout(dataset, fabric, window, rho_max, keep_warmup, out, horizon, seeds, threshold, policies):
-    """Largest-scale holdout: supervised fits on all but the largest node count, everyone scored there (Table 46)."""
+    """Largest-scale holdout: supervised fits on all but the largest node count, everyone scored there (Table 46).
+
+    \b
+    Example:
+        ncclbot-sweep analyze holdout -d demo-out/dataset -o holdout/ --policies "AUTO,@tune/champions.yaml"
+    """
     from ncclbot_sweep.analysis.policies import expand_policy_list
     from ncclbot_sweep.analysis.study.robustness import ReplayOptions, holdout_study
 
@@ -313,7 +368,12 @@ def holdout(dataset, fabric, window, rho_max, keep_warmup, out, horizon, seeds, 
 @click.option("--every", type=int, default=4, show_default=True, help="Label every j-th target size.")
 @click.option("--samples", type=int, default=1, show_default=True, help="Post-warm-up samples per labelled cell.")
 def minisweep(dataset, fabric, window, rho_max, keep_warmup, out, horizon, seeds, threshold, policies, every, samples):
-    """Supervised fits given a labelled target-scale mini-sweep, scored on the unlabelled targets (Table 51)."""
+    """Supervised fits given a labelled target-scale mini-sweep, scored on the unlabelled targets (Table 51).
+
+    \b
+    Example:
+        ncclbot-sweep analyze minisweep -d demo-out/dataset -o mini/ --policies GBM+cost --every 4
+    """
     from ncclbot_sweep.analysis.policies import expand_policy_list
     from ncclbot_sweep.analysis.study.robustness import ReplayOptions, minisweep_study
 
@@ -323,13 +383,18 @@ def minisweep(dataset, fabric, window, rho_max, keep_warmup, out, horizon, seeds
 
 
 @analyze.command()
-@click.option("--dataset", "datasets", required=True, multiple=True, type=click.Path(file_okay=False, path_type=Path),
-              help="A dataset per fabric (repeat: GB200 MNNVL off and on).")
+@dataset_option("A dataset per fabric (repeat: GB200 MNNVL off and on).", dest="datasets", required=True,
+                multiple=True, type=click.Path(file_okay=False, path_type=Path))
 @_replay_options
 @click.option("--policies", required=True, help="Frozen policies, e.g. 'AUTO,@H100/champions.yaml,GBM+cost'.")
 @click.option("--keep-warmup", is_flag=True, default=False, help="Keep iteration 0 in the pools.")
 def replication(datasets, out, horizon, seeds, threshold, policies, keep_warmup):
-    """Replay frozen champions on other fabrics' sweeps in Table 3's layout (scale split, scenario tests)."""
+    """Replay frozen champions on other fabrics' sweeps in Table 3's layout (scale split, scenario tests).
+
+    \b
+    Example:
+        ncclbot-sweep analyze replication -d gb-off -d gb-on -o gb200/ --policies "AUTO,@tune/champions.yaml"
+    """
     from ncclbot_sweep.analysis.policies import expand_policy_list
     from ncclbot_sweep.analysis.study.robustness import ReplayOptions, replication_study
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from ncclbot_sweep.cli.options import dataset_option, out_option
+
 __all__ = ["export"]
 
 
@@ -23,8 +25,7 @@ def _common(f, *, margin: bool):
     f = click.option("--window", type=(int, int), default=(11, 99), show_default=True,
                      help="Steady-state window (first and last iteration) that ranks arms.")(f)
     f = click.option("--fabric", default=None, help="The fabric to export (required when the dataset has several).")(f)
-    return click.option("--dataset", required=True, type=click.Path(file_okay=False, path_type=Path),
-                        help="Dataset root written by 'ncclbot-sweep ingest'.")(f)
+    return dataset_option(required=True, type=click.Path(file_okay=False, path_type=Path))(f)
 
 
 def _common_margin(f):
@@ -47,34 +48,49 @@ def _run(kind, dataset, out, fabric, window, rho_max, margin=None):
 def export() -> None:
     """Export a sweep's measured-best arms for NCCL's example tuner or this project's plugin.
 
+    \b
     Example, after ingesting a simulated sweep:
-
-        ncclbot-sweep export nccl-tuner --dataset demo-out/dataset --out nccl_tuner.conf
+        ncclbot-sweep export nccl-tuner -d demo-out/dataset -o nccl_tuner.conf
     """
 
 
 @export.command("nccl-tuner")
 @_common_margin
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Config file to write (point NCCL_TUNER_CONFIG_FILE at it).")
+@out_option("Config file to write (point NCCL_TUNER_CONFIG_FILE at it).", required=True,
+            type=click.Path(dir_okay=False, path_type=Path))
 def nccl_tuner(dataset, fabric, window, rho_max, margin, out):
-    """NVIDIA's example tuner CSV: one line per run of sizes sharing the measured-best arm."""
+    """NVIDIA's example tuner CSV: one line per run of sizes sharing the measured-best arm.
+
+    \b
+    Example:
+        ncclbot-sweep export nccl-tuner -d demo-out/dataset -o nccl_tuner.conf --margin 0.05
+    """
     _run("nccl-tuner", dataset, out, fabric, window, rho_max, margin)
 
 
 @export.command("static")
 @_common_margin
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Table file to write (point NCCLBOT_STATIC_TABLE at it, with NCCLBOT_POLICY=static).")
+@out_option("Table file to write (point NCCLBOT_STATIC_TABLE at it, with NCCLBOT_POLICY=static).", required=True,
+            type=click.Path(dir_okay=False, path_type=Path))
 def static(dataset, fabric, window, rho_max, margin, out):
-    """The plugin's static table: the measured-best arm per context (AUTO below --margin)."""
+    """The plugin's static table: the measured-best arm per context (AUTO below --margin).
+
+    \b
+    Example:
+        ncclbot-sweep export static -d demo-out/dataset -o static.csv
+    """
     _run("static", dataset, out, fabric, window, rho_max, margin)
 
 
 @export.command("state")
 @_common_plain
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder to write (point NCCLBOT_STATE_DIR at it); one file per communicator shape.")
+@out_option("Folder to write (point NCCLBOT_STATE_DIR at it); one file per communicator shape.", required=True,
+            type=click.Path(file_okay=False, path_type=Path))
 def state(dataset, fabric, window, rho_max, out):
-    """A warm start for the live bandit: the sweep's measured rewards in the plugin's saved-state format."""
+    """A warm start for the live bandit: the sweep's measured rewards in the plugin's saved-state format.
+
+    \b
+    Example:
+        ncclbot-sweep export state -d demo-out/dataset -o state/
+    """
     _run("state", dataset, out, fabric, window, rho_max)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import click
 
+from ncclbot_sweep.cli.jsonout import echo_json
+from ncclbot_sweep.cli.options import dataset_option, folder_argument, json_option
+
 __all__ = ["ingest_command", "datasets_group"]
 
 
 @click.command("ingest")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--dataset", "-d", required=True, type=click.Path(file_okay=False),
-              help="Dataset folder to write (created if missing).")
+@folder_argument("paths", ("-w", "--workdir"), what="paths to ingest", multiple=True, type=click.Path(exists=True),
+                 help="A campaign folder, other folder or file to ingest; repeat for several")
+@dataset_option("Dataset folder to write (created if missing).", required=True, type=click.Path(file_okay=False))
 @click.option("--fabric", default=None, help="Fabric name for loose files without step.json (default: unknown).")
 @click.option("--include-unfinished", is_flag=True,
               help="Also ingest step folders without an exit marker (as failed runs).")
@@ -20,11 +23,14 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
                    strict: bool) -> None:
     """Parse nccl-tests output, NCCL logs and traces into Parquet tables.
 
-    PATH may be a file, a folder or a campaign folder. Ingesting the same file twice adds
+    Each path may be a file, a folder or a campaign folder. Ingesting the same file twice adds
     nothing; files that cannot be parsed are listed in the dataset's quarantine table.
     A second ingest into the same dataset waits for the first one.
 
-    Example: ncclbot-sweep ingest runs/ logs/all_reduce.txt --dataset data/ --strict
+    \b
+    Example:
+        ncclbot-sweep ingest runs/demo logs/all_reduce.txt -d data/ --strict
+        ncclbot-sweep ingest -w runs/demo -d data/
     """
     from rich.console import Console
 
@@ -59,19 +65,33 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
 
 @click.group("datasets")
 def datasets_group() -> None:
-    """Inspect ingested datasets."""
+    """Inspect ingested datasets.
+
+    \b
+    Example:
+        ncclbot-sweep datasets info data/
+    """
 
 
 @datasets_group.command("info")
-@click.argument("dataset", type=click.Path())
-def info_command(dataset: str) -> None:
+@folder_argument("dataset", ("-d", "--dataset"), what="dataset folder", type=click.Path(),
+                 help="The dataset folder")
+@json_option("root; tables (per table: rows, files); sources (count per status); quarantine_reasons (count per "
+             "reason, the 20 most common); runs_by_fabric (per fabric: count per outcome).")
+def info_command(dataset: str, as_json: bool) -> None:
     """Rows per table, sources by status and the main quarantine reasons.
 
-    Example: ncclbot-sweep datasets info data/
+    \b
+    Example:
+        ncclbot-sweep datasets info data/
+        ncclbot-sweep datasets info -d data/ --json
     """
     from ncclbot_sweep.ingest import dataset_info
 
     info = dataset_info(dataset)
+    if as_json:
+        echo_json(info)
+        return
     click.echo(f"dataset {info['root']}")
     for name, stats in info["tables"].items():
         click.echo(f"  {name:14s} {stats['rows']:>10d} rows in {stats['files']} files")

@@ -3,69 +3,146 @@ cancel and demo. Each command parses options, calls one library function and pri
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from ncclbot_sweep.cli.jsonout import echo_json
+from ncclbot_sweep.cli.options import folder_argument, json_option, out_option, workdir_option
+
 __all__ = ["COMMANDS"]
 
-_INVENTORY = click.option("--inventory", "-i", "inventory_path", required=True,
+_INVENTORY = click.option("-i", "--inventory", "inventory_path", required=True,
                           help="Inventory YAML of the fabric (a path, or a shipped name such as sim-h100).")
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+_SUMMARY_KEYS = ("root, campaign, campaign_key, fabric, jobs and steps (counts by state), total_steps, complete, "
+                 "failed (one object per failed step) and job_rows (one per job).")
+_JSON = json_option(_SUMMARY_KEYS)
+_WORKDIR = folder_argument("workdir", ("-w", "--workdir"), what="campaign folder", help="The campaign folder",
+                           type=click.Path(file_okay=False))
 _BUDGET = click.option("--ignore-budget", is_flag=True, help="Plan even when the estimate exceeds the budget.")
 
 
 @click.group("inventory")
 def inventory_group() -> None:
-    """Inspect fabric inventories."""
+    """Inspect fabric inventories: the shipped ones, or check your own.
+
+    \b
+    Example:
+        ncclbot-sweep inventory list
+    """
 
 
 @inventory_group.command("check")
 @click.argument("path")
-@_JSON
+@json_option("every field of the inventory, defaults filled in.")
 def inventory_check(path: str, as_json: bool) -> None:
-    """Validate an inventory YAML and print a summary.
+    """Validate an inventory YAML (a path, or a shipped name) and print a summary.
 
-    Example: ncclbot-sweep inventory check inventories/h100-spectrumx.yaml
+    \b
+    Example:
+        ncclbot-sweep inventory check inventories/h100-spectrumx.yaml
     """
     from ncclbot_sweep.inventory import describe_inventory, load_inventory
 
     inventory = load_inventory(path)
     if as_json:
-        click.echo(json.dumps(inventory.model_dump(mode="json"), indent=2))
+        echo_json(inventory.model_dump(mode="json"))
     else:
         click.echo(describe_inventory(inventory, path))
+
+
+@inventory_group.command("list")
+@json_option("a list of {name, fabric, synthetic, scheduler, gpus_per_node, description}.")
+def inventory_list(as_json: bool) -> None:
+    """List the inventories shipped with ncclbot-sweep (what -i NAME accepts).
+
+    \b
+    Example:
+        ncclbot-sweep inventory list
+    """
+    from ncclbot_sweep.inventory import shipped_inventories
+
+    rows = [{"name": name, "fabric": inv.name, "synthetic": inv.synthetic, "scheduler": inv.scheduler.kind,
+             "gpus_per_node": inv.gpus_per_node, "description": inv.description}
+            for name, inv in shipped_inventories()]
+    if as_json:
+        echo_json(rows)
+        return
+    width = max(len(r["name"]) for r in rows)
+    click.echo(f"{'name':<{width}}  {'scheduler':<9}  {'gpus':>4}  description")
+    for r in rows:
+        click.echo(f"{r['name']:<{width}}  {r['scheduler']:<9}  {r['gpus_per_node']:>4}  {r['description']}")
+
+
+@click.group("campaign")
+def campaign_group() -> None:
+    """Inspect campaign specs: the shipped ones (plan checks your own).
+
+    \b
+    Example:
+        ncclbot-sweep campaign list --json
+    """
+
+
+@campaign_group.command("list")
+@json_option("a list of {name, kind, description}.")
+def campaign_list(as_json: bool) -> None:
+    """List the campaigns shipped with ncclbot-sweep (what plan and submit accept by name).
+
+    \b
+    Example:
+        ncclbot-sweep campaign list
+    """
+    from ncclbot_sweep.campaign import shipped_campaigns
+
+    rows = [{"name": name, "kind": c.kind, "description": c.description} for name, c in shipped_campaigns()]
+    if as_json:
+        echo_json(rows)
+        return
+    width = max(len(r["name"]) for r in rows)
+    click.echo(f"{'name':<{width}}  {'kind':<8}  description")
+    for r in rows:
+        click.echo(f"{r['name']:<{width}}  {r['kind']:<8}  {r['description']}")
 
 
 @click.command("plan")
 @click.argument("campaign_path")
 @_INVENTORY
-@_JSON
+@json_option("campaign, campaign_key, fabric, kind, steps, jobs (with their steps), pruned, excluded_steps, "
+             "node_hours, budget_node_hours, warnings.")
 @_BUDGET
 def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budget: bool) -> None:
     """Print the job matrix, the pruned arms and why, the step count and node-hours.
 
-    Example: ncclbot-sweep plan campaigns/demo.yaml --inventory inventories/sim-h100.yaml
+    CAMPAIGN_PATH is a campaign YAML, or the name of a shipped one (ncclbot-sweep campaign list).
+
+    \b
+    Example:
+        ncclbot-sweep plan campaigns/demo.yaml --inventory inventories/sim-h100.yaml
     """
     from ncclbot_sweep.campaign import describe_plan, load_campaign, plan_campaign
     from ncclbot_sweep.inventory import load_inventory
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
                          enforce_budget=not ignore_budget)
-    click.echo(json.dumps(plan.summary(), indent=2) if as_json else describe_plan(plan))
+    if as_json:
+        echo_json(plan.summary())
+    else:
+        click.echo(describe_plan(plan))
 
 
 @click.command("render")
 @click.argument("campaign_path")
 @_INVENTORY
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False),
-              help="Campaign folder to write job scripts into (created if needed).")
+@out_option("Campaign folder to write job scripts into (created if needed).", required=True,
+            type=click.Path(file_okay=False))
 @_BUDGET
 def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget: bool) -> None:
     """Render the job scripts (job.sh) and step descriptions (step.json) without running them.
 
-    Example: ncclbot-sweep render campaigns/demo.yaml -i sim-h100 --out /tmp/demo-render
+    \b
+    Example:
+        ncclbot-sweep render campaigns/demo.yaml -i sim-h100 -o demo-render
     """
     from ncclbot_sweep.campaign import load_campaign, plan_campaign
     from ncclbot_sweep.inventory import load_inventory
@@ -80,7 +157,7 @@ def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget:
 
 def _echo_summary(summary, as_json: bool, *, job_table: bool = False) -> None:
     if as_json:
-        click.echo(json.dumps(summary.as_dict(), indent=2))
+        echo_json(summary.as_dict())
         return
     steps = ", ".join(f"{v} {k}" for k, v in sorted(summary.steps.items()))
     jobs = ", ".join(f"{v} {k}" for k, v in sorted(summary.jobs.items()))
@@ -119,8 +196,8 @@ _WAIT_LOCK = click.option("--wait-lock", "lock_wait_s", type=click.FloatRange(mi
 @click.command("submit")
 @click.argument("campaign_path")
 @_INVENTORY
-@click.option("--workdir", "-w", required=True, type=click.Path(file_okay=False),
-              help="The campaign folder (created, or continued if it exists).")
+@workdir_option("The campaign folder (created, or continued if it exists).", required=True,
+                type=click.Path(file_okay=False))
 @_WAIT
 @_WAIT_LOCK
 @_JSON
@@ -129,7 +206,9 @@ def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool
                as_json: bool, ignore_budget: bool) -> None:
     """Plan, render and run a campaign; jobs already submitted are never submitted again.
 
-    Example: ncclbot-sweep submit campaigns/demo.yaml -i sim-h100 --workdir runs/demo
+    \b
+    Example:
+        ncclbot-sweep submit campaigns/demo.yaml -i sim-h100 -w runs/demo
     """
     from ncclbot_sweep.progress import progress_reporter
     from ncclbot_sweep.runner import submit
@@ -141,7 +220,7 @@ def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool
 
 
 @click.command("status")
-@click.argument("workdir", type=click.Path(file_okay=False))
+@_WORKDIR
 @click.option("--jobs", "job_table", is_flag=True, help="Also print one line per job.")
 @click.option("--check", is_flag=True, help="Exit 1 unless every step is ok (a step failed, or some have not run).")
 @_JSON
@@ -152,7 +231,10 @@ def status_cmd(workdir: str, job_table: bool, check: bool, as_json: bool) -> Non
     what status shows and re-runs what failed. With --check it exits 1 unless every
     step is ok, for scripts.
 
-    Example: ncclbot-sweep status runs/demo --jobs
+    \b
+    Example:
+        ncclbot-sweep status runs/demo --jobs
+        ncclbot-sweep status -w runs/demo --check
     """
     from ncclbot_sweep.errors import ExitCode
     from ncclbot_sweep.runner import status
@@ -164,14 +246,16 @@ def status_cmd(workdir: str, job_table: bool, check: bool, as_json: bool) -> Non
 
 
 @click.command("resume")
-@click.argument("workdir", type=click.Path(file_okay=False))
+@_WORKDIR
 @_WAIT
 @_WAIT_LOCK
 @_JSON
 def resume_cmd(workdir: str, wait: bool, lock_wait_s: float, as_json: bool) -> None:
     """Finish a campaign: adopt running jobs, re-run only steps that are missing or failed.
 
-    Example: ncclbot-sweep resume runs/demo
+    \b
+    Example:
+        ncclbot-sweep resume runs/demo
     """
     from ncclbot_sweep.progress import progress_reporter
     from ncclbot_sweep.runner import resume
@@ -182,12 +266,14 @@ def resume_cmd(workdir: str, wait: bool, lock_wait_s: float, as_json: bool) -> N
 
 
 @click.command("cancel")
-@click.argument("workdir", type=click.Path(file_okay=False))
+@_WORKDIR
 @_JSON
 def cancel_cmd(workdir: str, as_json: bool) -> None:
     """Cancel the campaign's open and unsubmitted jobs ('resume' continues later).
 
-    Example: ncclbot-sweep cancel runs/demo
+    \b
+    Example:
+        ncclbot-sweep cancel runs/demo
     """
     from ncclbot_sweep.runner import cancel
 
@@ -195,12 +281,14 @@ def cancel_cmd(workdir: str, as_json: bool) -> None:
 
 
 @click.command("demo")
-@click.option("--out", "out", default="demo-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for the demo's outputs: OUT/campaign, OUT/dataset and OUT/report.")
+@out_option("Folder for the demo's outputs: OUT/campaign, OUT/dataset and OUT/report.", default="demo-out",
+            show_default=True, type=click.Path(file_okay=False))
 def demo_cmd(out: str) -> None:
     """Run the paper's method on the simulated H100 fabric: sweep, ingest, audit, replay, report.
 
-    Example: ncclbot-sweep demo --out demo-out
+    \b
+    Example:
+        ncclbot-sweep demo -o demo-out
     """
     from ncclbot_sweep.demo import run_demo
     from ncclbot_sweep.progress import progress_reporter
@@ -217,4 +305,4 @@ def demo_cmd(out: str) -> None:
     click.echo(f"demo: live campaign folder {result.live_campaign}, dataset {result.live_dataset}")
 
 
-COMMANDS = [inventory_group, plan_cmd, render_cmd, submit_cmd, status_cmd, resume_cmd, cancel_cmd, demo_cmd]
+COMMANDS = [inventory_group, campaign_group, plan_cmd, render_cmd, submit_cmd, status_cmd, resume_cmd, cancel_cmd, demo_cmd]

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import json
-
 import click
+
+from ncclbot_sweep.cli.jsonout import echo_json
+from ncclbot_sweep.cli.options import folder_argument, json_option
 
 __all__ = ["collect_cmd"]
 
 
 @click.command("collect")
-@click.argument("workdir", type=click.Path(file_okay=False, exists=True))
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a sentence.")
+@folder_argument("workdir", ("-w", "--workdir"), what="campaign folder", help="The campaign folder",
+                 type=click.Path(file_okay=False, exists=True))
+@json_option("jobs, files_fetched, bytes_fetched, files_resumed, files_unchanged, steps_collected, "
+             "steps_unfinished.")
 def collect_cmd(workdir: str, as_json: bool) -> None:
     """Copy each finished step's folder from the cluster into the campaign folder WORKDIR.
 
@@ -19,13 +22,15 @@ def collect_cmd(workdir: str, as_json: bool) -> None:
     interrupted transfer resumes, so it is safe to run again. Campaigns that ran through
     the local shell need no collect.
 
-    Example: ncclbot-sweep collect runs/h100-sweep
+    \b
+    Example:
+        ncclbot-sweep collect runs/h100-sweep
     """
     from ncclbot_sweep.collect import collect
 
     report = collect(workdir)
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2))
+        echo_json(report.as_dict())
         return
     click.echo(f"{report.jobs} jobs: {report.files_fetched} files fetched ({report.bytes_fetched} bytes, "
                f"{report.files_resumed} resumed), {report.files_unchanged} unchanged; "

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import click
 
+from ncclbot_sweep.cli.jsonout import echo_json
+from ncclbot_sweep.cli.options import json_option
 from ncclbot_sweep.names import COLLECTIVES, parse_size
 
 __all__ = ["sim_group"]
-
-_FABRICS = ("sim-h100", "sim-gb200-mnnvl-on", "sim-gb200-mnnvl-off")
 
 
 @click.group("sim")
 def sim_group() -> None:
     """The simulated fabric: its nccl-tests stand-ins and its NCCL cost model.
 
-    Example: ncclbot-sweep sim cost-table --collective AllGather --nodes 16 --size 512MiB
+    \b
+    Example:
+        ncclbot-sweep sim cost-table --collective AllGather --nodes 16 --size 512MiB
     """
 
 
@@ -25,7 +27,9 @@ def bin_dir_command() -> None:
 
     The folder is not on PATH, so the stand-ins never shadow a real nccl-tests build.
 
-    Example: $(ncclbot-sweep sim bin-dir)/all_reduce_perf -b 8 -e 128M -f 2 -g 8
+    \b
+    Example:
+        $(ncclbot-sweep sim bin-dir)/all_reduce_perf -b 8 -e 128M -f 2 -g 8
     """
     from ncclbot_sweep.sim import bin_dir
 
@@ -39,35 +43,68 @@ def _size(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
         raise click.BadParameter(str(exc)) from None
 
 
+def _fabric(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A simulated fabric's name, checked by the simulator (its error has the did-you-mean)."""
+    from ncclbot_sweep.sim.fabric import fabric
+
+    try:
+        fabric(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+_FABRIC = click.option("--fabric", "fabric_name", default="sim-h100", show_default=True, callback=_fabric,
+                       help="Simulated fabric (the name of a sim-* inventory).")
+
+
 @sim_group.command("cost-table")
-@click.option("--fabric", "fabric_name", type=click.Choice(_FABRICS), default="sim-h100", show_default=True,
-              help="Simulated fabric.")
+@_FABRIC
 @click.option("--collective", type=click.Choice(COLLECTIVES, case_sensitive=False), required=True,
               help="NCCL collective.")
 @click.option("--nodes", type=click.IntRange(min=1), required=True, help="Number of nodes.")
 @click.option("--size", "size_bytes", callback=_size, required=True,
               help="Message size as nccl-tests prints it (full buffer for AllGather/ReduceScatter), e.g. 1MiB.")
-def cost_table_command(fabric_name: str, collective: str, nodes: int, size_bytes: int) -> None:
+@json_option("fabric, collective, nodes, size_bytes; arms (one {arm, algorithm, protocol, predicted_us, true_us, "
+             "auto, best} per valid arm); auto_arm, best_arm; auto_loss (AUTO's true time over the best's, minus 1) "
+             "and runner_up_margin (second-cheapest prediction over the cheapest, minus 1), null when undefined.")
+def cost_table_command(fabric_name: str, collective: str, nodes: int, size_bytes: int, as_json: bool) -> None:
     """Print AUTO's cost table for one context beside the simulator's true latencies.
 
-    Example: ncclbot-sweep sim cost-table --collective AllReduce --nodes 16 --size 32MiB
+    \b
+    Example:
+        ncclbot-sweep sim cost-table --collective AllReduce --nodes 16 --size 32MiB
     """
     from ncclbot_sweep.names import canonical_collective
-    from ncclbot_sweep.sim.inspect import cost_table_rows, format_cost_table
+    from ncclbot_sweep.sim.inspect import auto_loss_and_margin, cost_table_rows, format_cost_table
 
-    rows = cost_table_rows(fabric_name, canonical_collective(collective), nodes, size_bytes)
-    for line in format_cost_table(rows):
-        click.echo(line)
+    collective = canonical_collective(collective)
+    rows = cost_table_rows(fabric_name, collective, nodes, size_bytes)
+    if not as_json:
+        for line in format_cost_table(rows):
+            click.echo(line)
+        return
+    loss, margin = auto_loss_and_margin(rows)
+    echo_json({
+        "fabric": fabric_name, "collective": collective, "nodes": nodes, "size_bytes": size_bytes,
+        "arms": [{"arm": str(r.arm), "algorithm": r.arm.algorithm, "protocol": r.arm.protocol,
+                  "predicted_us": r.predicted_us, "true_us": r.true_us, "auto": r.auto, "best": r.best}
+                 for r in rows],
+        "auto_arm": next((str(r.arm) for r in rows if r.auto), None),
+        "best_arm": next((str(r.arm) for r in rows if r.best), None),
+        "auto_loss": loss, "runner_up_margin": margin,
+    })
 
 
 @sim_group.command("tuning-table")
-@click.option("--fabric", "fabric_name", type=click.Choice(_FABRICS), default="sim-h100", show_default=True,
-              help="Simulated fabric.")
+@_FABRIC
 @click.option("--nodes", type=click.IntRange(min=1), required=True, help="Number of nodes.")
 def tuning_table_command(fabric_name: str, nodes: int) -> None:
     """Print NCCL's init tuning table (latency us / bandwidth GB/s) as the simulator logs it.
 
-    Example: ncclbot-sweep sim tuning-table --nodes 8
+    \b
+    Example:
+        ncclbot-sweep sim tuning-table --nodes 8
     """
     from ncclbot_sweep.sim.inspect import tuning_table_text
 

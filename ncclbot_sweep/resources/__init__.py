@@ -9,7 +9,9 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["resource_dir", "resource_path"]
+from ncclbot_sweep.errors import NcclbotError, did_you_mean
+
+__all__ = ["resource_dir", "resource_path", "shipped_names", "resolve_shipped"]
 
 _KINDS = ("templates", "inventories", "campaigns")
 
@@ -24,3 +26,29 @@ def resource_dir(kind: str) -> Path:
 def resource_path(kind: str, name: str) -> Path:
     """Return the path of a shipped file, e.g. ``resource_path("inventories", "sim-h100.yaml")``."""
     return resource_dir(kind) / name
+
+
+def shipped_names(kind: str) -> list[str]:
+    """The names of the shipped YAML files of one kind, sorted (``sim-h100``): what ``-i NAME`` takes."""
+    return sorted(p.stem for p in resource_dir(kind).glob("*.yaml"))
+
+
+def resolve_shipped(kind: str, path: Path, error_cls: type[NcclbotError]) -> Path:
+    """A path as given if it exists, else the shipped file of that name (``sim-h100``, ``demo``).
+
+    Raises ``error_cls`` with a did-you-mean when neither exists: against the shipped names
+    for a bare name, against the names of the YAML files in its folder for a path.
+    """
+    if path.exists():
+        return path
+    what = kind.rstrip("s").replace("inventorie", "inventory")
+    if path.is_absolute() or len(path.parts) > 1:
+        siblings = [p.name for p in path.parent.glob("*.y*ml")] if path.parent.is_dir() else []
+        raise error_cls(f"file not found{did_you_mean(path.name, siblings)}", path=path, hint="check the path")
+    stem = path.name[: -len(path.suffix)] if path.suffix in (".yaml", ".yml") else path.name
+    shipped = resource_path(kind, f"{stem}.yaml")
+    if shipped.exists():
+        return shipped
+    raise error_cls(f"no such file, and no shipped {what} of that name{did_you_mean(stem, shipped_names(kind))}",
+                    path=path, hint=f"'ncclbot-sweep {what} list' shows the shipped {kind}; or give the path "
+                                    "of a YAML file")

@@ -14,6 +14,7 @@ import functools
 import numpy as np
 
 from ncclbot_sweep import costmodel
+from ncclbot_sweep.errors import did_you_mean
 from ncclbot_sweep.names import COLLECTIVES, Arm, FabricOffer, all_arms, arm_invalid_reason, canonical_collective
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC, FABRICS, FabricSpec
 from ncclbot_sweep.sim.truth import steady_latency_us
@@ -35,7 +36,8 @@ def fabric(name: str = DEFAULT_FABRIC) -> SimFabric:
     try:
         return SimFabric(FABRICS[name])
     except KeyError:
-        raise ValueError(f"simulated fabric must be one of {', '.join(fabric_names())}, but got {name!r}") from None
+        raise ValueError(f"simulated fabric must be one of {', '.join(fabric_names())}, but got {name!r}"
+                         + did_you_mean(name, fabric_names())) from None
 
 
 def fabric_for_env(name: str, env: dict[str, str]) -> SimFabric:

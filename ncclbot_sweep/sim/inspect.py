@@ -14,7 +14,7 @@ from ncclbot_sweep.names import Arm
 from ncclbot_sweep.sim.fabric import fabric
 from ncclbot_sweep.sim.nccltests.ncclog import tuning_table_lines
 
-__all__ = ["CostRow", "cost_table_rows", "format_cost_table", "tuning_table_text"]
+__all__ = ["CostRow", "auto_loss_and_margin", "cost_table_rows", "format_cost_table", "tuning_table_text"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,18 +42,29 @@ def cost_table_rows(fabric_name: str, collective: str, nodes: int, size_bytes: i
     ]
 
 
+def auto_loss_and_margin(rows: list[CostRow]) -> tuple[float | None, float | None]:
+    """AUTO's loss against the best arm (true time, a fraction) and the predicted runner-up margin.
+
+    Each is ``None`` when undefined: no AUTO or best arm, or fewer than two usable predictions.
+    """
+    auto = next((r for r in rows if r.auto), None)
+    best = next((r for r in rows if r.best), None)
+    loss = auto.true_us / best.true_us - 1 if auto and best else None
+    predicted = sorted(r.predicted_us for r in rows if r.predicted_us >= 0)
+    margin = predicted[1] / predicted[0] - 1 if len(predicted) > 1 and predicted[0] > 0 else None
+    return loss, margin
+
+
 def format_cost_table(rows: list[CostRow]) -> list[str]:
     """Lines of a small fixed-width table, with AUTO's loss against the best arm at the end."""
     lines = [f"{'arm':<16s} {'predicted_us':>14s} {'true_us':>14s}  mark"]
     for row in rows:
         mark = " ".join(m for m, on in (("AUTO", row.auto), ("BEST", row.best)) if on)
         lines.append(f"{str(row.arm):<16s} {row.predicted_us:14.2f} {row.true_us:14.2f}  {mark}")
-    auto = next((r for r in rows if r.auto), None)
-    best = next((r for r in rows if r.best), None)
-    if auto and best:
-        predicted = sorted(r.predicted_us for r in rows if r.predicted_us >= 0)
-        margin = predicted[1] / predicted[0] - 1 if len(predicted) > 1 and predicted[0] > 0 else float("inf")
-        lines.append(f"AUTO loss vs best: {100 * (auto.true_us / best.true_us - 1):.1f}%   predicted runner-up margin: {margin:.2f}")
+    loss, margin = auto_loss_and_margin(rows)
+    if loss is not None:
+        lines.append(f"AUTO loss vs best: {100 * loss:.1f}%   predicted runner-up margin: "
+                     f"{float('inf') if margin is None else margin:.2f}")
     return lines
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
@@ -70,3 +71,56 @@ def test_unknown_policy_is_a_user_error(dataset, tmp_path):
     result = CliRunner().invoke(main, ["analyze", "replay", "--dataset", str(dataset), "--policies", "AUTO,Nope",
                                        "--out", str(tmp_path / "x.parquet")])
     assert result.exit_code == 1 and "policy must be one of" in result.output
+
+
+def _strict_json(text: str):
+    return json.loads(text, parse_constant=lambda token: pytest.fail(f"non-standard JSON token {token}"))
+
+
+def test_pools_json_matches_the_problem(dataset):
+    result = CliRunner().invoke(main, ["analyze", "pools", "-d", str(dataset), "--json"])
+    assert result.exit_code == 0, result.output
+    data = _strict_json(result.output)
+    assert set(data) == {"convention", "contexts", "arms", "pool_depth", "mean_offered_arms", "transients"}
+    assert data["contexts"] == 3 * 3 * 7 and data["pool_depth"] == 39 and "Ring/Simple" in data["arms"]
+    assert 1 <= data["mean_offered_arms"] <= len(data["arms"])
+    assert len(data["transients"]) == 3 * 3 and {"collective", "nodes", "tau"} <= set(data["transients"][0])
+
+
+def test_audit_json_holds_the_csv_tables(dataset, tmp_path):
+    result = CliRunner().invoke(main, ["analyze", "audit", "-d", str(dataset), "--horizon", "40", "-o", str(tmp_path),
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    data = _strict_json(result.output)
+    assert set(data) == {"convention", "summary", "gate", "tail", "contexts"}
+    for name in ("summary", "gate", "contexts"):
+        csv = pd.read_csv(tmp_path / f"audit_{name}.csv")
+        frame = pd.DataFrame(data[name])
+        assert list(frame.columns) == list(csv.columns) and len(frame) == len(csv)
+        numeric = csv.select_dtypes("number").columns
+        pd.testing.assert_frame_equal(frame[numeric].astype(float), csv[numeric].astype(float), rtol=1e-9)
+    # Context by context the margin is the CSV's, and null wherever the CSV has no finite one.
+    margins = pd.read_csv(tmp_path / "audit_contexts.csv")["margin"]
+    assert [row["margin"] for row in data["contexts"]] == [None if not pd.notna(m) or m == float("inf") else m
+                                                          for m in margins]
+
+
+def test_replay_json_summarises_the_written_results(dataset, tmp_path):
+    out = tmp_path / "r.parquet"
+    result = CliRunner().invoke(main, ["analyze", "replay", "-d", str(dataset), "--policies", "AUTO,UCB1", "--seeds", "2",
+                                       "--horizon", "40", "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    data = _strict_json(result.output)
+    assert data["out"] == str(out) and out.is_file()
+    assert [row["policy"] for row in data["summary"]] == ["AUTO", "UCB1"]
+    assert data["summary"][0]["auto_share_pct"] == 100.0
+    frame = pd.read_parquet(out)
+    test = frame[(frame["policy"] == "UCB1") & (frame["part"] == "test")]
+    assert data["summary"][1]["contexts"] == len(test.drop_duplicates(["collective", "nodes", "size_bytes"]))
+
+
+def test_an_unknown_fabric_gets_a_did_you_mean(dataset):
+    result = CliRunner().invoke(main, ["analyze", "pools", "-d", str(dataset), "--fabric", "sim-h10"])
+    assert result.exit_code == 1
+    assert "no iterations for fabric 'sim-h10' (did you mean 'sim-h100'?)" in result.output
+    assert "fabrics in this dataset: sim-h100\n" in result.output

@@ -206,7 +206,7 @@ def test_json_prints_the_headline(campaign, tmp_path):
     root, _, _, _ = campaign
     result = CliRunner().invoke(main, ["analyze", "live", "--dataset", str(root), "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
-    headline = json.loads(result.output)
+    headline = json.loads(result.output, parse_constant=lambda token: pytest.fail(f"non-standard JSON {token}"))
     scenario = headline["scenarios"][0]
     assert scenario["ladder_monotone"]["AUTO [sync-4]"] is True
     assert scenario["setup_stall_s"]["runs"] == 6 and 5.7 <= scenario["setup_stall_s"]["median"] <= 7.8
@@ -228,6 +228,9 @@ def test_an_unknown_campaign_lists_the_live_ones(campaign, tmp_path):
                                        "--campaign", "nope"])
     assert result.exit_code == 1
     assert "no live, stock or overhead run of campaign 'nope'" in result.output and "live-synth" in result.output
+    assert "did you mean" not in result.output
+    result = CliRunner().invoke(main, ["analyze", "live", "-d", str(root), "-o", str(tmp_path), "--campaign", "live-synt"])
+    assert result.exit_code == 1 and "campaign 'live-synt' (did you mean 'live-synth'?)" in result.output
 
 
 def test_stock_policy_is_the_campaign_spelling():

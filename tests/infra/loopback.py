@@ -135,7 +135,7 @@ class SlurmCluster:
     def start(self) -> None:
         for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
             if shutil.which(tool) is None:
-                raise InfraUnavailable(f"{tool} is not installed (run tests/infra/install-slurm-sshd.sh)")
+                raise InfraUnavailable(f"{tool} is not installed (run tests/infra/install-test-packages.sh)")
         busy = [p for p in (SLURMCTLD_PORT, *SLURMD_PORTS) if _port_open(p)]
         if busy:
             raise InfraUnavailable(f"loopback ports {busy} are already in use (another test cluster "
@@ -246,7 +246,7 @@ class Sshd:
     def start(self) -> None:
         sshd = Path("/usr/sbin/sshd")
         if not sshd.exists() or shutil.which("ssh-keygen") is None:
-            raise InfraUnavailable("openssh-server is not installed (run tests/infra/install-slurm-sshd.sh)")
+            raise InfraUnavailable("openssh-server is not installed (run tests/infra/install-test-packages.sh)")
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         for key in (self.host_key, self.user_key):

@@ -225,6 +225,7 @@ def test_status_json_and_text(tmp_path, fake_bin, fake_env):
     assert data["complete"] is True and data["steps"] == {"ok": 8} and data["campaign"] == "small"
     assert len(data["job_rows"]) == 4 and {r["phase"] for r in data["job_rows"]} == {"finished"}
     assert sum(r["steps_ok"] for r in data["job_rows"]) == 8
+    assert runner.invoke(main, ["status", "-w", str(work), "--json"]).output == result.output
     result = runner.invoke(main, ["status", str(work)])
     assert "steps: 8/8 ok (8 ok)" in result.output
     result = runner.invoke(main, ["status", str(work), "--jobs"])

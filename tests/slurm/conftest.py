@@ -2,7 +2,7 @@
 
 Both are started once per test session in a temporary folder and stopped at its end; they
 bind only to 127.0.0.1. When a daemon cannot be installed or started the dependent tests
-skip with the reason (``tests/infra/install-slurm-sshd.sh`` installs them; ``make test``
+skip with the reason (``tests/infra/install-test-packages.sh`` installs them; ``make test``
 runs it). Set ``NCCLBOT_REQUIRE_INFRA=1`` to turn such a skip into a failure (CI).
 """
 
