@@ -70,3 +70,16 @@ def test_unknown_policy_is_a_user_error(dataset, tmp_path):
     result = CliRunner().invoke(main, ["analyze", "replay", "--dataset", str(dataset), "--policies", "AUTO,Nope",
                                        "--out", str(tmp_path / "x.parquet")])
     assert result.exit_code == 1 and "policy must be one of" in result.output
+
+
+def test_report_on_a_given_replay_without_trajectories_says_why_there_are_no_learning_curves(dataset, tmp_path):
+    replay = tmp_path / "r.parquet"
+    args = ["--dataset", str(dataset), "--policies", "AUTO,UCB1", "--seeds", "2", "--horizon", "20"]
+    assert CliRunner().invoke(main, ["analyze", "replay", *args, "--out", str(replay)]).exit_code == 0
+    result = CliRunner().invoke(main, ["analyze", "report", *args, "--out", str(tmp_path / "rep"),
+                                       "--replay", str(replay)])
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "Not drawn: replay results were passed in without per-step trajectories" in html
+    assert not (tmp_path / "rep" / "learning_curves.png").exists()
+    assert (tmp_path / "rep" / "survival.png").exists()
