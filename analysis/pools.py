@@ -15,7 +15,9 @@ The paper's pool convention (appendix B.2, Table 9), the default here:
   the steady window), so the lazy-init transient is replayed only on first exposure;
 * contexts whose message is 0 elements per rank (nccl-tests prints size 0, e.g. AllGather of
   512 B over 256 ranks) have nothing to select; they are left out and listed in
-  :attr:`Pools.excluded` with a note.
+  :attr:`Pools.excluded` with a note, as are contexts with fewer measured arms than asked
+  (``min_arms``) and, later, contexts without a cost-model prediction
+  (:func:`~.replay.make_problem`); :mod:`.degenerate` flags the ones kept with a caveat.
 
 Everything here works on plain ``pandas``/``numpy`` data so it can be fed from the
 ``iterations`` table, from the simulator, or from a synthetic frame in a test.
@@ -44,7 +46,8 @@ import pandas as pd
 from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import AUTO, Arm
 
-__all__ = ["CONTEXT_COLUMNS", "SCENARIO_COLUMNS", "Pools", "build_pools", "arm_order", "pool_position"]
+__all__ = ["CONTEXT_COLUMNS", "EXCLUDED_WORDS", "SCENARIO_COLUMNS", "Pools", "build_pools", "arm_order", "exclude",
+           "pool_position"]
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +90,9 @@ class Pools:
         window: inclusive iteration range of the steady-state mean.
         wrap: ``[C, K]`` pool position where a horizon beyond the pool starts over.
         keep_warmup: whether iteration 0 was kept in the pools.
-        excluded: contexts left out because their message has 0 elements.
+        excluded: contexts left out, ``CONTEXT_COLUMNS`` plus ``flag`` and ``note`` (why).
+        steady_n: ``[C, K]`` samples inside the steady window (0 where not measured, or
+            where the pool ends before the window starts).
     """
 
     contexts: pd.DataFrame
@@ -99,14 +104,16 @@ class Pools:
     window: tuple[int, int]
     wrap: np.ndarray
     keep_warmup: bool = False
-    excluded: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    excluded: pd.DataFrame = dataclasses.field(default_factory=lambda: _excluded_frame([], "", ""))
+    steady_n: np.ndarray | None = None
 
     @property
     def convention(self) -> str:
         """One sentence on how the pools were built, for reports and logs."""
         warm = ("iteration 0 (the perf binary's warm-up) kept in the pools" if self.keep_warmup
                 else "iteration 0 (the perf binary's warm-up) dropped from the pools, as in the paper")
-        note = (f"; {len(self.excluded)} zero-element contexts left out" if len(self.excluded) else "")
+        counts = self.excluded["flag"].value_counts(sort=False) if len(self.excluded) else {}
+        note = "".join(f"; {n} {EXCLUDED_WORDS.get(flag, flag)} contexts left out" for flag, n in counts.items())
         return (f"{warm}; arms ranked on iterations {self.window[0]}-{self.window[1]}; a horizon beyond "
                 f"the pool wraps its steady part{note}")
 
@@ -132,6 +139,7 @@ class Pools:
             wrap=self.wrap[idx],
             keep_warmup=self.keep_warmup,
             excluded=self.excluded,
+            steady_n=None if self.steady_n is None else self.steady_n[idx],
         )
 
     def context_keys(self) -> list[tuple]:
@@ -177,10 +185,27 @@ def _zero_elements(df: pd.DataFrame) -> pd.Series:
     return zero
 
 
+#: Why a context was left out (``Pools.excluded.flag``), in the words the convention uses.
+EXCLUDED_WORDS = {"zero_elements": "zero-element", "one_measured_arm": "single-arm",
+                  "no_prediction": "unpredicted"}
+
+
+def _excluded_frame(rows, flag: str, note: str) -> pd.DataFrame:
+    """Left-out contexts (``CONTEXT_COLUMNS`` rows) with their ``flag`` and ``note``."""
+    frame = pd.DataFrame(rows, columns=list(CONTEXT_COLUMNS))
+    return frame.sort_values(list(CONTEXT_COLUMNS)).reset_index(drop=True).assign(flag=flag, note=note)
+
+
+def exclude(pools: Pools, rows, flag: str, note: str) -> pd.DataFrame:
+    """``pools.excluded`` with the contexts ``rows`` (a mask or index into ``pools.contexts``) added."""
+    more = _excluded_frame(pools.contexts.iloc[np.arange(len(pools))[rows]][list(CONTEXT_COLUMNS)], flag, note)
+    return pd.concat([pools.excluded, more], ignore_index=True) if len(pools.excluded) else more
+
+
 def _split_excluded(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     zero = _zero_elements(df)
-    excluded = df.loc[zero, list(CONTEXT_COLUMNS)].drop_duplicates().sort_values(list(CONTEXT_COLUMNS))
-    excluded = excluded.reset_index(drop=True).assign(note="0 elements per rank: nothing to select")
+    excluded = _excluded_frame(df.loc[zero, list(CONTEXT_COLUMNS)].drop_duplicates(), "zero_elements",
+                               "0 elements per rank: nothing to select")
     if len(excluded):
         log.warning("leaving out %d contexts whose message is 0 elements per rank", len(excluded))
     return df[~zero], excluded
@@ -220,21 +245,26 @@ def build_pools(iterations: pd.DataFrame, *, window: tuple[int, int] = (11, 99),
     samples[ctx, arm, pos] = frame["time"].to_numpy()
     depth = np.zeros((n_ctx, n_arm), dtype=np.int64)
     np.add.at(depth, (ctx, arm), 1)
-    steady = _steady_means(frame, (n_ctx, n_arm), window)
+    steady, steady_n = _steady_means(frame, (n_ctx, n_arm), window)
     wrap = _wrap_positions(frame["iteration"].to_numpy(), ctx, arm, pos, (n_ctx, n_arm), window[0])
     contexts = df[keys].drop_duplicates().sort_values(keys).reset_index(drop=True)
     keep = (depth > 0).sum(axis=1) >= min_arms
     if not keep.any():
         raise AnalysisError(f"no context has at least {min_arms} measured arms",
                             hint="sweep more arms per context, or lower min_arms")
-    samples, depth, steady, wrap = samples[keep], depth[keep], steady[keep], wrap[keep]
+    if not keep.all():
+        log.warning("leaving out %d contexts with fewer than %d measured arms", int((~keep).sum()), min_arms)
+        few = _excluded_frame(contexts.loc[~keep, keys], "one_measured_arm",
+                              f"fewer than {min_arms} measured arms: nothing to compare")
+        excluded = pd.concat([excluded, few], ignore_index=True) if len(excluded) else few
+    samples, depth, steady, wrap, steady_n = samples[keep], depth[keep], steady[keep], wrap[keep], steady_n[keep]
     contexts = contexts[keep].reset_index(drop=True)
     best = np.argmin(np.where(depth > 0, steady, np.inf), axis=1)
     contexts["n_arms"] = (depth > 0).sum(axis=1)
     contexts["best_arm"] = [arms[b] for b in best]
     log.info("built pools: %d contexts, %d arms, depth up to %d", len(contexts), n_arm, samples.shape[2])
     return Pools(contexts, arms, samples, depth, steady, best, (window[0], window[1]), wrap,
-                 keep_warmup=keep_warmup, excluded=excluded)
+                 keep_warmup=keep_warmup, excluded=excluded, steady_n=steady_n)
 
 
 def _wrap_positions(iteration, ctx, arm, pos, shape, first_steady: int) -> np.ndarray:
@@ -245,8 +275,9 @@ def _wrap_positions(iteration, ctx, arm, pos, shape, first_steady: int) -> np.nd
     return np.where(wrap == np.iinfo(np.int64).max, 0, wrap)
 
 
-def _steady_means(frame: pd.DataFrame, shape: tuple[int, int], window: tuple[int, int]) -> np.ndarray:
-    """Mean over the window per (context, arm); all samples when the window holds none."""
+def _steady_means(frame: pd.DataFrame, shape: tuple[int, int], window: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over the window per (context, arm), all samples when the window holds none; and
+    the number of samples inside the window."""
     lo, hi = window
     ctx, arm, it, t = (frame[c].to_numpy() for c in ("ctx", "arm", "iteration", "time"))
     inside = (it >= lo) & (it <= hi)
@@ -257,4 +288,4 @@ def _steady_means(frame: pd.DataFrame, shape: tuple[int, int], window: tuple[int
     np.add.at(total_all, (ctx, arm), t)
     np.add.at(count_all, (ctx, arm), 1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count_in > 0, total_in / count_in, total_all / count_all)
+        return np.where(count_in > 0, total_in / count_in, total_all / count_all), count_in.astype(np.int64)

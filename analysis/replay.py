@@ -29,9 +29,10 @@ from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import Arm
 
 from .policies import BanditState, Policy, draw_counts
-from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools, pool_position
+from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools, exclude, pool_position
 
-__all__ = ["ReplayProblem", "ReplayRun", "make_problem", "oracle_sums", "run_policy", "run_replay", "split_labels", "SPLITS"]
+__all__ = ["ReplayProblem", "ReplayRun", "Steps", "make_problem", "oracle_steps", "oracle_sums", "replay_with_trajectories",
+           "run_policy", "run_replay", "split_labels", "trajectory_frame", "SPLITS"]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,9 @@ def make_problem(pools: Pools, predicted: np.ndarray, *, rho_max: float = 2.0) -
                             hint="ingest NCCL logs with NCCL_DEBUG_SUBSYS=TUNING (cost_tables or tuning_tables)")
     if not usable.all():
         log.warning("replay skips %d contexts without cost-model predictions", int((~usable).sum()))
-        pools, pred = pools.subset(usable), pred[usable]
+        excluded = exclude(pools, ~usable, "no_prediction", "no cost-model prediction for a measured arm: no AUTO, "
+                                                            "no warm start")
+        pools, pred = dataclasses.replace(pools.subset(usable), excluded=excluded), pred[usable]
     mu_min = np.nanmin(pred, axis=1)
     offered = pools.measured & ~(pred > rho_max * mu_min[:, None])
     prior = mu_min[:, None] / pred
@@ -94,6 +97,24 @@ def make_problem(pools: Pools, predicted: np.ndarray, *, rho_max: float = 2.0) -
     algos = sorted({a.algorithm_index for a in arms})
     group = np.array([algos.index(a.algorithm_index) for a in arms])
     return ReplayProblem(pools, pred, offered, prior, auto, mu_min, rho_max, lex, group)
+
+
+@dataclasses.dataclass
+class Steps:
+    """Per-step record of one policy's replay; arrays ``[B, C, T]`` over seed blocks.
+
+    A deterministic policy run once has one block whose seed is None (it stands for every
+    seed); otherwise block ``b`` is seed ``seeds[b]``. ``oracle_us`` ``[C, T]`` is what the
+    measured-best arm serves at each step replaying its own pool; ``best_steady_us`` ``[C]``
+    its steady mean (the selection-priced oracle per step).
+    """
+
+    seeds: list[int | None]
+    arms: np.ndarray
+    served_us: np.ndarray
+    selection_us: np.ndarray
+    oracle_us: np.ndarray
+    best_steady_us: np.ndarray
 
 
 @dataclasses.dataclass
@@ -111,6 +132,7 @@ class ReplayRun:
     distinct_arms: np.ndarray
     best_last: np.ndarray
     arms: np.ndarray | None = None
+    steps: Steps | None = None
 
     @property
     def trlt_realized(self) -> np.ndarray:
@@ -121,14 +143,20 @@ class ReplayRun:
         return self.selection_us / self.oracle_selection_us[None, :] - 1.0
 
 
-def oracle_sums(problem: ReplayProblem, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """Realized and selection-priced totals of the measured-best arm over ``horizon`` steps."""
+def oracle_steps(problem: ReplayProblem, horizon: int) -> np.ndarray:
+    """``[C, horizon]``: what the measured-best arm serves at each step, replaying its own pool."""
     pools = problem.pools
     c = np.arange(len(pools))
     depth, wrap = pools.depth[c, pools.best], pools.wrap[c, pools.best]
     idx = pool_position(np.arange(horizon)[None, :], depth[:, None], wrap[:, None])
-    served = pools.samples[c[:, None], pools.best[:, None], idx].sum(axis=1)
-    return served, horizon * pools.steady[c, pools.best]
+    return pools.samples[c[:, None], pools.best[:, None], idx]
+
+
+def oracle_sums(problem: ReplayProblem, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """Realized and selection-priced totals of the measured-best arm over ``horizon`` steps."""
+    pools = problem.pools
+    c = np.arange(len(pools))
+    return oracle_steps(problem, horizon).sum(axis=1), horizon * pools.steady[c, pools.best]
 
 
 def _draws(rngs, n_ctx: int, nu: int, nz: int):
@@ -199,19 +227,22 @@ def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.nda
 
 def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
                seeds: Sequence[int] = tuple(range(20)), record_arms: bool = False,
-               share_deterministic: bool = True) -> ReplayRun:
+               share_deterministic: bool = True, record_steps: bool = False) -> ReplayRun:
     """Replay one policy on every context for ``horizon`` steps and every seed.
 
     Deterministic policies run one batch and are copied across seeds (unless
     ``share_deterministic`` is False, which benchmarks use). The "plays the measured-best
     arm at the end" share covers the last :data:`LAST_WINDOW` steps (paper section 6.1).
+    ``record_arms`` keeps the arm of every step per seed (``ReplayRun.arms``);
+    ``record_steps`` keeps arms and latencies per seed block (``ReplayRun.steps``).
     """
     seeds = list(seeds)
     b = _batch(problem, policy, seeds, share_deterministic)
     n_rows, n_arms = b.state.offered.shape
     served, selection, auto_hits, best_hits = (np.zeros(n_rows) for _ in range(4))
     played = np.zeros((n_rows, n_arms), dtype=bool)
-    trace = np.zeros((n_rows, horizon), dtype=np.int16) if record_arms else None
+    trace = np.zeros((n_rows, horizon), dtype=np.int16) if (record_arms or record_steps) else None
+    served_t, selection_t = (np.zeros((n_rows, horizon)) for _ in range(2)) if record_steps else (None, None)
     auto, best = problem.auto[b.ctx], problem.pools.best[b.ctx]
     draws = draw_counts(policy, n_arms)
     for t in range(1, horizon + 1):
@@ -224,18 +255,30 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
         played.reshape(-1)[b.cell_base + arms] = True
         if trace is not None:
             trace[:, t - 1] = arms
+        if served_t is not None:
+            served_t[:, t - 1], selection_t[:, t - 1] = x, mean
 
     def per_seed(a: np.ndarray) -> np.ndarray:
         a = a.reshape(b.n_blocks, len(problem), *a.shape[1:])
         return np.repeat(a, len(seeds), axis=0) if b.n_blocks == 1 and len(seeds) > 1 else a
 
     oracle, oracle_sel = oracle_sums(problem, horizon)
+    steps = None
+    if record_steps:
+        def blocks(a: np.ndarray) -> np.ndarray:
+            return a.reshape(b.n_blocks, len(problem), horizon)
+
+        c = np.arange(len(problem))
+        shared = policy.is_deterministic and share_deterministic
+        steps = Steps(seeds=[None] if shared else seeds, arms=blocks(trace), served_us=blocks(served_t),
+                      selection_us=blocks(selection_t), oracle_us=oracle_steps(problem, horizon),
+                      best_steady_us=problem.pools.steady[c, problem.pools.best])
     return ReplayRun(
         policy=policy.display_name, deterministic=policy.is_deterministic, seeds=seeds, served_us=per_seed(served),
         selection_us=per_seed(selection), oracle_us=oracle, oracle_selection_us=oracle_sel,
         auto_share=per_seed(auto_hits / horizon), distinct_arms=per_seed(played.sum(axis=1)),
         best_last=per_seed(best_hits / min(LAST_WINDOW, horizon)),
-        arms=None if trace is None else per_seed(trace))
+        arms=None if not record_arms else per_seed(trace), steps=steps)
 
 
 def _node_split(contexts: pd.DataFrame, split: str) -> np.ndarray:
@@ -313,21 +356,87 @@ def _frame(problem: ReplayProblem, run: ReplayRun, labels: pd.DataFrame) -> pd.D
     return frame
 
 
-def run_replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int = 100,
-               seeds: Sequence[int] = tuple(range(20)), split: str = "scale", split_seed: int = 42) -> pd.DataFrame:
-    """Replay every policy; one row per policy x context x seed, labelled with the split."""
+def trajectory_frame(problem: ReplayProblem, run: ReplayRun, labels: pd.DataFrame) -> pd.DataFrame:
+    """Long rows of a run recorded with ``record_steps``: one per (seed block, context, step).
+
+    Columns: ``policy``, ``seed`` (null for a deterministic policy run once: it stands for
+    every seed), the context columns, ``part``, ``fold``, ``step`` (1..T), ``arm``,
+    ``served_us`` (the latency the policy was served), ``oracle_us`` (what the measured-best
+    arm serves at that step), ``selection_us`` (the chosen arm's steady mean),
+    ``best_steady_us``, and the cumulative relative lost times ``crlt_realized`` and
+    ``crlt_selection`` up to the step (their value at step T is the run's TRLT).
+    """
+    steps = run.steps
+    if steps is None:
+        raise AnalysisError(f"policy {run.policy} was replayed without per-step records",
+                            hint="replay with record_steps=True (analyze replay --trajectories FILE)")
+    n_blocks, n_ctx, horizon = steps.served_us.shape
+    per_block = n_ctx * horizon
+
+    def each_step(values: np.ndarray) -> np.ndarray:  # one value per context -> every block and step
+        return np.tile(np.repeat(np.asarray(values), horizon), n_blocks)
+
+    ctx = problem.contexts
+    frame = pd.DataFrame({"policy": pd.Categorical([run.policy] * (n_blocks * per_block)),
+                          "seed": pd.array(np.repeat(steps.seeds, per_block), dtype="Int64")})
+    for col in CONTEXT_COLUMNS:
+        numeric = pd.api.types.is_numeric_dtype(ctx[col])
+        frame[col] = each_step(ctx[col].to_numpy(np.int64)) if numeric else pd.Categorical(each_step(ctx[col].to_numpy()))
+    frame["part"] = pd.Categorical(each_step(labels["part"].to_numpy()))
+    frame["fold"] = pd.Categorical(each_step(labels["fold"].to_numpy()))
+    frame["step"] = np.tile(np.arange(1, horizon + 1, dtype=np.int32), n_blocks * n_ctx)
+    frame["arm"] = pd.Categorical.from_codes(steps.arms.reshape(-1), categories=list(problem.pools.arms))
+    frame["served_us"] = steps.served_us.reshape(-1)
+    frame["oracle_us"] = np.tile(steps.oracle_us.reshape(-1), n_blocks)
+    frame["selection_us"] = steps.selection_us.reshape(-1)
+    frame["best_steady_us"] = each_step(steps.best_steady_us)
+    frame["crlt_realized"] = (np.cumsum(steps.served_us, axis=2) / np.cumsum(steps.oracle_us, axis=1)[None]
+                              - 1.0).reshape(-1)
+    t = np.arange(1, horizon + 1)
+    frame["crlt_selection"] = (np.cumsum(steps.selection_us, axis=2) / (t[None, :] * steps.best_steady_us[:, None])[None]
+                               - 1.0).reshape(-1)
+    return frame
+
+
+def _replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int, seeds: Sequence[int], split: str,
+            split_seed: int, trajectories: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     labels = split_labels(problem.contexts, split, seed=split_seed)
-    frames = []
+    frames, steps = [], []
     for policy in policies:
         if hasattr(policy, "prepare") and not policy.fitted:  # fit-once selectors learn from the train part only
             policy = policy.prepare(problem, labels)
-        run = run_policy(problem, policy, horizon=horizon, seeds=seeds)
+        run = run_policy(problem, policy, horizon=horizon, seeds=seeds, record_steps=trajectories)
         frames.append(_frame(problem, run, labels))
+        if trajectories:
+            steps.append(trajectory_frame(problem, run, labels))
         log.info("replayed %s on %d contexts x %d seeds", policy.display_name, len(problem), len(list(seeds)))
     frame = pd.concat(frames, ignore_index=True)
     frame["horizon"] = horizon
     frame["split"] = split
-    return frame
+    if not trajectories:
+        return frame, None
+    from pandas.api.types import union_categoricals
+
+    policy = union_categoricals([s["policy"] for s in steps])
+    steps_frame = pd.concat([s.drop(columns="policy") for s in steps], ignore_index=True)
+    steps_frame.insert(0, "policy", policy)
+    steps_frame["split"] = split
+    return frame, steps_frame
+
+
+def run_replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int = 100,
+               seeds: Sequence[int] = tuple(range(20)), split: str = "scale", split_seed: int = 42) -> pd.DataFrame:
+    """Replay every policy; one row per policy x context x seed, labelled with the split."""
+    return _replay(problem, policies, horizon=horizon, seeds=seeds, split=split, split_seed=split_seed,
+                   trajectories=False)[0]
+
+
+def replay_with_trajectories(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int = 100,
+                             seeds: Sequence[int] = tuple(range(20)), split: str = "scale",
+                             split_seed: int = 42) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`run_replay` plus every policy's per-step trajectories (:func:`trajectory_frame` rows)."""
+    return _replay(problem, policies, horizon=horizon, seeds=seeds, split=split, split_seed=split_seed,
+                   trajectories=True)
 
 
 def scenario_of(frame: pd.DataFrame) -> pd.Series:

@@ -13,7 +13,7 @@ import pandas as pd
 from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS
 from .stats import bootstrap_ci, holm, mcnemar_exact, sign_flip_test, wild_cluster_bootstrap_t, wilcoxon_signed_rank
 
-__all__ = ["per_context", "summarize", "per_scenario", "compare", "confirmatory"]
+__all__ = ["per_context", "summarize", "per_scenario", "scenario_pivot", "compare", "confirmatory"]
 
 
 def per_context(results: pd.DataFrame, *, part: str | None = "test") -> pd.DataFrame:
@@ -82,6 +82,31 @@ def per_scenario(results: pd.DataFrame, *, part: str | None = "test", threshold:
                       realized_above=("trlt_realized", lambda v: int((v > threshold).sum())),
                       selection_mean_pct=("trlt_selection", lambda v: 100 * v.mean()))
     return out.reset_index()
+
+
+def scenario_pivot(results: pd.DataFrame, *, part: str | None = "test", threshold: float = 0.10,
+                   order=None) -> pd.DataFrame:
+    """Scenarios x policies: per scenario its contexts, then every policy's mean realized TRLT (%)
+    (``<policy>_mean_pct``), then every policy's contexts above ``threshold``
+    (``<policy>_above_<threshold>``, e.g. ``UCB1_above_0.1``).
+
+    The long form with maxima and selection pricing is :func:`per_scenario`; policies come in
+    ``order`` (default: as they appear in ``results``).
+    """
+    long = per_scenario(results, part=part, threshold=threshold)
+    keys = list(SCENARIO_COLUMNS)
+    policies = list(order) if order is not None else list(dict.fromkeys(long["policy"]))
+    policies = [p for p in policies if p in set(long["policy"])]
+    if not len(long):
+        return pd.DataFrame(columns=[*keys, "contexts"])
+    wide = long.pivot_table(index=keys, columns="policy", values=["realized_mean_pct", "realized_above"],
+                            aggfunc="first", observed=True)
+    frame = long.groupby(keys, sort=True)["contexts"].max().to_frame()
+    for p in policies:
+        frame[f"{p}_mean_pct"] = wide[("realized_mean_pct", p)]
+    for p in policies:
+        frame[f"{p}_above_{threshold:g}"] = wide[("realized_above", p)].astype("Int64")
+    return frame.reset_index()
 
 
 def _paired(results: pd.DataFrame, a: str, b: str, part: str | None, pricing: str) -> pd.DataFrame:

@@ -54,6 +54,15 @@ Column notes:
   ``nccl-inspector-prometheus``; ``workload`` comes from Kineto traces.
 * ``quarantine`` lists what could not be used (file, line, reason); ``sources`` is the ledger
   of ingested files (status ``ingested``, ``partial`` or ``quarantined``).
+* ``contexts`` is written by ``analyze`` (``analyze contexts``, ``analyze report``), not by
+  ingest: one row per analysed context with every measured arm's steady mean
+  (``steady_us``, a map arm -> us) and prediction (``predicted_us``), the measured-best arm,
+  AUTO's arm (NCCL's cost-model argmin over the offered arms) and its loss against the best
+  (a fraction), the runner-up margin, the degenerate-context ``flags`` (``;``-joined) and the
+  analysis settings (steady window, ``rho_max``, warm-up kept). It is a derived table
+  (:data:`DERIVED_TABLES`): :func:`replace_table` rewrites it as a whole, so re-running the
+  analysis replaces its rows instead of adding to them. ``source_path`` names the producer
+  (``ncclbot-sweep analyze``), ``source_sha256`` is a digest of the rows.
 
 Files written by :class:`SourceWriter` keep strings dictionary-encoded and carry no Arrow
 schema, so every reader sees plain strings; :func:`read_table` applies :data:`SCHEMAS`.
@@ -77,12 +86,14 @@ from ncclbot_sweep.errors import DatasetError
 __all__ = [
     "SCHEMAS",
     "TABLES",
+    "DERIVED_TABLES",
     "PARTITION_KEYS",
     "partition_columns",
     "partition_values",
     "read_table",
     "read_arrow",
     "write_rows",
+    "replace_table",
     "to_table",
     "to_arrow",
     "table_dir",
@@ -170,10 +181,20 @@ SCHEMAS: dict[str, pa.Schema] = {
     "sources": _schema(
         ("source_format", _S), ("status", _S), ("size_bytes", _I64), ("rows", _S), ("ingested_at", _TS),
     ),
+    "contexts": _schema(
+        ("fabric", _S), ("collective", _S), ("nodes", _I32), ("ranks", _I32), ("size_bytes", _I64),
+        ("n_arms", _I32), ("n_offered", _I32), ("best_arm", _S), ("best_us", _F64), ("best_busbw_gbs", _F64),
+        ("auto_arm", _S), ("auto_us", _F64), ("auto_busbw_gbs", _F64), ("auto_predicted_us", _F64),
+        ("auto_errs", _B), ("auto_loss", _F64), ("margin", _F64),
+        ("steady_us", pa.map_(_S, _F64)), ("predicted_us", pa.map_(_S, _F64)), ("flags", _S),
+        ("window_first", _I32), ("window_last", _I32), ("rho_max", _F64), ("keep_warmup", _B),
+    ),
 }
 
-#: Table names, in the order ingest writes them.
+#: Table names: ingest's, in the order it writes them, then the derived ones.
 TABLES: tuple[str, ...] = tuple(SCHEMAS)
+#: Tables the analysis derives from the others and rewrites as a whole (:func:`replace_table`).
+DERIVED_TABLES: tuple[str, ...] = ("contexts",)
 
 
 def partition_columns(name: str) -> tuple[str, ...]:
@@ -205,7 +226,12 @@ def to_table(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> p
     if isinstance(rows, pa.Table):
         table = rows
     elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
-        table = pa.Table.from_pandas(rows, preserve_index=False)
+        _check_columns(name, rows.columns)
+        # nested columns (a map of arm -> value) cannot be inferred from Python objects
+        nested = [f for f in schema if pa.types.is_nested(f.type) and f.name in rows.columns]
+        table = pa.Table.from_pandas(rows.drop(columns=[f.name for f in nested]), preserve_index=False)
+        for field in nested:
+            table = table.append_column(field.name, pa.array(rows[field.name].tolist(), type=field.type))
     else:
         rows = list(rows)
         _check_columns(name, {k for row in rows for k in row})
@@ -371,6 +397,39 @@ def write_rows(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]] | 
             writer = SourceWriter(root, key)
             writer.write(name, part)
             written += sum(writer.commit().values())
+    return written
+
+
+def replace_table(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> int:
+    """Make ``rows`` the whole content of derived table ``name``; return rows newly written.
+
+    Under the dataset lock, the rows are written through :class:`SourceWriter` (one source
+    per ``source_sha256``, atomic renames), then every other data file of the table is
+    deleted, with the partition folders left empty. Writing the same rows again finds their
+    files in place and changes nothing; different rows replace the old ones, never add to
+    them. Only :data:`DERIVED_TABLES` can be replaced: ingest's tables are append-only.
+    """
+    if name not in DERIVED_TABLES:
+        raise DatasetError(f"table {name!r} is not derived and cannot be replaced",
+                           hint=f"replace_table writes {', '.join(DERIVED_TABLES)}; ingest writes the others")
+    table = to_table(name, rows)
+    keys = partition_columns(name)
+    written, keep = 0, set()
+    with locked(root):
+        ensure_schema_file(root, name)
+        for key, part in _split_sources(table):
+            writer = SourceWriter(root, key)
+            writer.write(name, part)
+            written += sum(writer.commit().values())
+            keep |= {_partition_folder(root, name, values) / data_file_name(key)
+                     for values, _ in _split_partitions(part, keys)}
+        folder = table_dir(root, name)
+        for path in folder.rglob(data_file_name("*")):
+            if path not in keep:
+                path.unlink()
+        for sub in sorted((d for d in folder.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+            if not any(sub.iterdir()):
+                sub.rmdir()
     return written
 
 

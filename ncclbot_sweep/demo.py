@@ -3,7 +3,8 @@
 ``make demo`` runs ``ncclbot-sweep demo --out DIR``, which calls :func:`run_demo`: the
 forced-arm sweep of ``campaigns/demo.yaml`` on ``inventories/sim-h100.yaml`` through the
 local executor, ingest of the campaign folder into a Parquet dataset, then the AUTO audit,
-the bandit replay (AUTO, Random, UCB1, Softmax, KL-UCB, ETC) and the HTML report; then a
+the bandit replay (AUTO, Random, UCB1, Softmax, KL-UCB, ETC), the HTML report and the
+dataset's ``contexts`` table; then a
 small live campaign (``campaigns/demo-live.yaml``: stock NCCL, AUTO through the real plugin
 and UCB1, four rank processes sharing one coordinator), ingested into its own dataset so
 the sweep's analysis sees only the sweep. Every stage is idempotent, so running the demo

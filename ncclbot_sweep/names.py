@@ -43,6 +43,7 @@ __all__ = [
     "algorithm_family",
     "all_arms",
     "arm_invalid_reason",
+    "bus_bandwidth_gbs",
     "bus_factor",
     "canonical_algorithm",
     "canonical_collective",
@@ -406,6 +407,11 @@ def bus_factor(collective: str, ranks: int) -> float:
     if collective in PER_RANK_COUNT_COLLECTIVES:
         return (ranks - 1) / ranks
     return 1.0
+
+
+def bus_bandwidth_gbs(collective: str, ranks: int, size_bytes: float, time_us: float) -> float:
+    """The bus bandwidth (GB/s) nccl-tests prints for ``size_bytes`` moved in ``time_us``."""
+    return float(size_bytes) / (float(time_us) * 1e3) * bus_factor(collective, int(ranks))
 
 
 #: Size suffixes (upper case) -> bytes: binary units, as nccl-tests reads ``-b``/``-e``/``-i``.

@@ -1,7 +1,8 @@
 """Live figures (matplotlib, Agg backend, imported lazily): learning curves and arm timelines.
 
-Each function takes the tables of :mod:`.curves` and writes one PNG; figures of simulated
-fabrics (``sim-*``) say "synthetic" in their title (drawn, and in the PNG's ``Title`` text).
+Each function takes the tables of :mod:`.curves` and writes one PNG with the rows it plots as
+the CSV of the same stem beside it; figures of simulated fabrics (``sim-*``) say "synthetic"
+in their title (drawn, and in the PNG's ``Title`` text).
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ def _title(text: str, synthetic: bool) -> str:
     return f"{text} (synthetic: simulated fabric)" if synthetic else text
 
 
+def _save(plt, fig, path: str | Path, *, data: pd.DataFrame, title: str) -> Path:
+    """Lay out, write the PNG (with its title as metadata) and ``data`` as the CSV beside it."""
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, metadata={"Title": title})
+    plt.close(fig)
+    data.to_csv(out.with_suffix(".csv"), index=False)
+    return out
+
+
 def plot_learning_curves(curves: pd.DataFrame, labels: dict[str, str], *, path: str | Path,
                          title: str, synthetic: bool) -> Path:
     """Figure 2 (right): lost bandwidth against the oracle per collective, SEM band across
@@ -46,11 +57,7 @@ def plot_learning_curves(curves: pd.DataFrame, labels: dict[str, str], *, path: 
     ax.set_ylabel("lost bandwidth vs oracle (%)")
     ax.set_title(_title(title, synthetic), fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, metadata={"Title": _title(title, synthetic)})
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path, data=curves, title=_title(title, synthetic))
 
 
 def plot_timeline(timeline: pd.DataFrame, path: str | Path, *, title: str, synthetic: bool) -> Path:
@@ -80,8 +87,4 @@ def plot_timeline(timeline: pd.DataFrame, path: str | Path, *, title: str, synth
     for ax in axes[:, 0]:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
     axes[0, 0].legend(list(legend.values()), list(legend), fontsize=6, loc="upper right", ncol=2)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, metadata={"Title": _title(title, synthetic)})
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path, data=timeline, title=_title(title, synthetic))

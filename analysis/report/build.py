@@ -2,8 +2,10 @@
 
 ``build_report`` runs the whole analysis as a list of named steps and writes into ``out``:
 ``index.html`` (from ``templates/report.html.j2``), PNG figures (each with its CSV),
-a CSV and a Markdown copy of every table shown, and ``results.json`` (:mod:`.results`). Replay results can be passed in (``analyze replay`` output) to
-avoid replaying again. When the dataset holds live runs, the live analysis
+a CSV and a Markdown copy of every table shown, and ``results.json`` (:mod:`.results`); it
+replaces the dataset's ``contexts`` table (:mod:`..contexts`). Replay results can be passed
+in (``analyze replay`` output, with its trajectories for the learning curves) to avoid
+replaying again. When the dataset holds live runs, the live analysis
 (:mod:`..live`) adds its section (its own files under ``out/live/``); otherwise the
 section says that there are none.
 """
@@ -18,15 +20,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from ncclbot_sweep.errors import AnalysisError
+from ncclbot_sweep.errors import AnalysisError, DatasetError
 from ncclbot_sweep.names import is_synthetic_fabric
 
 from ..audit import run_audit
+from ..contexts import write_contexts
+from ..degenerate import context_flags, flag_summary, flag_table
 from ..inputs import load_problem, load_provenance
 from ..policies import parse_policy
-from ..replay import run_replay
-from ..summary import confirmatory, per_context, per_scenario, summarize
+from ..pools import CONTEXT_COLUMNS
+from ..replay import replay_with_trajectories
+from ..summary import confirmatory, per_context, per_scenario, scenario_pivot, summarize
 from ..transient import detect_transients
+from .dynamics import learning_curves, plot_learning_curves, plot_transients, transient_curves
 from .figures import (
     arm_curves,
     cost_vs_measured,
@@ -70,39 +76,46 @@ class ReportOptions:
 
 
 def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions = ReportOptions(),
-                 replay: pd.DataFrame | None = None) -> Path:
+                 replay: pd.DataFrame | None = None, trajectories: pd.DataFrame | None = None) -> Path:
     """Run audit, replay and statistics on ``dataset`` and write the report into ``out``.
 
-    Returns the path of ``index.html``. Idempotent: rerunning overwrites the same files.
+    ``replay`` reuses results of ``analyze replay``; ``trajectories`` (its ``--trajectories``
+    file) then gives the learning curves, which are otherwise recorded while replaying here.
+    Also replaces the dataset's ``contexts`` table (:mod:`..contexts`) when the dataset is
+    writable. Returns the path of ``index.html``. Idempotent: rerunning overwrites the same files.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     problem = load_problem(dataset, fabric=options.fabric, window=options.window, rho_max=options.rho_max,
                            keep_warmup=options.keep_warmup)
     if replay is None:
-        replay = run_replay(problem, [parse_policy(p) for p in options.policies], horizon=options.horizon,
-                            seeds=range(options.seeds), split=options.split)
+        replay, trajectories = replay_with_trajectories(problem, [parse_policy(p) for p in options.policies],
+                                                        horizon=options.horizon, seeds=range(options.seeds),
+                                                        split=options.split)
     order = list(dict.fromkeys(replay["policy"]))
     audit = run_audit(problem, horizon=options.horizon, threshold=options.threshold, replay=replay)
     summary = summarize(replay, threshold=options.threshold, order=order)
     learners = [p for p in order if p not in ("AUTO", "Random")]
     tests = confirmatory(replay, [("AUTO", p) for p in learners], threshold=options.threshold) if "AUTO" in order else None
     synthetic = any(is_synthetic_fabric(f) for f in problem.contexts["fabric"].unique())
-    curves = survival_curves(per_context(replay), n_boot=options.n_boot)
-    figures = {"survival": plot_survival(curves, out / "survival.png", synthetic=synthetic).name,
-               "gate": plot_gate(audit.gate, out / "gate.png", synthetic=synthetic).name,
-               **_scenario_figures(problem, audit.contexts, out)}
+    flags = flag_table(problem)
+    audit_rows = audit.contexts.merge(context_flags(problem), on=list(CONTEXT_COLUMNS), how="left")
+    figures = _figures(problem, audit, replay, trajectories, out, options=options, synthetic=synthetic)
+    split = _split_description(replay)
     tables = {
         "summary": write_table(summary, out, name="summary"),
-        "scenarios": write_table(per_scenario(replay, threshold=options.threshold), out, name="scenarios"),
+        "scenarios": write_table(scenario_pivot(replay, threshold=options.threshold, order=order), out, name="scenarios"),
         "audit": write_table(audit.summary, out, name="audit_summary"),
         "gate": write_table(audit.gate, out, name="audit_gate"),
         "tail": write_table(audit.tail, out, name="tail_anatomy"),
         "transients": write_table(detect_transients(problem.pools), out, name="transients"),
+        "degenerate": write_table(flag_summary(flags), out, name="degenerate"),
     }
+    per_scenario(replay, threshold=options.threshold).to_csv(out / "tables" / "scenarios_long.csv", index=False)
+    flags.to_csv(out / "tables" / "degenerate_contexts.csv", index=False)
     if tests is not None and len(tests):
         tables["tests"] = write_table(tests, out, name="tests")
-    audit.contexts.to_csv(out / "tables" / "audit_contexts.csv", index=False)
+    audit_rows.to_csv(out / "tables" / "audit_contexts.csv", index=False)
     provenance = _provenance(dataset, problem, options)
     write_results(out / RESULTS_FILE, results_document(problem=problem, audit=audit, replay=replay, summary=summary,
                                                        tests=tests, provenance=provenance,
@@ -116,14 +129,64 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "dataset": str(dataset), "fabrics": sorted(problem.contexts["fabric"].unique()),
         "synthetic": synthetic,
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
-        "options": options, "figures": figures, "tables": tables, "policies": order,
-        "headline": _headline(summary), "live": live, "convention": problem.pools.convention,
-        "excluded": problem.pools.excluded, "studies": studies, "provenance": provenance,
-        "results_file": RESULTS_FILE,
+        "options": options, "figures": figures, "tables": tables, "policies": order, "split": split,
+        "headline": _headline(summary, tests, threshold=options.threshold), "live": live,
+        "convention": problem.pools.convention, "excluded": problem.pools.excluded, "studies": studies,
+        "provenance": provenance, "results_file": RESULTS_FILE, "contexts_table": _write_contexts(dataset, problem, audit),
     }
     path = render_page(out / "index.html", "report.html.j2", context)
     log.info("report written to %s", path)
     return path
+
+
+def _figures(problem, audit, replay: pd.DataFrame, trajectories: pd.DataFrame | None, out: Path, *,
+             options: ReportOptions, synthetic: bool) -> dict:
+    """Every figure of the page (PNG paths relative to ``out``, each with its CSV beside it).
+
+    ``learning`` is None when replay results came without trajectories; ``learning_missing``
+    then says why.
+    """
+    curves = survival_curves(per_context(replay), n_boot=options.n_boot)
+    zero = curves.groupby("policy", sort=False)["zero_share"].first()
+    figures = {"survival": plot_survival(curves, out / "survival.png", synthetic=synthetic,
+                                         threshold_pct=100 * options.threshold).name,
+               "survival_zero": {name: f"{100 * share:.0f}%" for name, share in zero.items()},
+               "gate": plot_gate(audit.gate, out / "gate.png", synthetic=synthetic).name,
+               "learning": None, "learning_missing": None,
+               **_scenario_figures(problem, audit.contexts, out)}
+    if trajectories is not None and len(trajectories):
+        figures["learning"] = plot_learning_curves(learning_curves(trajectories), out / "learning_curves.png",
+                                                   synthetic=synthetic).name
+    else:
+        figures["learning_missing"] = ("replay results were passed in without per-step trajectories; write them "
+                                       "with 'analyze replay --trajectories FILE' and pass them to build_report, "
+                                       "or let the report replay")
+    transients = plot_transients(transient_curves(problem.pools), out / FIGURE_FOLDER, window_start=options.window[0])
+    figures["transients"] = [f"{FIGURE_FOLDER}/{p.name}" for p in transients]
+    return figures
+
+
+def _split_description(replay: pd.DataFrame) -> dict:
+    """Which split the per-context tables score, and which node counts and collectives its test part holds."""
+    def listed(part: str, column: str) -> str:
+        values = sorted(replay.loc[replay["part"] == part, column].unique())
+        return ", ".join(str(v) for v in values) if values else "none"
+
+    test = replay[replay["part"] == "test"]
+    return {"name": str(replay["split"].iloc[0]) if "split" in replay and len(replay) else "unknown",
+            "test_nodes": listed("test", "nodes"), "train_nodes": listed("train", "nodes"),
+            "test_collectives": listed("test", "collective"),
+            "test_contexts": int(test[list(CONTEXT_COLUMNS)].drop_duplicates().shape[0])}
+
+
+def _write_contexts(dataset: str | Path, problem, audit) -> dict:
+    """Replace the dataset's ``contexts`` table; a dataset the user cannot write is a note, not a failure."""
+    try:
+        written = write_contexts(dataset, problem, audit.contexts)
+    except DatasetError as exc:
+        log.warning("contexts table not written: %s", exc)
+        return {"written": False, "message": str(exc)}
+    return {"written": True, "rows": len(audit.contexts), "new": written}
 
 
 def _provenance(dataset: str | Path, problem, options: ReportOptions) -> dict:
@@ -225,20 +288,41 @@ def _study_tables(folders: Sequence[str | Path], out: Path) -> list[dict]:
     return found
 
 
-def _headline(summary: pd.DataFrame) -> list[str]:
-    """One sentence per learning policy against AUTO, from the Table-1 summary."""
+def _p(value) -> str:
+    return "n/a" if value is None or pd.isna(value) else f"{value:.3g}"
+
+
+def _headline(summary: pd.DataFrame, tests: pd.DataFrame | None, *, threshold: float, alpha: float = 0.05) -> list[str]:
+    """One sentence per learning policy against AUTO, from the Table-1 summary, each claim
+    with its scenario-level test: the exact sign-flip p-value and the Holm-adjusted one over
+    the family of policies compared with AUTO (:func:`~..summary.confirmatory`)."""
     rows = summary.set_index("policy")
     if "AUTO" not in rows.index:
         return []
+    tested = tests.set_index("b") if tests is not None and len(tests) else pd.DataFrame()
     auto = rows.loc["AUTO"]
+    pct = f"{100 * threshold:g}%"
     lines = []
     for name, r in rows.iterrows():
         if name in ("AUTO", "Random"):
             continue
         better = (r["realized_mean_pct"] < auto["realized_mean_pct"] and r["realized_p99_pct"] < auto["realized_p99_pct"]
                   and r["realized_above"] < auto["realized_above"])
-        lines.append(f"{name}: realized mean {r['realized_mean_pct']:.2f}% vs AUTO {auto['realized_mean_pct']:.2f}%, "
-                     f"p99 {r['realized_p99_pct']:.1f}% vs {auto['realized_p99_pct']:.1f}%, contexts above 10% "
-                     f"{int(r['realized_above'])} vs {int(auto['realized_above'])}"
-                     + (" (better on all three)" if better else ""))
+        line = (f"{name}: realized mean {r['realized_mean_pct']:.2f}% vs AUTO {auto['realized_mean_pct']:.2f}%")
+        above = f"contexts above {pct} {int(r['realized_above'])} vs {int(auto['realized_above'])}"
+        if name in tested.index:
+            t = tested.loc[name]
+            scenarios = int(t["scenarios"])
+            line += (f" ({name} better in {int(t['scen_b_better'])} of {scenarios} scenarios; sign-flip over scenarios "
+                     f"p = {_p(t['p_signflip_mean'])}, Holm p = {_p(t['p_holm_mean'])})")
+            above += f" (sign-flip p = {_p(t['p_signflip_above'])}, Holm p = {_p(t['p_holm_above'])})"
+            significant = [claim for claim, p in (("mean", t["p_holm_mean"]), ("above", t["p_holm_above"]))
+                           if pd.notna(p) and p < alpha]
+            verdict = (f"significant at {alpha:g} after Holm for: {', '.join(significant)}" if significant else
+                       f"not significant at {alpha:g} after Holm (with {scenarios} scenarios the smallest attainable "
+                       f"sign-flip p is {_p(2 / 2 ** scenarios) if scenarios else 'n/a'})")
+        else:
+            verdict = "no scenario-level test (AUTO not compared)"
+        lines.append(f"{line}; p99 {r['realized_p99_pct']:.1f}% vs {auto['realized_p99_pct']:.1f}% (descriptive); "
+                     f"{above}" + ("; better on all three" if better else "") + f"; {verdict}.")
     return lines

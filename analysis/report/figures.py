@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncclbot_sweep.names import bus_factor, is_synthetic_fabric
+from ncclbot_sweep.names import bus_bandwidth_gbs, is_synthetic_fabric
 
 from ..audit import format_bytes
 from ..pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
@@ -28,39 +28,66 @@ __all__ = [
     "plot_error_maps",
     "plot_gate",
     "plot_survival",
+    "pyplot",
+    "save_figure",
     "survival_curves",
+    "ZERO_TRLT",
 ]
 
 
-def _grid(values: np.ndarray, points: int = 200) -> np.ndarray:
-    positive = values[values > 0]
-    top = max(float(positive.max()) if positive.size else 1.0, 1e-3) * 1.5
-    return np.logspace(-2, np.log10(top), points)
+#: TRLT (a fraction) whose magnitude is below this counts as zero: a policy served exactly the
+#: best arm's samples, summed in another order (float rounding, about 1e-16).
+ZERO_TRLT = 1e-9
+
+
+def _survival_at(values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Share of ``values`` strictly above each ``x`` (``values`` sorted ascending)."""
+    return (values.size - np.searchsorted(values, x, side="right")) / max(values.size, 1)
 
 
 def survival_curves(per_context: pd.DataFrame, *, column: str = "trlt_realized", n_boot: int = 200,
                     seed: int = 0, level: float = 0.95) -> pd.DataFrame:
-    """Share of contexts whose TRLT (%) exceeds ``x``, per policy, with a bootstrap band.
+    """Share of contexts whose TRLT (%) exceeds ``x``, per policy: the exact step function, with a bootstrap band.
 
-    Returns long rows ``policy, x_pct, survival, lo, hi``; contexts are resampled with
-    replacement (``n_boot`` times) for the pointwise percentile band.
+    Long rows ``policy, x_pct, survival, lo, hi, contexts, zero_share, negative_share``. Each
+    curve starts at one left edge shared by all policies (below every positive TRLT) and has a
+    point at each distinct positive TRLT; its last point sits at the policy's largest TRLT and
+    repeats the share just before it, so the curve ends at its last non-zero value instead of
+    running along a floor. Contexts at exactly zero (the policy served what the best arm
+    serves; within :data:`ZERO_TRLT`, float rounding) and below zero (realized pricing: its
+    samples happened to be faster than the best arm's own pool) never exceed an ``x > 0``;
+    their shares are ``zero_share`` and ``negative_share``. A policy with no positive TRLT has one row with ``x_pct`` missing.
+    The band resamples contexts with replacement (``n_boot`` times), pointwise percentiles.
     """
     rng = np.random.default_rng(seed)
-    values_all = 100 * per_context[column].to_numpy(float)
-    grid = _grid(values_all)
+    raw = per_context[column].to_numpy(float)
+    values_all = 100 * np.where(np.abs(raw) < ZERO_TRLT, 0.0, raw)
+    positive_all = values_all[values_all > 0]
+    left = min(1e-2, float(positive_all.min()) / 2) if positive_all.size else 1e-2
+    alpha = (1 - level) / 2
     rows = []
-    for name, g in per_context.groupby("policy", sort=False):
-        v = 100 * g[column].to_numpy(float)
-        surv = (v[None, :] > grid[:, None]).mean(axis=1)
-        idx = rng.integers(0, v.size, size=(n_boot, v.size))
-        boot = (v[idx][:, None, :] > grid[None, :, None]).mean(axis=2)
-        alpha = (1 - level) / 2
-        lo, hi = np.quantile(boot, alpha, axis=0), np.quantile(boot, 1 - alpha, axis=0)
-        rows.append(pd.DataFrame({"policy": name, "x_pct": grid, "survival": surv, "lo": lo, "hi": hi}))
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["policy", "x_pct", "survival"])
+    for name, idx in per_context.groupby("policy", sort=False).indices.items():
+        v = np.sort(values_all[idx])
+        shares = {"contexts": v.size, "zero_share": float((v == 0).mean()), "negative_share": float((v < 0).mean())}
+        positive = np.unique(v[v > 0])
+        if not positive.size:
+            rows.append(pd.DataFrame([{"policy": name, "x_pct": np.nan, "survival": 0.0, "lo": 0.0, "hi": 0.0,
+                                       **shares}]))
+            continue
+        x = np.concatenate([[left], positive])
+        surv = _survival_at(v, x)
+        boot = np.sort(v[rng.integers(0, v.size, size=(n_boot, v.size))], axis=1)
+        boot_surv = np.stack([_survival_at(row, x) for row in boot])
+        lo, hi = np.quantile(boot_surv, alpha, axis=0), np.quantile(boot_surv, 1 - alpha, axis=0)
+        for series in (surv, lo, hi):  # the last point holds the share just before the largest TRLT
+            series[-1] = series[-2]
+        rows.append(pd.DataFrame({"policy": name, "x_pct": x, "survival": surv, "lo": lo, "hi": hi, **shares}))
+    columns = ["policy", "x_pct", "survival", "lo", "hi", "contexts", "zero_share", "negative_share"]
+    return pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame(columns=columns)
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (imported on first use: ``--help`` stays light)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -69,7 +96,7 @@ def _pyplot():
     return plt
 
 
-def _save(plt, fig, path: str | Path, *, data: pd.DataFrame, synthetic: bool) -> Path:
+def save_figure(plt, fig, path: str | Path, *, data: pd.DataFrame, synthetic: bool) -> Path:
     """Lay out, stamp, write the PNG and ``data`` as the CSV beside it, free the figure; returns the PNG."""
     fig.tight_layout()
     if synthetic:
@@ -83,28 +110,40 @@ def _save(plt, fig, path: str | Path, *, data: pd.DataFrame, synthetic: bool) ->
     return out
 
 
-def plot_survival(curves: pd.DataFrame, path: str | Path, *, title: str = "", synthetic: bool = False) -> Path:
-    """Paper Figure 1: survival of realized TRLT over contexts, log axes, bootstrap band."""
-    plt = _pyplot()
+def plot_survival(curves: pd.DataFrame, path: str | Path, *, title: str = "", synthetic: bool = False,
+                  threshold_pct: float = 10.0) -> Path:
+    """Paper Figure 1: survival of realized TRLT over contexts, log axes, bootstrap band.
+
+    Curves end at their last non-zero value (no floor); the legend states each policy's share
+    of contexts at exactly zero TRLT, which a log axis cannot show.
+    """
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    drawn = curves.dropna(subset=["x_pct"])
     for name, g in curves.groupby("policy", sort=False):
-        floor = 1.0 / 1000
-        (line,) = ax.step(g["x_pct"], np.maximum(g["survival"], floor), where="post", label=name)
-        ax.fill_between(g["x_pct"], np.maximum(g["lo"], floor), np.maximum(g["hi"], floor), step="post",
-                        alpha=0.15, color=line.get_color(), linewidth=0)
+        label = f"{name} ({100 * g['zero_share'].iloc[0]:.0f}% at 0)"
+        g = g.dropna(subset=["x_pct"])
+        if not len(g):
+            ax.plot([], [], label=label + ", none above 0")
+            continue
+        (line,) = ax.step(g["x_pct"], g["survival"], where="post", label=label)
+        ax.fill_between(g["x_pct"], g["lo"], g["hi"], step="post", alpha=0.15, color=line.get_color(), linewidth=0)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.axvline(10, color="grey", linestyle=":", linewidth=1)
+    positive = drawn["survival"][drawn["survival"] > 0]
+    if len(positive):
+        ax.set_ylim(float(positive.min()) / 2, 1.05)
+    ax.axvline(threshold_pct, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("realized TRLT (%)")
     ax.set_ylabel("share of contexts above")
     ax.set_title(title or "Realized TRLT survival over contexts")
     ax.legend(fontsize=8)
-    return _save(plt, fig, path, data=curves, synthetic=synthetic)
+    return save_figure(plt, fig, path, data=curves, synthetic=synthetic)
 
 
 def plot_gate(gate: pd.DataFrame, path: str | Path, *, synthetic: bool = False) -> Path:
     """Paper Figure 13: AUTO's error rate, mean and p99 TRLT on contexts kept by a margin gate."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     ax.plot(gate["margin_min"], gate["kept_pct"], label="contexts kept (%)")
     ax.plot(gate["margin_min"], gate["error_rate_pct"], label="error rate (%)")
@@ -114,7 +153,7 @@ def plot_gate(gate: pd.DataFrame, path: str | Path, *, synthetic: bool = False) 
     ax.set_ylabel("%")
     ax.set_title("AUTO audit: runner-up margin as a gate")
     ax.legend(fontsize=8)
-    return _save(plt, fig, path, data=gate, synthetic=synthetic)
+    return save_figure(plt, fig, path, data=gate, synthetic=synthetic)
 
 
 def _scenario_stem(prefix: str, key: tuple) -> str:
@@ -127,7 +166,7 @@ def arm_curves(pools: Pools, audit: pd.DataFrame) -> pd.DataFrame:
     """Steady latency and bus bandwidth of every measured arm per audited context.
 
     One row per (context, arm): ``CONTEXT_COLUMNS``, ``arm``, ``steady_us``, ``busbw_gbs``
-    (nccl-tests' definition: size / time times :func:`~ncclbot_sweep.names.bus_factor`), and
+    (nccl-tests' definition, :func:`~ncclbot_sweep.names.bus_bandwidth_gbs`), and
     the flags ``auto`` and ``best`` taken from the audit rows, so the figure marks exactly the
     arms the audit reports.
     """
@@ -136,8 +175,8 @@ def arm_curves(pools: Pools, audit: pd.DataFrame) -> pd.DataFrame:
     frame = pools.contexts.iloc[c][keys].reset_index(drop=True)
     frame["arm"] = np.asarray(pools.arms)[k]
     frame["steady_us"] = pools.steady[c, k]
-    factor = np.array([bus_factor(col, int(r)) for col, r in zip(frame["collective"], frame["ranks"])])
-    frame["busbw_gbs"] = frame["size_bytes"].to_numpy(float) / (frame["steady_us"].to_numpy(float) * 1e3) * factor
+    frame["busbw_gbs"] = [bus_bandwidth_gbs(col, r, size, us) for col, r, size, us in
+                          zip(frame["collective"], frame["ranks"], frame["size_bytes"], frame["steady_us"])]
     frame = frame.merge(audit[[*keys, "auto_arm", "best_arm"]], on=keys, how="inner")
     frame["auto"] = frame["arm"] == frame["auto_arm"]
     frame["best"] = frame["arm"] == frame["best_arm"]
@@ -157,7 +196,7 @@ def plot_arm_curves(curves: pd.DataFrame, folder: str | Path) -> list[Path]:
 
     Returns the written PNGs in scenario order (``arms_<fabric>_<collective>_<nodes>n.png``).
     """
-    plt = _pyplot()
+    plt = pyplot()
     paths = []
     for key, g in curves.groupby(list(SCENARIO_COLUMNS), sort=True):
         fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
@@ -177,7 +216,7 @@ def plot_arm_curves(curves: pd.DataFrame, folder: str | Path) -> list[Path]:
         fig.suptitle(f"{collective} on {fabric}, {nodes} nodes ({int(g['ranks'].iloc[0])} ranks)")
         lat.legend(fontsize=7, ncol=2)
         stem = _scenario_stem("arms", key)
-        paths.append(_save(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic_fabric(fabric)))
+        paths.append(save_figure(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic_fabric(fabric)))
     return paths
 
 
@@ -202,7 +241,7 @@ def plot_error_maps(emap: pd.DataFrame, folder: str | Path) -> list[Path]:
     Cells are coloured by the loss against the measured best and name AUTO's arm, and on an
     error the best arm and the loss (``errmap_<fabric>_<collective>.png``).
     """
-    plt = _pyplot()
+    plt = pyplot()
     paths = []
     for (fabric, collective), g in emap.groupby(["fabric", "collective"], sort=True):
         sizes, nodes = sorted(g["size_bytes"].unique()), sorted(g["nodes"].unique())
@@ -223,7 +262,7 @@ def plot_error_maps(emap: pd.DataFrame, folder: str | Path) -> list[Path]:
         ax.set_title(f"{collective} on {fabric}: AUTO's loss against the measured best (selection-priced)")
         fig.colorbar(image, ax=ax, label="AUTO's loss (%)")
         stem = _scenario_stem("errmap", (fabric, collective))
-        paths.append(_save(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic_fabric(fabric)))
+        paths.append(save_figure(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic_fabric(fabric)))
     return paths
 
 
@@ -240,7 +279,7 @@ def cost_vs_measured(pools: Pools, predicted: np.ndarray) -> pd.DataFrame:
 
 def plot_cost_vs_measured(frame: pd.DataFrame, folder: str | Path) -> list[Path]:
     """Per fabric, predicted against measured steady latency, one colour per arm, with the diagonal."""
-    plt = _pyplot()
+    plt = pyplot()
     paths = []
     for fabric, g in frame.groupby("fabric", sort=True):
         fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=110)
@@ -257,6 +296,6 @@ def plot_cost_vs_measured(frame: pd.DataFrame, folder: str | Path) -> list[Path]
         ax.set_ylabel("cost-model prediction (us)")
         ax.set_title(f"Cost model against measurement on {fabric}")
         ax.legend(fontsize=7, ncol=2)
-        paths.append(_save(plt, fig, Path(folder) / f"costmodel_{fabric}.png", data=g,
+        paths.append(save_figure(plt, fig, Path(folder) / f"costmodel_{fabric}.png", data=g,
                            synthetic=is_synthetic_fabric(fabric)))
     return paths

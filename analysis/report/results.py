@@ -2,7 +2,8 @@
 
 What a script or a dashboard reads after a sweep instead of scraping the page: per context
 the steady mean of every measured arm, AUTO's arm, the measured-best arm, AUTO's loss, the
-runner-up margin and each replayed policy's TRLT; per policy the Table-1 summary and the
+runner-up margin, each replayed policy's TRLT and the degenerate-context flags
+(:mod:`..degenerate`); per policy the Table-1 summary and the
 tests against AUTO; the provenance of the data; and :data:`SCHEMA_VERSION`, raised whenever
 a key is renamed or its meaning changes (adding keys keeps the version).
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..degenerate import context_flags
 from ..pools import CONTEXT_COLUMNS, Pools
 from ..summary import per_context
 
@@ -75,6 +77,8 @@ def context_results(problem, audit: pd.DataFrame, replay: pd.DataFrame) -> list[
     steady = _arm_values(problem.pools, problem.pools.steady)
     predicted = _arm_values(problem.pools, problem.predicted)
     trlt = _policy_trlt(replay)
+    flags = {tuple(row[:-1]): row[-1] for row in
+             context_flags(problem)[[*CONTEXT_COLUMNS, "flags"]].itertuples(index=False, name=None)}
     entries = []
     for row in audit.itertuples(index=False):
         key = tuple(getattr(row, c) for c in CONTEXT_COLUMNS)
@@ -85,6 +89,7 @@ def context_results(problem, audit: pd.DataFrame, replay: pd.DataFrame) -> list[
             "auto_arm": row.auto_arm, "best_arm": row.best_arm, "auto_errs": bool(row.error),
             "loss": _plain(row.trlt_selection), "loss_realized": _plain(row.trlt_realized),
             "margin": _plain(row.margin), "part": scored["part"], "trlt": scored["trlt"],
+            "flags": [f for f in flags.get(key, "").split(";") if f],
         })
     return entries
 

@@ -119,13 +119,18 @@ def plot_progress(trials: pd.DataFrame, path: Path, *, top: int = 5) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     best = trials.groupby("family")["value"].min().sort_values()
     styles = ["-", "--", "-.", ":", (0, (5, 1))]
+    plotted = []
     for i, name in enumerate(best.index[:top]):
         g = trials[trials["family"] == name].sort_values("number")
-        ax.plot(range(len(g)), 100 * g["value"].cummin().to_numpy(), linestyle=styles[i % len(styles)], label=name)
+        curve = 100 * g["value"].cummin().to_numpy()
+        ax.plot(range(len(g)), curve, linestyle=styles[i % len(styles)], label=name)
+        plotted.append(pd.DataFrame({"line": name, "trial": range(len(g)), "best_so_far_pct": curve}))
     rank = trials.assign(rank=trials.groupby("family").cumcount())
     staircase = rank.groupby("rank")["value"].min().cummin()
     ax.step(staircase.index, 100 * staircase.to_numpy(), where="post", color="#111", linestyle=":", linewidth=2,
             label="global best so far")
+    plotted.append(pd.DataFrame({"line": "global best so far", "trial": staircase.index,
+                                 "best_so_far_pct": 100 * staircase.to_numpy()}))
     ax.set_yscale("log")
     ax.set_xlabel("trial")
     ax.set_ylabel("best-so-far train TRLT (%)")
@@ -134,4 +139,5 @@ def plot_progress(trials: pd.DataFrame, path: Path, *, top: int = 5) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    pd.concat(plotted, ignore_index=True).to_csv(Path(path).with_suffix(".csv"), index=False)
     return path

@@ -132,7 +132,11 @@ def audit(dataset, fabric, window, rho_max, keep_warmup, horizon, threshold, out
             type=click.Path(dir_okay=False, path_type=Path), default=Path("replay.parquet"), show_default=True)
 @json_option("convention, out (the Parquet file written), summary (one object per policy: the columns of the "
              "text table, TRLT in %).")
-def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, seeds, split, out, as_json):
+@click.option("--trajectories", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write per-step trajectories (arm, latency served, cumulative relative lost time) "
+                   "to this Parquet file: one row per policy x seed x context x step.")
+def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, seeds, split, out, as_json,
+           trajectories):
     """Replay bandit policies on the forced-arm pools and print the Table-1 summary.
 
     \b
@@ -140,14 +144,19 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
         ncclbot-sweep analyze replay -d demo-out/dataset --policies AUTO,UCB1 -o replay.parquet
     """
     from ncclbot_sweep.analysis.policies import expand_policy_list, parse_policy
-    from ncclbot_sweep.analysis.replay import run_replay
+    from ncclbot_sweep.analysis.replay import replay_with_trajectories, run_replay
     from ncclbot_sweep.analysis.summary import summarize
 
     chosen = [parse_policy(spec) for spec in expand_policy_list(policies)]
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
     if not as_json:
         click.echo(f"Pool convention: {problem.pools.convention}.")
-    results = run_replay(problem, chosen, horizon=horizon, seeds=range(seeds), split=split)
+    if trajectories is None:
+        results = run_replay(problem, chosen, horizon=horizon, seeds=range(seeds), split=split)
+    else:
+        results, steps = replay_with_trajectories(problem, chosen, horizon=horizon, seeds=range(seeds), split=split)
+        trajectories.parent.mkdir(parents=True, exist_ok=True)
+        steps.to_parquet(trajectories, index=False)
     out.parent.mkdir(parents=True, exist_ok=True)
     results.to_parquet(out, index=False)
     summary = summarize(results, order=[p.display_name for p in chosen])
@@ -156,6 +165,8 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
         return
     _echo_table(summary, "TRLT on the test contexts (%)")
     click.echo(f"Results written to {out}")
+    if trajectories is not None:
+        click.echo(f"Trajectories written to {trajectories}")
 
 
 def _command_line() -> str:
@@ -173,9 +184,13 @@ def _command_line() -> str:
               help="How contexts are split into train and test (as for 'analyze replay').")
 @click.option("--replay", "replay_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Reuse results of 'analyze replay' instead of replaying again.")
+@click.option("--trajectories", "trajectories_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None, help="With --replay: the per-step file its 'analyze replay --trajectories' wrote "
+                                 "(the learning curves).")
 @click.option("--study", "studies", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="A folder of 'analyze tune/splits/holdout/minisweep/replication' whose tables to include (repeat).")
-def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file, studies):
+def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file,
+           trajectories_file, studies):
     """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out.
 
     \b
@@ -184,17 +199,18 @@ def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon
     """
     from ncclbot_sweep.analysis.report import ReportOptions, build_report
 
-    results = None
-    if replay_file is not None:
-        import pandas as pd
+    import pandas as pd
 
-        results = pd.read_parquet(replay_file)
+    if trajectories_file is not None and replay_file is None:
+        raise click.UsageError("--trajectories goes with --replay (without it the report replays and records them)")
+    results = pd.read_parquet(replay_file) if replay_file is not None else None
+    steps = pd.read_parquet(trajectories_file) if trajectories_file is not None else None
     from ncclbot_sweep.analysis.policies import expand_policy_list
 
     options = ReportOptions(policies=tuple(expand_policy_list(policies)), horizon=horizon,
                             seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max,
                             keep_warmup=keep_warmup, studies=studies, command=_command_line())
-    path = build_report(dataset, out, options=options, replay=results)
+    path = build_report(dataset, out, options=options, replay=results, trajectories=steps)
     click.echo(f"Report: {path}")
 
 
@@ -405,3 +421,70 @@ def replication(datasets, out, horizon, seeds, threshold, policies, keep_warmup)
         problems["+".join(sorted(problem.contexts["fabric"].unique()))] = problem
     long, table = replication_study(problems, specs, options=ReplayOptions(horizon, seeds, threshold))
     _write_study(out, "table3", long, table, "Frozen champions on other fabrics (Table 3)")
+
+
+@analyze.command()
+@_dataset_option
+@click.option("--horizon", type=int, default=100, show_default=True, help="Steps priced for AUTO's realized TRLT.")
+def contexts(dataset, fabric, window, rho_max, keep_warmup, horizon):
+    """Write the dataset's contexts table: per context each arm's steady mean, the best arm, AUTO's arm.
+
+    Re-running replaces the table (so do 'analyze report' and the demo).
+
+    \b
+    Example:
+        ncclbot-sweep analyze contexts -d demo-out/dataset
+        duckdb -c "select best_arm, auto_arm, auto_loss
+                   from read_parquet('DS/contexts/**/*.parquet', hive_partitioning=true)
+                   where collective='AllReduce' and nodes=16 and size_bytes=64*1024*1024"
+    """
+    from ncclbot_sweep.analysis.audit import audit_auto
+    from ncclbot_sweep.analysis.contexts import write_contexts
+
+    problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
+    audit = audit_auto(problem, horizon=horizon)
+    new = write_contexts(dataset, problem, audit)
+    state = f"{new} rows written" if new else "unchanged"
+    click.echo(f"contexts table of {dataset}: {len(audit)} contexts ({state}), "
+               f"{int(audit['error'].sum())} where AUTO's arm is not the measured best")
+
+
+@analyze.command()
+@click.argument("dataset_a", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("dataset_b", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--threshold", type=float, default=0.05, show_default=True,
+              help="Flag a context when the best arm's latency or bus bandwidth changes by more than this fraction, "
+                   "or AUTO's loss by more than 100x this in percentage points.")
+@out_option("Folder for compare.parquet, compare.csv, compare.png and compare.json.",
+            type=click.Path(file_okay=False, path_type=Path), default=None)
+@json_option("a and b (fabric and dataset of each side), summary (counts of matched, flagged and changed "
+             "contexts), contexts (one object per matched context: the table's columns).")
+def compare(dataset_a, dataset_b, threshold, out, as_json):
+    """Compare two datasets context by context (two NCCL versions, two fabrics, before and after an update).
+
+    Contexts match on collective, nodes, ranks and size (the fabric may differ). Per context:
+    the change of the measured-best arm's latency and bus bandwidth, of AUTO's arm and of
+    AUTO's loss, flagged above --threshold.
+
+    \b
+    Example:
+        ncclbot-sweep analyze compare ds-nccl-2.26 ds-nccl-2.27 -o cmp/
+    """
+    from ncclbot_sweep.analysis.compare import compare_datasets, write_compare
+
+    result = compare_datasets(dataset_a, dataset_b, threshold=threshold)
+    paths = write_compare(result, out) if out is not None else {}
+    if as_json:
+        echo_json(result.document)
+        return
+    s = result.document["summary"]
+    click.echo(f"A {result.document['a']['fabric']} ({dataset_a}) vs B {result.document['b']['fabric']} ({dataset_b}): "
+               f"{s['matched']} contexts matched ({s['only_a']} only in A, {s['only_b']} only in B); "
+               f"{s['flagged']} flagged above {100 * threshold:g}%; best arm changed in {s['best_arm_changed']}, "
+               f"AUTO's arm in {s['auto_arm_changed']}; best arm slower in B in {s['best_slower']}, faster in "
+               f"{s['best_faster']}")
+    shown = ["collective", "nodes", "size_bytes", "best_arm_a", "best_arm_b", "best_latency_change_pct",
+             "auto_arm_a", "auto_arm_b", "auto_loss_change_pp", "why"]
+    _echo_table(result.table.loc[result.table["flagged"], shown], "Flagged contexts")
+    if paths:
+        click.echo(f"Table, figure and JSON written to {out}")

@@ -124,3 +124,29 @@ def test_an_unknown_fabric_gets_a_did_you_mean(dataset):
     assert result.exit_code == 1
     assert "no iterations for fabric 'sim-h10' (did you mean 'sim-h100'?)" in result.output
     assert "fabrics in this dataset: sim-h100\n" in result.output
+
+
+def test_report_on_a_given_replay_without_trajectories_says_why_there_are_no_learning_curves(dataset, tmp_path):
+    replay = tmp_path / "r.parquet"
+    args = ["-d", str(dataset), "--policies", "AUTO,UCB1", "--seeds", "2", "--horizon", "20"]
+    assert CliRunner().invoke(main, ["analyze", "replay", *args, "-o", str(replay)]).exit_code == 0
+    result = CliRunner().invoke(main, ["analyze", "report", *args, "-o", str(tmp_path / "rep"),
+                                       "--replay", str(replay)])
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "Not drawn: replay results were passed in without per-step trajectories" in html
+    assert not (tmp_path / "rep" / "learning_curves.png").exists()
+    assert (tmp_path / "rep" / "survival.png").exists()
+
+
+def test_report_draws_learning_curves_from_a_given_replay_and_its_trajectories(dataset, tmp_path):
+    replay, steps = tmp_path / "r.parquet", tmp_path / "steps.parquet"
+    args = ["-d", str(dataset), "--policies", "AUTO,UCB1", "--seeds", "2", "--horizon", "20"]
+    done = CliRunner().invoke(main, ["analyze", "replay", *args, "-o", str(replay), "--trajectories", str(steps)])
+    assert done.exit_code == 0, done.output
+    result = CliRunner().invoke(main, ["analyze", "report", *args, "-o", str(tmp_path / "rep"),
+                                       "--replay", str(replay), "--trajectories", str(steps)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "rep" / "learning_curves.png").exists()
+    lone = CliRunner().invoke(main, ["analyze", "report", *args, "-o", str(tmp_path / "x"), "--trajectories", str(steps)])
+    assert lone.exit_code == 2 and "--trajectories goes with --replay" in lone.output

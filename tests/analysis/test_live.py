@@ -159,6 +159,9 @@ def test_every_table_is_written_as_parquet_and_csv_and_figures_say_synthetic(cam
     pngs = sorted(out.glob("*.png"))
     assert [p.name.split("-")[0] for p in pngs] == ["learning_curves", "timeline"]
     assert all(b"synthetic" in p.read_bytes() for p in pngs)
+    for png in pngs:  # each figure's data beside it, the rows of its scenario only
+        data = pd.read_csv(png.with_suffix(".csv"))
+        assert len(data) and set(data["collective"]) == {png.stem.split("-")[-2]}
     headline = json.loads((out / "headline.json").read_text())
     assert headline["scenarios"][0]["best_learner"] == "static"
 

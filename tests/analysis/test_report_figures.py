@@ -126,3 +126,82 @@ def test_cost_vs_measured_has_the_diagonal_and_no_stamp_on_real_fabrics(tmp_path
     np.testing.assert_allclose(x, y)
     assert ax.get_xscale() == ax.get_yscale() == "log"
     assert not any("synthetic" in t.get_text() for t in fig.texts)
+
+
+def test_survival_curves_end_at_the_last_non_zero_value_and_state_the_zero_share():
+    ctx = pd.DataFrame({"policy": ["P"] * 6 + ["Q"] * 4 + ["R"] * 4,
+                        "trlt_realized": [0.0, 0.0, 0.01, 0.05, 0.05, 0.2,  # P: two at zero, largest 20%
+                                          0.0, 0.0, 0.0, 0.0,  # Q: always the best arm
+                                          -0.01, 0.0, 1e-17, 0.3]})  # R: one below zero, 1e-17 is rounding
+    curves = figures.survival_curves(ctx, n_boot=50)
+    p = curves[curves["policy"] == "P"]
+    assert p["zero_share"].iloc[0] == pytest.approx(2 / 6) and p["negative_share"].iloc[0] == 0
+    assert list(p["x_pct"].iloc[1:]) == pytest.approx([1.0, 5.0, 20.0])  # a point at each distinct positive value
+    # starts at the share above zero, ends at the largest TRLT with the share just before it (1 of 6), never 0
+    assert list(p["survival"]) == pytest.approx([4 / 6, 3 / 6, 1 / 6, 1 / 6])
+    assert (p["survival"] > 0).all() and (p["lo"] <= p["survival"]).all() and (p["hi"] >= p["survival"]).all()
+    q = curves[curves["policy"] == "Q"]
+    assert len(q) == 1 and q["x_pct"].isna().all() and q["zero_share"].iloc[0] == 1.0
+    r = curves[curves["policy"] == "R"]
+    assert r["zero_share"].iloc[0] == 0.5 and r["negative_share"].iloc[0] == 0.25
+    assert r["x_pct"].iloc[-1] == pytest.approx(30.0) and r["survival"].iloc[-1] == 0.25
+
+
+def test_plot_survival_draws_no_floor_and_names_the_zero_share(tmp_path, closed_figures):
+    ctx = pd.DataFrame({"policy": ["P"] * 6 + ["Q"] * 2,
+                        "trlt_realized": [0.0, 0.0, 0.01, 0.05, 0.05, 0.2, 0.0, 0.0]})
+    path = figures.plot_survival(figures.survival_curves(ctx, n_boot=20), tmp_path / "survival.png", threshold_pct=10)
+    assert len(pd.read_csv(path.with_suffix(".csv"))) == 5
+    ax = closed_figures[0].axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["P (33% at 0)", "Q (100% at 0), none above 0"]
+    x, y = ax.get_lines()[0].get_data()
+    assert x[-1] == pytest.approx(20.0) and y[-1] == pytest.approx(1 / 6) and min(y) == pytest.approx(1 / 6)
+    assert ax.get_ylim()[0] == pytest.approx(1 / 12)  # the axis stops below the last value, no 1/1000 floor
+    assert ax.get_xscale() == ax.get_yscale() == "log" and ax.get_xlabel() == "realized TRLT (%)"
+
+
+def test_learning_curves_end_at_the_table_1_mean(tmp_path, closed_figures):
+    from ncclbot_sweep.analysis.policies import make_policy
+    from ncclbot_sweep.analysis.replay import replay_with_trajectories
+    from ncclbot_sweep.analysis.report.dynamics import learning_curves, plot_learning_curves
+    from ncclbot_sweep.analysis.summary import summarize
+
+    problem = _problem()
+    replay, steps = replay_with_trajectories(problem, [make_policy("AUTO"), make_policy("Random")], horizon=6,
+                                             seeds=[0, 1, 2])
+    curves = learning_curves(steps)
+    assert list(curves["policy"].unique()) == ["AUTO", "Random"] and list(curves["step"].unique()) == list(range(1, 7))
+    last = curves[curves["step"] == 6].set_index("policy")["mean_pct"]
+    table = summarize(replay).set_index("policy")["realized_mean_pct"]
+    assert last.to_dict() == pytest.approx(table.to_dict())
+    assert (curves["contexts"] == 2).all()  # the scale split tests the 4-node contexts
+    assert (curves["lo_pct"] <= curves["mean_pct"]).all() and (curves["hi_pct"] >= curves["mean_pct"]).all()
+    path = plot_learning_curves(curves, tmp_path / "learning_curves.png", synthetic=True)
+    assert len(pd.read_csv(path.with_suffix(".csv"))) == 12
+    ax = closed_figures[0].axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["AUTO", "Random"]
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), curves[curves["policy"] == "AUTO"]["mean_pct"])
+    assert "step t" in ax.get_xlabel() and "CRLT(t) (%)" in ax.get_ylabel()
+
+
+def test_transient_curves_give_each_arms_ratio_to_steady_per_iteration(tmp_path, closed_figures):
+    from ncclbot_sweep.analysis.report.dynamics import plot_transients, transient_curves
+
+    # iteration 0 (dropped) is the warm-up; 1 and 2 are slow; steady from 3 on at 10 and 20 us
+    slow = {0: 100.0, 1: 3.0, 2: 2.0}
+    rows = [dict(fabric="sim-a", collective="AllReduce", nodes=2, ranks=16, size_bytes=size, arm=arm, iteration=i,
+                 time_us=base * slow.get(i, 1.0))
+            for size in (1024, 2048) for arm, base in (("Ring/LL", 10.0), ("Tree/LL", 20.0)) for i in range(12)]
+    pools = build_pools(pd.DataFrame(rows), window=(3, 11), min_arms=2)
+    frame = transient_curves(pools, first=5)
+    ring = frame[frame["arm"] == "Ring/LL"].set_index("iteration")
+    assert list(ring.index) == [1, 2, 3, 4, 5]  # pool positions 0.. are iterations 1.. with the warm-up dropped
+    assert list(ring["median"]) == pytest.approx([3.0, 2.0, 1.0, 1.0, 1.0])
+    assert (ring["contexts"] == 2).all()
+    (path,) = plot_transients(frame, tmp_path, window_start=3)
+    assert path.name == "transient_sim-a.png" and len(pd.read_csv(path.with_suffix(".csv"))) == 10
+    ax = closed_figures[0].axes[0]
+    assert ax.get_ylabel() == "latency / steady mean (ratio)" and "iteration" in ax.get_xlabel()
+    assert "steady window starts" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("synthetic" in t.get_text() for t in closed_figures[0].texts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +105,69 @@ def test_page_names_campaign_and_fabric_and_shows_provenance_and_glossary(report
     tables = html.count('<table class="dataframe t">')
     assert tables >= 6 and html.count('<div class="scroll"><table class="dataframe t">') == tables
     assert ".scroll { max-width: 100%; overflow-x: auto; }" in html
+
+
+def test_every_html_table_header_is_readable_words(report):
+    html = (report / "index.html").read_text()
+    headers = re.findall(r"<th>([^<]*)</th>", html)
+    assert len(headers) > 60
+    assert not [h for h in headers if "_" in h], "snake_case header on the page"
+    for header in ("Realized TRLT mean (%)", "p Holm, mean", "UCB1 mean TRLT (%)", "UCB1: contexts above 10%",
+                   "Switch point (iteration)", "AUTO error rate (%)", "Contexts above 10%"):
+        assert f"<th>{header}</th>" in html, header
+    assert pd.read_csv(report / "tables" / "summary.csv").columns[2] == "realized_mean_pct"  # CSV keeps names
+
+
+def test_headline_claims_carry_the_scenario_test_and_its_holm_p(report):
+    html = (report / "index.html").read_text()
+    test = pd.read_csv(report / "tables" / "tests.csv").set_index("b").loc["UCB1"]
+    (line,) = [li for li in re.findall(r"<li>(UCB1:[^<]*)</li>", html)]
+    assert f"Holm p = {test['p_holm_mean']:.3g}" in line and f"sign-flip over scenarios p = {test['p_signflip_mean']:.3g}" in line
+    assert f"Holm p = {test['p_holm_above']:.3g}" in line
+    # one test scenario per collective at 8 nodes: the smallest attainable p is stated
+    assert "not significant at 0.05 after Holm (with 2 scenarios the smallest attainable sign-flip p is 0.5)" in line
+
+
+def test_per_scenario_table_is_scenarios_by_policies_and_names_its_split(report):
+    pivot = pd.read_csv(report / "tables" / "scenarios.csv")
+    assert list(pivot.columns) == ["fabric", "collective", "nodes", "contexts", "AUTO_mean_pct", "UCB1_mean_pct",
+                                   "Random_mean_pct", "AUTO_above_0.1", "UCB1_above_0.1", "Random_above_0.1"]
+    assert set(pivot["nodes"]) == {8} and len(pivot) == 2  # the scale split tests the largest node count
+    summary = pd.read_csv(report / "tables" / "summary.csv").set_index("policy")
+    means = pivot["UCB1_mean_pct"].to_numpy() @ pivot["contexts"].to_numpy() / pivot["contexts"].sum()
+    assert means == pytest.approx(summary.loc["UCB1", "realized_mean_pct"])
+    html = (report / "index.html").read_text()
+    assert "Scores the <b>test</b> part of split <b>scale</b>: node counts 8" in html
+    assert "the train part (node counts 2, 4)" in html
+
+
+def test_report_has_learning_curves_transients_and_zero_shares(report):
+    curves = pd.read_csv(report / "learning_curves.csv")
+    summary = pd.read_csv(report / "tables" / "summary.csv").set_index("policy")
+    last = curves[curves["step"] == 30].set_index("policy")["mean_pct"]
+    assert last.to_dict() == pytest.approx(summary["realized_mean_pct"].to_dict())
+    transient = pd.read_csv(report / "figures" / "transient_sim-h100.csv")
+    assert transient["iteration"].min() == 1 and (transient["contexts"] > 0).all()
+    html = (report / "index.html").read_text()
+    for src in ("learning_curves.png", "figures/transient_sim-h100.png"):
+        assert f'src="{src}"' in html
+    survival = pd.read_csv(report / "survival.csv")
+    zero = survival.groupby("policy")["zero_share"].first()
+    assert f"AUTO {100 * zero['AUTO']:.0f}%" in html and "Each curve ends at its last non-zero value" in html
+
+
+def test_degenerate_contexts_are_flagged_in_page_tables_results_and_dataset(report):
+    from ncclbot_sweep.datasets import read_table
+
+    html = (report / "index.html").read_text()
+    assert '<h2 id="degenerate">Degenerate contexts</h2>' in html
+    summary = pd.read_csv(report / "tables" / "degenerate.csv").set_index("flag")
+    assert summary.loc["short_window", "contexts"] == 18  # 30 iterations cannot fill the 11-99 window
+    audit = pd.read_csv(report / "tables" / "audit_contexts.csv")
+    assert (audit["flags"] == "short_window").all()
+    doc = json.loads((report / "results.json").read_text())
+    assert all(c["flags"] == ["short_window"] for c in doc["contexts"])
+    dataset = Path(doc["provenance"]["dataset"])
+    table = read_table(dataset, "contexts")  # the report replaced the dataset's contexts table
+    assert len(table) == 18 and set(table["flags"]) == {"short_window"}
+    assert "The dataset's <code>contexts</code> table holds the same 18" in html

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -119,6 +120,9 @@ def test_champions_replay_to_the_train_trlt_their_study_recorded(dataset, tmp_pa
         run = run_policy(train, policy, horizon=40, seeds=options.replay_seeds)
         assert objective_value(run, "selection") == doc["studies"][policy.display_name]["train_trlt_best"]
     assert (tmp_path / "search_progress.png").stat().st_size > 1000
+    progress = pd.read_csv(tmp_path / "search_progress.csv")  # the figure's data: best-so-far per line
+    assert "global best so far" in set(progress["line"])
+    assert progress.groupby("line")["best_so_far_pct"].apply(lambda v: v.is_monotonic_decreasing).all()
     table = (tmp_path / "tables" / "table16.md").read_text()
     assert "best_trial" in table and "Softmax" in table
     assert doc["studies"]["Softmax"]["trials"] == 6
