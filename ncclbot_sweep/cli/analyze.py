@@ -221,8 +221,11 @@ def _tune_progress():
 @click.option("--split-seed", type=int, default=42, show_default=True, help="Seed of the random split.")
 @click.option("--storage", default=None, help="Optuna storage URL (an RDB; default: the journal file in --out).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Processes on this machine.")
+@click.option("--cold", is_flag=True, default=False,
+              help="Pin the warm start off in every study (Table 42's cold-tuned champions, for 'analyze ablate "
+                   "--cold-study'); tune into its own --out.")
 def tune(dataset, fabric, window, rho_max, keep_warmup, out, families, trials, startup_trials, seed, objective,
-         horizon, seeds, split, split_seed, storage, workers):
+         horizon, seeds, split, split_seed, storage, workers, cold):
     """Tune every learning family with Optuna TPE (resumable) and write champions.yaml and Table 16."""
     from ncclbot_sweep.analysis.study import FAMILIES, TuneOptions
     from ncclbot_sweep.analysis.study import tune as run_tune
@@ -230,7 +233,7 @@ def tune(dataset, fabric, window, rho_max, keep_warmup, out, families, trials, s
     names = tuple(n.strip() for n in families.split(",") if n.strip()) if families else tuple(FAMILIES)
     options = TuneOptions(families=names, trials=trials, startup=startup_trials, seed=seed, objective=objective,
                           horizon=horizon, seeds=seeds, split=split, split_seed=split_seed, storage=storage,
-                          workers=workers)
+                          workers=workers, cold=cold)
     dataset_args = {"dataset": dataset, "fabric": fabric, "window": tuple(window), "rho_max": rho_max,
                     "keep_warmup": keep_warmup}
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
