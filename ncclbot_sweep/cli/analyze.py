@@ -136,7 +136,8 @@ def _command_line() -> str:
 @click.option("--replay", "replay_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Reuse results of 'analyze replay' instead of replaying again.")
 @click.option("--study", "studies", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="A folder of 'analyze tune/splits/holdout/minisweep/replication' whose tables to include (repeat).")
+              help="A folder of 'analyze tune/splits/holdout/minisweep/replication/ablate/workload' whose tables "
+                   "(and figures) to include (repeat).")
 def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file, studies):
     """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out."""
     from ncclbot_sweep.analysis.report import ReportOptions, build_report
@@ -343,3 +344,53 @@ def replication(datasets, out, horizon, seeds, threshold, policies, keep_warmup)
         problems["+".join(sorted(problem.contexts["fabric"].unique()))] = problem
     long, table = replication_study(problems, specs, options=ReplayOptions(horizon, seeds, threshold))
     _write_study(out, "table3", long, table, "Frozen champions on other fabrics (Table 3)")
+
+
+_ABLATION_NAMES = ("warm-cold, nvls-toll, nvls-excluded, size-gate, hybrid, filter, horizon, mis-ranked, drift, "
+                   "dilution")
+
+
+@analyze.command()
+@_dataset_option
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the tables (tables/*.csv, *.md), figures and sections.json ('analyze report --study').")
+@click.option("--only", default=None, help=f"Comma-separated ablations (default: all): {_ABLATION_NAMES}.")
+@click.option("--study", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="Folder of 'analyze tune' whose champions.yaml sets the learners (default: the families' "
+                   "default settings, said so in the tables).")
+@click.option("--cold-study", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="Folder of 'analyze tune --cold': the cold-tuned column of warm-cold (Table 42).")
+@click.option("--policies", default=None, help="Learners to ablate instead of the study's UCB1, Softmax and KL-UCB "
+              "champions, e.g. 'UCB1[estimator.kind=gain;estimator.gain=0.1],Softmax'.")
+@click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
+@click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")
+@click.option("--split", default="scale", show_default=True, help="Train/test split (as for 'analyze replay').")
+@click.option("--threshold", type=float, default=0.10, show_default=True, help="Tail threshold (fraction).")
+def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, cold_study, policies, horizon, seeds,
+           split, threshold):
+    """Run the paper's ablations, one table each (and a figure where the paper has one).
+
+    Example, with champions tuned by 'analyze tune --out tuned':
+
+        ncclbot-sweep analyze ablate --dataset ds --out ablate --study tuned --only size-gate,hybrid
+    """
+    from ncclbot_sweep.analysis.inputs import load_first_calls
+    from ncclbot_sweep.analysis.policies import expand_policy_list
+    from ncclbot_sweep.analysis.study.ablate import run_ablations, select_ablations
+    from ncclbot_sweep.analysis.study.harness import AblateOptions, resolve_policies
+
+    select_ablations(only)
+    chosen = resolve_policies(study=study, cold_study=cold_study,
+                              specs=expand_policy_list(policies) if policies else None)
+    options = AblateOptions(horizon=horizon, seeds=seeds, split=split, threshold=threshold)
+    problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
+
+    def show(section):
+        for name, table in section.tables.items():
+            _echo_table(table, f"{section.title}: {name}")
+        for note in section.notes:
+            click.echo(f"Note: {note}")
+
+    run_ablations(problem, out, only=only, options=options, policies=chosen,
+                  first_calls=load_first_calls(dataset, fabric=fabric), progress=show)
+    click.echo(f"Ablations written to {out} (include them with 'analyze report --study {out}')")
