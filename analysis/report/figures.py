@@ -119,11 +119,11 @@ def plot_gate(gate: pd.DataFrame, path: str | Path, *, synthetic: bool = False) 
     return _save(plt, fig, path, data=gate, synthetic=synthetic)
 
 
-def plot_crlt(curves: pd.DataFrame, path: str | Path, *, title: str, ylabel: str, marks=(),
+def plot_crlt(curves: pd.DataFrame, path: str | Path, *, title: str, ylabel: str, marks=(), symlog: bool = False,
               synthetic: bool = False) -> Path:
     """Paper Figures 8 and 12: cumulative relative lost time (%) against the step, one line per
     ``policy`` and one panel per ``panel`` value (when the column exists); ``marks`` are steps
-    drawn as dashed lines (a change point, cycle boundaries)."""
+    drawn as dashed lines (a change point, cycle boundaries); ``symlog`` for curves spanning decades."""
     plt = _pyplot()
     panels = list(dict.fromkeys(curves["panel"])) if "panel" in curves.columns else [None]
     fig, axes = plt.subplots(1, len(panels), figsize=(1.2 + 4.2 * len(panels), 4.0), dpi=120, squeeze=False,
@@ -139,7 +139,8 @@ def plot_crlt(curves: pd.DataFrame, path: str | Path, *, title: str, ylabel: str
                     linestyle=styles[(i // colours.N) % len(styles)])
         for step in marks:
             ax.axvline(step, color="#888", linestyle="--", linewidth=0.8)
-        ax.set_yscale("symlog", linthresh=1.0)
+        if symlog:
+            ax.set_yscale("symlog", linthresh=1.0)
         ax.set_xlabel("step")
         ax.set_title(title if panel is None else str(panel), fontsize=10)
     axes[0][0].set_ylabel(ylabel)

@@ -394,3 +394,50 @@ def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, cold
     run_ablations(problem, out, only=only, options=options, policies=chosen,
                   first_calls=load_first_calls(dataset, fabric=fabric), progress=show)
     click.echo(f"Ablations written to {out} (include them with 'analyze report --study {out}')")
+
+
+@analyze.command()
+@_dataset_option
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the tables, Figure 12 and sections.json ('analyze report --study').")
+@click.option("--trace", "trace_id", default=None,
+              help="trace_id of a Kineto trace in the workload table (default: only the balanced uniform workload).")
+@click.option("--workload", "workload_dataset", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Dataset holding the trace's workload table (default: --dataset).")
+@click.option("--cycles", type=int, default=2, show_default=True, help="Times the trace is replayed, state carried.")
+@click.option("--ranks", type=int, default=None,
+              help="Map every call onto the sweep's communicator with this many ranks (default: the group size's "
+                   "rank count, else its node count).")
+@click.option("--max-ratio", type=float, default=2.0, show_default=True,
+              help="Largest ratio between a call's size and the swept size it is rounded to.")
+@click.option("--study", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="Folder of 'analyze tune' whose champions set the learners.")
+@click.option("--policies", default=None, help="Learners instead of the study's (or the default) UCB1, Softmax, KL-UCB.")
+@click.option("--horizon", type=int, default=100, show_default=True,
+              help="Visits to each test context in the balanced uniform workload.")
+@click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")
+@click.option("--split", default="scale", show_default=True, help="Train/test split (as for 'analyze replay').")
+def workload(dataset, fabric, window, rho_max, keep_warmup, out, trace_id, workload_dataset, cycles, ranks, max_ratio,
+             study, policies, horizon, seeds, split):
+    """Replay a Kineto trace's ordered calls over the sweep (Table 25, Figure 12) and the balanced workload (Table 24).
+
+    Example, after ingesting a training job's trace into the sweep's dataset:
+
+        ncclbot-sweep analyze workload --dataset ds --out wl --trace 3f2a9c0d1e5b7a64:rank0
+    """
+    from ncclbot_sweep.analysis.inputs import load_workload
+    from ncclbot_sweep.analysis.policies import expand_policy_list
+    from ncclbot_sweep.analysis.study.harness import AblateOptions, Harness, resolve_policies
+    from ncclbot_sweep.analysis.study.workload import run_workload
+
+    rows = None if trace_id is None else load_workload(workload_dataset or dataset, trace_id)
+    chosen = resolve_policies(study=study, specs=expand_policy_list(policies) if policies else None)
+    harness = Harness(_problem(dataset, fabric, window, rho_max, keep_warmup),
+                      AblateOptions(horizon=horizon, seeds=seeds, split=split), chosen, figures=out / "figures")
+    for section in run_workload(harness, out, rows=rows, trace_id=trace_id, cycles=cycles, ranks=ranks,
+                                max_ratio=max_ratio):
+        for name, table in section.tables.items():
+            _echo_table(table, f"{section.title}: {name}")
+        for note in section.notes:
+            click.echo(f"Note: {note}")
+    click.echo(f"Workload replays written to {out} (include them with 'analyze report --study {out}')")
