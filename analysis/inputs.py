@@ -21,6 +21,15 @@ __all__ = ["load_problem", "load_provenance", "load_first_calls", "load_workload
 log = logging.getLogger(__name__)
 
 
+def _root(dataset: str | Path) -> Path:
+    """The dataset folder, or :class:`AnalysisError` naming it when it does not exist."""
+    root = Path(dataset)
+    if not root.is_dir():
+        raise AnalysisError("dataset folder does not exist", path=root,
+                            hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
+    return root
+
+
 def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tuple[int, int] = (11, 99),
                  rho_max: float = 2.0, min_arms: int = 2, keep_warmup: bool = False) -> ReplayProblem:
     """Pools, cost-model prior and arm filter for every context of a dataset (one fabric or all).
@@ -33,10 +42,7 @@ def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tupl
     """
     from ncclbot_sweep.datasets import read_table
 
-    root = Path(dataset)
-    if not root.is_dir():
-        raise AnalysisError("dataset folder does not exist", path=root,
-                            hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
+    root = _root(dataset)
     filters = [("fabric", "=", fabric)] if fabric else None
     iterations = read_table(root, "iterations", filters=filters)
     if iterations.empty:
@@ -101,10 +107,7 @@ def load_workload(dataset: str | Path, trace_id: str):
     """The ``workload`` rows of one Kineto trace; raises :class:`AnalysisError` listing the traces present."""
     from ncclbot_sweep.datasets import read_table
 
-    root = Path(dataset)
-    if not root.is_dir():
-        raise AnalysisError("dataset folder does not exist", path=root,
-                            hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
+    root = _root(dataset)
     frame = read_table(root, "workload")
     known = sorted(frame["trace_id"].dropna().astype(str).unique())
     if trace_id not in known:

@@ -346,6 +346,25 @@ def replication(datasets, out, horizon, seeds, threshold, policies, keep_warmup)
     _write_study(out, "table3", long, table, "Frozen champions on other fabrics (Table 3)")
 
 
+def _learner_options(f):
+    """The options of the studies that ablate or replay the tuned learners (ablate, workload)."""
+    f = click.option("--split", default="scale", show_default=True, help="Train/test split (as for 'analyze replay').")(f)
+    f = click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")(f)
+    f = click.option("--policies", default=None, help="Learners instead of the study's UCB1, Softmax and KL-UCB "
+                     "champions, e.g. 'UCB1[estimator.kind=gain;estimator.gain=0.1],Softmax'.")(f)
+    return click.option("--study", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+                        help="Folder of 'analyze tune' whose champions.yaml sets the learners (default: the "
+                             "families' default settings, said so in the tables).")(f)
+
+
+def _echo_section(section) -> None:
+    """Print a study section's tables and notes (ablate, workload)."""
+    for name, table in section.tables.items():
+        _echo_table(table, f"{section.title}: {name}")
+    for note in section.notes:
+        click.echo(f"Note: {note}")
+
+
 _ABLATION_NAMES = ("warm-cold, nvls-toll, nvls-excluded, size-gate, hybrid, filter, horizon, mis-ranked, drift, "
                    "dilution")
 
@@ -355,19 +374,13 @@ _ABLATION_NAMES = ("warm-cold, nvls-toll, nvls-excluded, size-gate, hybrid, filt
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the tables (tables/*.csv, *.md), figures and sections.json ('analyze report --study').")
 @click.option("--only", default=None, help=f"Comma-separated ablations (default: all): {_ABLATION_NAMES}.")
-@click.option("--study", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="Folder of 'analyze tune' whose champions.yaml sets the learners (default: the families' "
-                   "default settings, said so in the tables).")
+@_learner_options
 @click.option("--cold-study", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
               help="Folder of 'analyze tune --cold': the cold-tuned column of warm-cold (Table 42).")
-@click.option("--policies", default=None, help="Learners to ablate instead of the study's UCB1, Softmax and KL-UCB "
-              "champions, e.g. 'UCB1[estimator.kind=gain;estimator.gain=0.1],Softmax'.")
 @click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
-@click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")
-@click.option("--split", default="scale", show_default=True, help="Train/test split (as for 'analyze replay').")
 @click.option("--threshold", type=float, default=0.10, show_default=True, help="Tail threshold (fraction).")
-def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, cold_study, policies, horizon, seeds,
-           split, threshold):
+def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, policies, seeds, split, cold_study, horizon,
+           threshold):
     """Run the paper's ablations, one table each (and a figure where the paper has one).
 
     Example, with champions tuned by 'analyze tune --out tuned':
@@ -385,14 +398,8 @@ def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, cold
     options = AblateOptions(horizon=horizon, seeds=seeds, split=split, threshold=threshold)
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
 
-    def show(section):
-        for name, table in section.tables.items():
-            _echo_table(table, f"{section.title}: {name}")
-        for note in section.notes:
-            click.echo(f"Note: {note}")
-
     run_ablations(problem, out, only=only, options=options, policies=chosen,
-                  first_calls=load_first_calls(dataset, fabric=fabric), progress=show)
+                  first_calls=load_first_calls(dataset, fabric=fabric), progress=_echo_section)
     click.echo(f"Ablations written to {out} (include them with 'analyze report --study {out}')")
 
 
@@ -410,15 +417,11 @@ def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, cold
                    "rank count, else its node count).")
 @click.option("--max-ratio", type=float, default=2.0, show_default=True,
               help="Largest ratio between a call's size and the swept size it is rounded to.")
-@click.option("--study", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="Folder of 'analyze tune' whose champions set the learners.")
-@click.option("--policies", default=None, help="Learners instead of the study's (or the default) UCB1, Softmax, KL-UCB.")
+@_learner_options
 @click.option("--horizon", type=int, default=100, show_default=True,
               help="Visits to each test context in the balanced uniform workload.")
-@click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")
-@click.option("--split", default="scale", show_default=True, help="Train/test split (as for 'analyze replay').")
 def workload(dataset, fabric, window, rho_max, keep_warmup, out, trace_id, workload_dataset, cycles, ranks, max_ratio,
-             study, policies, horizon, seeds, split):
+             study, policies, seeds, split, horizon):
     """Replay a Kineto trace's ordered calls over the sweep (Table 25, Figure 12) and the balanced workload (Table 24).
 
     Example, after ingesting a training job's trace into the sweep's dataset:
@@ -436,8 +439,5 @@ def workload(dataset, fabric, window, rho_max, keep_warmup, out, trace_id, workl
                       AblateOptions(horizon=horizon, seeds=seeds, split=split), chosen, figures=out / "figures")
     for section in run_workload(harness, out, rows=rows, trace_id=trace_id, cycles=cycles, ranks=ranks,
                                 max_ratio=max_ratio):
-        for name, table in section.tables.items():
-            _echo_table(table, f"{section.title}: {name}")
-        for note in section.notes:
-            click.echo(f"Note: {note}")
+        _echo_section(section)
     click.echo(f"Workload replays written to {out} (include them with 'analyze report --study {out}')")

@@ -218,6 +218,9 @@ def test_drift_hurts_a_frozen_choice_and_discount_is_chosen_on_train(harness):
 
 
 def test_selecting_ablations_by_name():
+    from ncclbot_sweep.cli.analyze import _ABLATION_NAMES
+
+    assert _ABLATION_NAMES == ", ".join(ABLATIONS), "the CLI help (kept light) lists every ablation"
     assert select_ablations(None) == list(ABLATIONS)
     assert select_ablations("dilution,size-gate") == ["size-gate", "dilution"]
     with pytest.raises(AnalysisError) as err:

@@ -82,18 +82,22 @@ def test_engine_equals_reference(name, params):
         np.testing.assert_array_equal(run.selection_us[s], selection)
 
 
+def assert_one_seed_matches(problem, raw, policy, *, horizon, seed, dilution=1, keep_warmup=False):
+    """One seed of the engine equals the plain reference: arms, realized and selection totals."""
+    run = run_policy(problem, policy, horizon=horizon, seeds=[seed], record_arms=True, dilution=dilution)
+    served, selection, arms = reference_replay(problem, policy, horizon=horizon, seed=seed, raw=raw, window=WINDOW,
+                                               keep_warmup=keep_warmup, dilution=dilution)
+    np.testing.assert_array_equal(run.arms[0], arms)
+    np.testing.assert_array_equal(run.served_us[0], served)
+    np.testing.assert_array_equal(run.selection_us[0], selection)
+
+
 @pytest.mark.parametrize("name", ["UCB1", "Softmax", "ETC", "GaussianTS", "EXP3"])
 @pytest.mark.parametrize("k", [1, 4, 16])
 def test_diluted_updates_match_the_reference(name, k):
     """Rewards held and applied every k steps (the plugin's sync period) equal the plain reference."""
     problem, raw = random_problem(7)
-    policy = make_policy(name)
-    run = run_policy(problem, policy, horizon=40, seeds=[3], record_arms=True, dilution=k)
-    served, selection, arms = reference_replay(problem, policy, horizon=40, seed=3, raw=raw, window=WINDOW,
-                                               dilution=k)
-    np.testing.assert_array_equal(run.arms[0], arms)
-    np.testing.assert_array_equal(run.served_us[0], served)
-    np.testing.assert_array_equal(run.selection_us[0], selection)
+    assert_one_seed_matches(problem, raw, make_policy(name), horizon=40, seed=3, dilution=k)
 
 
 def test_dilution_one_is_the_plain_replay_and_more_changes_learning():
@@ -127,13 +131,7 @@ def test_deterministic_policy_has_no_seed_variance():
 @pytest.mark.parametrize("name", ["AUTO", "UCB1", "Softmax"])
 def test_keeping_iteration_0_matches_the_reference_too(name):
     problem, raw = random_problem(7, keep_warmup=True)
-    policy = make_policy(name)
-    run = run_policy(problem, policy, horizon=70, seeds=[5], record_arms=True)
-    served, selection, arms = reference_replay(problem, policy, horizon=70, seed=5, raw=raw, window=WINDOW,
-                                               keep_warmup=True)
-    np.testing.assert_array_equal(run.arms[0], arms)
-    np.testing.assert_array_equal(run.served_us[0], served)
-    np.testing.assert_array_equal(run.selection_us[0], selection)
+    assert_one_seed_matches(problem, raw, make_policy(name), horizon=70, seed=5, keep_warmup=True)
 
 
 def test_dropping_iteration_0_changes_realized_not_selection_prices():
