@@ -19,7 +19,7 @@ import pandas as pd
 from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import is_synthetic_fabric
 
-from ..policies import Policy, make_policy, parse_policy
+from ..policies import Policy, parse_policy
 from ..pools import CONTEXT_COLUMNS
 from ..replay import ReplayProblem, run_replay, split_labels
 from ..summary import describe
