@@ -14,8 +14,8 @@ The paper's method (sections 3-6, appendices B-D, I) on plain pandas/numpy data:
   reads a dataset root;
 * :mod:`.live` the live campaigns (selection against a pooled oracle, learning curves,
   overhead ladder, setup toll, stock comparisons; :func:`.live.analyze_live`);
-* :mod:`.study` tuning (Optuna), supervised baselines (scikit-learn) and the robustness
-  studies (splits, holdout, mini-sweep, replication);
+* :mod:`.study` tuning (Optuna), supervised baselines (scikit-learn), the robustness
+  studies (splits, holdout, mini-sweep, replication), the ablations and the workload replay;
 * ``export.py`` is where the export stage goes; ``live/`` and ``study/`` import the core and
   :mod:`.policies`, never each other. The policy registry loads the supervised selectors from
   :mod:`.study` on use (``--policies GBM+cost``).

@@ -17,7 +17,8 @@ import pandas as pd
 from .pools import CONTEXT_COLUMNS, pool_position
 from .replay import ReplayProblem, oracle_sums
 
-__all__ = ["AuditResult", "run_audit", "audit_auto", "audit_summary", "gate_curve", "tail_anatomy", "format_bytes"]
+__all__ = ["AuditResult", "run_audit", "audit_auto", "audit_summary", "gate_curve", "tail_anatomy", "format_bytes",
+           "auto_margin"]
 
 
 def format_bytes(n: float) -> str:
@@ -40,8 +41,11 @@ class AuditResult:
     tail: pd.DataFrame
 
 
-def _margin(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
-    values = np.sort(np.where(measured & np.isfinite(pred), pred, np.inf), axis=1)
+def auto_margin(problem: ReplayProblem) -> np.ndarray:
+    """``[C]`` predicted runner-up margin ``m = mu_hat(2)/mu_hat(1) - 1`` over measured arms with a
+    prediction (inf when only one arm has one): AUTO's confidence before anything ran."""
+    values = np.sort(np.where(problem.pools.measured & np.isfinite(problem.predicted), problem.predicted, np.inf),
+                     axis=1)
     with np.errstate(invalid="ignore"):
         m = values[:, 1] / values[:, 0] - 1.0
     return np.where(np.isfinite(values[:, 1]), m, np.inf)
@@ -64,7 +68,7 @@ def audit_auto(problem: ReplayProblem, *, horizon: int = 100) -> pd.DataFrame:
     frame["error"] = auto != best
     frame["trlt_selection"] = pools.steady[c, auto] / pools.steady[c, best] - 1.0
     frame["trlt_realized"] = served / oracle - 1.0
-    frame["margin"] = _margin(problem.predicted, pools.measured)
+    frame["margin"] = auto_margin(problem)
     frame["best_excess"] = problem.predicted[c, best] / problem.mu_min - 1.0
     frame["auto_us"] = pools.steady[c, auto]
     frame["best_us"] = pools.steady[c, best]

@@ -1,8 +1,8 @@
 """Read a dataset root into a replay problem (the edge where Parquet meets the analysis).
 
 Everything else in :mod:`ncclbot_sweep.analysis` works on frames and arrays; this module is
-the one place that reads ``iterations``, ``cost_tables`` and ``tuning_tables`` through
-:func:`ncclbot_sweep.datasets.read_table`.
+the one place that reads ``iterations``, ``cost_tables``, ``tuning_tables``, ``runs`` and
+``workload`` through :func:`ncclbot_sweep.datasets.read_table`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,18 @@ from .pools import build_pools
 from .prior import call_params_from_runs, load_prior
 from .replay import ReplayProblem, make_problem
 
-__all__ = ["load_problem", "load_provenance"]
+__all__ = ["load_problem", "load_provenance", "load_first_calls", "load_workload"]
 
 log = logging.getLogger(__name__)
+
+
+def _root(dataset: str | Path) -> Path:
+    """The dataset folder, or :class:`AnalysisError` naming it when it does not exist."""
+    root = Path(dataset)
+    if not root.is_dir():
+        raise AnalysisError("dataset folder does not exist", path=root,
+                            hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
+    return root
 
 
 def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tuple[int, int] = (11, 99),
@@ -33,10 +42,7 @@ def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tupl
     """
     from ncclbot_sweep.datasets import partition_values, read_table
 
-    root = Path(dataset)
-    if not root.is_dir():
-        raise AnalysisError("dataset folder does not exist", path=root,
-                            hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
+    root = _root(dataset)
     filters = [("fabric", "=", fabric)] if fabric else None
     iterations = read_table(root, "iterations", filters=filters)
     if iterations.empty and fabric:
@@ -81,3 +87,35 @@ def load_provenance(dataset: str | Path, *, fabric: str | None = None) -> dict:
     out["hosts"] = sorted({h.strip() for joined in runs["hosts"].dropna() for h in str(joined).split(",") if h.strip()})
     out["runs"] = len(runs)
     return out
+
+
+def load_first_calls(dataset: str | Path, *, fabric: str | None = None):
+    """Iteration 0 of every forced-arm run (out of place): where a first-use stall lands.
+
+    The pools drop it (the paper's convention); the NVLS toll ablation measures the stall from
+    it. Columns: the context, ``arm``, ``run_id`` and ``time_us``; empty when the dataset's runs
+    start after a warm-up.
+    """
+    from ncclbot_sweep.datasets import read_table
+
+    filters = [("iteration", "=", 0)] + ([("fabric", "=", fabric)] if fabric else [])
+    frame = read_table(Path(dataset), "iterations", filters=filters)
+    frame = frame[frame["arm"].notna() & (frame["time_us"] > 0)]
+    if frame["in_place"].notna().any():
+        frame = frame[~frame["in_place"].fillna(False).astype(bool)]
+    return frame[["fabric", "collective", "nodes", "ranks", "size_bytes", "arm", "run_id", "time_us"]].reset_index(
+        drop=True)
+
+
+def load_workload(dataset: str | Path, trace_id: str):
+    """The ``workload`` rows of one Kineto trace; raises :class:`AnalysisError` listing the traces present."""
+    from ncclbot_sweep.datasets import read_table
+
+    root = _root(dataset)
+    frame = read_table(root, "workload")
+    known = sorted(frame["trace_id"].dropna().astype(str).unique())
+    if trace_id not in known:
+        listed = ", ".join(known) if known else "none: ingest a PyTorch/Kineto trace into this dataset first"
+        raise AnalysisError(f"trace {trace_id!r} is not in the workload table (traces: {listed})", path=root,
+                            hint="pass --trace with one of the trace ids listed")
+    return frame[frame["trace_id"] == trace_id].reset_index(drop=True)

@@ -142,6 +142,20 @@ class Pools:
             steady_n=None if self.steady_n is None else self.steady_n[idx],
         )
 
+    def without_arms(self, drop) -> Pools:
+        """These pools with the arms marked in ``drop`` (``[K]`` bool) unmeasured everywhere.
+
+        The measured-best arm is re-ranked among the arms left; contexts left without any
+        measured arm are left out. Used to take an arm out of every arm set (Table 23).
+        """
+        drop = np.asarray(drop, dtype=bool)
+        depth = np.where(drop[None, :], 0, self.depth)
+        steady = np.where(drop[None, :], np.nan, self.steady)
+        best = np.argmin(np.where(depth > 0, steady, np.inf), axis=1)
+        contexts = self.contexts.assign(n_arms=(depth > 0).sum(axis=1), best_arm=[self.arms[b] for b in best])
+        out = dataclasses.replace(self, contexts=contexts, depth=depth, steady=steady, best=best)
+        return out.subset((depth > 0).any(axis=1))
+
     def context_keys(self) -> list[tuple]:
         """The context tuples in row order."""
         return list(self.contexts[list(CONTEXT_COLUMNS)].itertuples(index=False, name=None))

@@ -10,8 +10,17 @@ per context:
 * selection TRLT = sum_t mean(A_t) / (T mean(a*)) - 1 (paper eq. 3), steady means.
 
 The engine is vectorised over contexts and seeds: all ``C x S`` bandits advance together,
-one numpy operation per step per statistic. Deterministic policies are run once per context
-and their result is copied to every seed (they have zero seed variance). Stochastic policies
+one numpy operation per step per statistic.
+
+Two switches serve the ablations (:mod:`.study`), both off by default:
+
+* ``dilution=k``: every bandit still selects at every step, but the rewards it observed are
+  held and applied, each pull's own reward in pull order, only at every k-th step (the
+  plugin's sync period, ``NCCLBOT_SYNC_EVERY``); ``k = 1`` is the plain replay;
+* ``environment``: an object that serves each pull in place of the pull-count pools (e.g. a
+  drifting pool map, :mod:`.study.drift`) and prices its own oracle; see :class:`Environment`.
+
+Deterministic policies are run once per context and their result is copied to every seed (they have zero seed variance). Stochastic policies
 draw from ``numpy.random.default_rng(seed)``, one generator per seed, in the order given by
 :func:`~.policies.draw_counts`; draws therefore depend on the seed and the context order.
 """
@@ -31,8 +40,8 @@ from ncclbot_sweep.names import Arm
 from .policies import BanditState, Policy, draw_counts
 from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools, exclude, pool_position
 
-__all__ = ["ReplayProblem", "ReplayRun", "Steps", "make_problem", "oracle_steps", "oracle_sums", "replay_with_trajectories",
-           "run_policy", "run_replay", "split_labels", "trajectory_frame", "SPLITS"]
+__all__ = ["Environment", "ReplayProblem", "ReplayRun", "Steps", "make_problem", "oracle_steps", "oracle_sums",
+           "replay_with_trajectories", "run_policy", "run_replay", "split_labels", "trajectory_frame", "SPLITS"]
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +128,12 @@ class Steps:
 
 @dataclasses.dataclass
 class ReplayRun:
-    """Per (seed, context) results of one policy; arrays are ``[S, C]``."""
+    """Per (seed, context) results of one policy; arrays are ``[S, C]``.
+
+    ``oracle_us`` and ``oracle_selection_us`` are ``[C]`` (the measured-best arm replaying its
+    pool) or, with an :class:`Environment`, ``[S, C]`` (its own oracle per seed). ``played`` is
+    ``[S, C, K]``: which arms each bandit ever served.
+    """
 
     policy: str
     deterministic: bool
@@ -133,14 +147,37 @@ class ReplayRun:
     best_last: np.ndarray
     arms: np.ndarray | None = None
     steps: Steps | None = None
+    played: np.ndarray | None = None
 
     @property
     def trlt_realized(self) -> np.ndarray:
-        return self.served_us / self.oracle_us[None, :] - 1.0
+        return self.served_us / np.broadcast_to(self.oracle_us, self.served_us.shape) - 1.0
 
     @property
     def trlt_selection(self) -> np.ndarray:
-        return self.selection_us / self.oracle_selection_us[None, :] - 1.0
+        return self.selection_us / np.broadcast_to(self.oracle_selection_us, self.selection_us.shape) - 1.0
+
+
+class Environment:
+    """What serves a pull instead of the pull-count pools (the drift replay's pool map).
+
+    The engine calls :meth:`bind` once per policy with the context of every bandit row (rows
+    are seed blocks of all contexts, one block per seed, in ``seeds`` order), then
+    :meth:`serve` at every step, then :meth:`oracle`. An environment must be independent of
+    the policy (its randomness keyed by seed and context only), so every policy faces the
+    same world; deterministic policies are then run once per seed.
+    """
+
+    def bind(self, problem: ReplayProblem, ctx: np.ndarray, seeds: list[int], horizon: int) -> None:
+        raise NotImplementedError
+
+    def serve(self, t: int, arms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Latency served to every row's pull of ``arms`` at step ``t`` (1-based), and its selection price."""
+        raise NotImplementedError
+
+    def oracle(self) -> tuple[np.ndarray, np.ndarray]:
+        """Realized and selection-priced totals ``[rows]`` of the (possibly moving) best arm."""
+        raise NotImplementedError
 
 
 def oracle_steps(problem: ReplayProblem, horizon: int) -> np.ndarray:
@@ -183,24 +220,34 @@ class _Batch:
     steady: np.ndarray  # flat [B * K]
     mu_min: np.ndarray
     rngs: list
+    dilution: int = 1
+    environment: Environment | None = None
+    pending: list = dataclasses.field(default_factory=list)  # held (rows, arms, reward) of a diluted replay
 
 
-def _batch(problem: ReplayProblem, policy: Policy, seeds: list[int], share: bool) -> _Batch:
+def _batch(problem: ReplayProblem, policy: Policy, seeds: list[int], share: bool, dilution: int,
+           environment: Environment | None, horizon: int) -> _Batch:
     pools = problem.pools
     n_ctx, n_arms, depth_max = pools.samples.shape
-    n_blocks = 1 if (policy.is_deterministic and share) else len(seeds)
+    n_blocks = 1 if (policy.is_deterministic and share and environment is None) else len(seeds)
     ctx = np.tile(np.arange(n_ctx), n_blocks)
     rows = np.arange(n_ctx * n_blocks)
     state = BanditState.empty(problem.offered[ctx], problem.prior[ctx], problem.auto[ctx])
     state.extra["lex_rank"], state.extra["group"] = problem.lex_rank, problem.group
     policy.init(state)
+    if environment is not None:
+        environment.bind(problem, ctx, seeds[:n_blocks], horizon)
     return _Batch(
         policy=policy, state=state, n_blocks=n_blocks, ctx=ctx, rows=rows, cell_base=rows * n_arms,
         sample_base=ctx * (n_arms * depth_max), depth_max=depth_max,
         samples=np.ascontiguousarray(pools.samples).reshape(-1), depth=pools.depth[ctx].reshape(-1),
         wrap=pools.wrap[ctx].reshape(-1),
         steady=np.nan_to_num(pools.steady[ctx]).reshape(-1), mu_min=problem.mu_min[ctx],
-        rngs=[np.random.default_rng(s) for s in seeds[:n_blocks]])
+        rngs=[np.random.default_rng(s) for s in seeds[:n_blocks]], dilution=dilution, environment=environment)
+
+
+def _learn(b: _Batch, rows: np.ndarray, arms: np.ndarray, reward: np.ndarray) -> None:
+    b.policy.update(b.state, rows, arms, b.state.renormalise(rows, reward, b.policy.estimator))
 
 
 def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -210,34 +257,50 @@ def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.nda
     cell = b.cell_base + arms
     pulls_flat = b.state.pulls.reshape(-1)
     pulls = pulls_flat[cell]
-    x = b.samples[b.sample_base + arms * b.depth_max + pool_position(pulls, b.depth[cell], b.wrap[cell])]
+    if b.environment is None:
+        x = b.samples[b.sample_base + arms * b.depth_max + pool_position(pulls, b.depth[cell], b.wrap[cell])]
+        price = b.steady[cell]
+    else:
+        x, price = b.environment.serve(t, arms)
     reward = b.mu_min / x
     skip = b.policy.estimator.skip_first
-    est = b.policy.estimator
     if skip:
         learn = pulls >= skip
-        if learn.any():
-            rows = b.rows[learn]
-            b.policy.update(b.state, rows, arms[learn], b.state.renormalise(rows, reward[learn], est))
+        observed = (b.rows[learn], arms[learn], reward[learn]) if learn.any() else None
     else:
-        b.policy.update(b.state, b.rows, arms, b.state.renormalise(b.rows, reward, est))
+        observed = (b.rows, arms, reward)
+    if b.dilution == 1:
+        if observed is not None:
+            _learn(b, *observed)
+    else:
+        if observed is not None:
+            b.pending.append(observed)
+        if t % b.dilution == 0:
+            for held in b.pending:
+                _learn(b, *held)
+            b.pending.clear()
     pulls_flat[cell] = pulls + 1
-    return arms, x, b.steady[cell]
+    return arms, x, price
 
 
 def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
                seeds: Sequence[int] = tuple(range(20)), record_arms: bool = False,
-               share_deterministic: bool = True, record_steps: bool = False) -> ReplayRun:
+               share_deterministic: bool = True, record_steps: bool = False, dilution: int = 1,
+               environment: Environment | None = None) -> ReplayRun:
     """Replay one policy on every context for ``horizon`` steps and every seed.
 
     Deterministic policies run one batch and are copied across seeds (unless
-    ``share_deterministic`` is False, which benchmarks use). The "plays the measured-best
-    arm at the end" share covers the last :data:`LAST_WINDOW` steps (paper section 6.1).
-    ``record_arms`` keeps the arm of every step per seed (``ReplayRun.arms``);
-    ``record_steps`` keeps arms and latencies per seed block (``ReplayRun.steps``).
+    ``share_deterministic`` is False, which benchmarks use, or an ``environment`` serves the
+    pulls). The "plays the measured-best arm at the end" share covers the last
+    :data:`LAST_WINDOW` steps (paper section 6.1). ``record_arms`` keeps the arm of every step
+    per seed (``ReplayRun.arms``); ``record_steps`` keeps arms and latencies per seed block
+    (``ReplayRun.steps``; pool-served replays only). ``dilution`` and ``environment``: see the
+    module docstring.
     """
+    if int(dilution) < 1:
+        raise AnalysisError(f"dilution must be a whole number of pulls >= 1, but got {dilution}")
     seeds = list(seeds)
-    b = _batch(problem, policy, seeds, share_deterministic)
+    b = _batch(problem, policy, seeds, share_deterministic, int(dilution), environment, horizon)
     n_rows, n_arms = b.state.offered.shape
     served, selection, auto_hits, best_hits = (np.zeros(n_rows) for _ in range(4))
     played = np.zeros((n_rows, n_arms), dtype=bool)
@@ -262,14 +325,17 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
         a = a.reshape(b.n_blocks, len(problem), *a.shape[1:])
         return np.repeat(a, len(seeds), axis=0) if b.n_blocks == 1 and len(seeds) > 1 else a
 
-    oracle, oracle_sel = oracle_sums(problem, horizon)
+    if environment is None:
+        oracle, oracle_sel = oracle_sums(problem, horizon)
+    else:
+        oracle, oracle_sel = (per_seed(a) for a in environment.oracle())
     steps = None
     if record_steps:
         def blocks(a: np.ndarray) -> np.ndarray:
             return a.reshape(b.n_blocks, len(problem), horizon)
 
         c = np.arange(len(problem))
-        shared = policy.is_deterministic and share_deterministic
+        shared = policy.is_deterministic and share_deterministic and environment is None
         steps = Steps(seeds=[None] if shared else seeds, arms=blocks(trace), served_us=blocks(served_t),
                       selection_us=blocks(selection_t), oracle_us=oracle_steps(problem, horizon),
                       best_steady_us=problem.pools.steady[c, problem.pools.best])
@@ -278,7 +344,7 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
         selection_us=per_seed(selection), oracle_us=oracle, oracle_selection_us=oracle_sel,
         auto_share=per_seed(auto_hits / horizon), distinct_arms=per_seed(played.sum(axis=1)),
         best_last=per_seed(best_hits / min(LAST_WINDOW, horizon)),
-        arms=None if not record_arms else per_seed(trace), steps=steps)
+        arms=None if not record_arms else per_seed(trace), steps=steps, played=per_seed(played))
 
 
 def _node_split(contexts: pd.DataFrame, split: str) -> np.ndarray:
@@ -345,7 +411,7 @@ def _frame(problem: ReplayProblem, run: ReplayRun, labels: pd.DataFrame) -> pd.D
     frame["trlt_realized"] = run.trlt_realized.reshape(-1)
     frame["trlt_selection"] = run.trlt_selection.reshape(-1)
     frame["served_us"] = run.served_us.reshape(-1)
-    frame["oracle_us"] = np.tile(run.oracle_us, n_seeds)
+    frame["oracle_us"] = np.broadcast_to(run.oracle_us, run.served_us.shape).reshape(-1)
     frame["auto_arm"] = np.tile(arms[problem.auto], n_seeds)
     frame["best_arm"] = np.tile(arms[problem.pools.best], n_seeds)
     frame["n_offered"] = np.tile(problem.offered.sum(axis=1), n_seeds)
@@ -399,13 +465,15 @@ def trajectory_frame(problem: ReplayProblem, run: ReplayRun, labels: pd.DataFram
 
 
 def _replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int, seeds: Sequence[int], split: str,
-            split_seed: int, trajectories: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+            split_seed: int, trajectories: bool, dilution: int = 1,
+            environment: Environment | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     labels = split_labels(problem.contexts, split, seed=split_seed)
     frames, steps = [], []
     for policy in policies:
         if hasattr(policy, "prepare") and not policy.fitted:  # fit-once selectors learn from the train part only
             policy = policy.prepare(problem, labels)
-        run = run_policy(problem, policy, horizon=horizon, seeds=seeds, record_steps=trajectories)
+        run = run_policy(problem, policy, horizon=horizon, seeds=seeds, record_steps=trajectories, dilution=dilution,
+                         environment=environment)
         frames.append(_frame(problem, run, labels))
         if trajectories:
             steps.append(trajectory_frame(problem, run, labels))
@@ -425,10 +493,14 @@ def _replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int,
 
 
 def run_replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int = 100,
-               seeds: Sequence[int] = tuple(range(20)), split: str = "scale", split_seed: int = 42) -> pd.DataFrame:
-    """Replay every policy; one row per policy x context x seed, labelled with the split."""
+               seeds: Sequence[int] = tuple(range(20)), split: str = "scale", split_seed: int = 42,
+               dilution: int = 1, environment: Environment | None = None) -> pd.DataFrame:
+    """Replay every policy; one row per policy x context x seed, labelled with the split.
+
+    ``dilution`` and ``environment`` are passed to :func:`run_policy`.
+    """
     return _replay(problem, policies, horizon=horizon, seeds=seeds, split=split, split_seed=split_seed,
-                   trajectories=False)[0]
+                   trajectories=False, dilution=dilution, environment=environment)[0]
 
 
 def replay_with_trajectories(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int = 100,

@@ -13,7 +13,7 @@ import pandas as pd
 from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS
 from .stats import bootstrap_ci, holm, mcnemar_exact, sign_flip_test, wild_cluster_bootstrap_t, wilcoxon_signed_rank
 
-__all__ = ["per_context", "summarize", "per_scenario", "scenario_pivot", "compare", "confirmatory"]
+__all__ = ["per_context", "describe", "summarize", "per_scenario", "scenario_pivot", "compare", "confirmatory"]
 
 
 def per_context(results: pd.DataFrame, *, part: str | None = "test") -> pd.DataFrame:
@@ -26,7 +26,8 @@ def per_context(results: pd.DataFrame, *, part: str | None = "test") -> pd.DataF
     return pd.concat([out, first], axis=1)
 
 
-def _describe(v: np.ndarray, threshold: float, *, n_boot: int = 1000, seed: int = 0) -> dict:
+def describe(v: np.ndarray, threshold: float, *, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Mean, SEM, p99 (with a bootstrap interval over contexts) in % and the count above ``threshold``."""
     n = v.size
     lo = hi = np.nan
     if n > 1 and n_boot:
@@ -53,8 +54,8 @@ def summarize(results: pd.DataFrame, *, part: str | None = "test", threshold: fl
     ctx = per_context(results, part=part)
     rows = []
     for name, g in ctx.groupby("policy", sort=False):
-        real = _describe(g["trlt_realized"].to_numpy(float), threshold)
-        sel = _describe(g["trlt_selection"].to_numpy(float), threshold)
+        real = describe(g["trlt_realized"].to_numpy(float), threshold)
+        sel = describe(g["trlt_selection"].to_numpy(float), threshold)
         rows.append({"policy": name, "contexts": len(g),
                      "realized_mean_pct": real["mean"], "realized_sem_pct": real["sem"],
                      "realized_p99_pct": real["p99"], "realized_p99_lo": real["p99_lo"],

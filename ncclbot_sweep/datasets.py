@@ -173,7 +173,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "workload": _schema(
         ("trace_id", _S), ("fabric", _S), ("collective", _S), ("group_size", _I32),
         ("size_bytes", _I64), ("dtype", _S), ("calls", _I64), ("total_us", _F64),
-        ("process_group", _S), ("source", _S),
+        ("process_group", _S), ("source", _S), ("call_seq", pa.list_(_I64)),
     ),
     "quarantine": _schema(
         ("source_format", _S), ("line", _I64), ("reason", _S), ("excerpt", _S), ("partial", _B),

@@ -122,6 +122,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
                                                        options=_plain_options(options)))
     live = _live_section(dataset, out)
     studies = _study_tables(options.studies, out)
+    sections = _study_sections(options.studies, out)
     parts = replay["part"].value_counts().to_dict()
     context = {
         "title": _title(dataset, provenance),
@@ -132,7 +133,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "options": options, "figures": figures, "tables": tables, "policies": order, "split": split,
         "headline": _headline(summary, tests, threshold=options.threshold), "live": live,
         "convention": problem.pools.convention, "excluded": problem.pools.excluded, "studies": studies,
-        "provenance": provenance, "results_file": RESULTS_FILE, "contexts_table": _write_contexts(dataset, problem, audit),
+        "sections": sections, "provenance": provenance, "results_file": RESULTS_FILE, "contexts_table": _write_contexts(dataset, problem, audit),
     }
     path = render_page(out / "index.html", "report.html.j2", context)
     log.info("report written to %s", path)
@@ -285,6 +286,39 @@ def _study_tables(folders: Sequence[str | Path], out: Path) -> list[dict]:
             if path.is_file():
                 table = write_table(pd.read_csv(path), out, name=f"{Path(folder).name}-{name}")
                 found.append({"caption": f"{caption} Source: {Path(folder).name}/.", "table": table})
+    return found
+
+
+#: The report's folder for the figures of study sections (ablations, workload replays).
+STUDY_FIGURES = "studies"
+
+
+def _study_sections(folders: Sequence[str | Path], out: Path) -> list[dict]:
+    """The sections of ``analyze ablate`` and ``analyze workload`` folders (their ``sections.json``):
+    tables copied into the report, figures (with their CSV) into ``out/studies``."""
+    import shutil
+
+    from ..study.sections import read_sections
+
+    found = []
+    for folder in map(Path, folders):
+        doc = read_sections(folder)
+        for entry in doc["sections"]:
+            tables = [write_table(pd.read_csv(folder / "tables" / f"{name}.csv"), out, name=f"{folder.name}-{name}")
+                      for name in entry["tables"] if (folder / "tables" / f"{name}.csv").is_file()]
+            figures = []
+            for rel in entry["figures"]:
+                source = folder / rel
+                if source.is_file():
+                    target = out / STUDY_FIGURES / f"{folder.name}-{source.name}"
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(source, target)
+                    if source.with_suffix(".csv").is_file():
+                        shutil.copyfile(source.with_suffix(".csv"), target.with_suffix(".csv"))
+                    figures.append(f"{STUDY_FIGURES}/{target.name}")
+            found.append({"title": entry["title"], "caption": f"{entry['caption']} Source: {folder.name}/.",
+                          "notes": [doc["about"], *entry["notes"]] if doc["about"] else entry["notes"],
+                          "tables": tables, "figures": figures})
     return found
 
 

@@ -1,6 +1,7 @@
 """Report figures (matplotlib, Agg backend, imported lazily).
 
-Survival of TRLT and the margin gate (the paper's Figures 1 and 13), and the views a cluster
+Survival of TRLT and the margin gate (the paper's Figures 1 and 13), cumulative lost time
+curves (Figures 8 and 12, for the ablation and workload studies), and the views a cluster
 engineer looks at first: bus bandwidth and latency against size per arm, where AUTO errs,
 and the cost model against measurement. Each figure has a data function (plain pandas,
 testable without matplotlib) and a plot function that writes the PNG with its data as a CSV
@@ -25,6 +26,7 @@ __all__ = [
     "error_map",
     "plot_arm_curves",
     "plot_cost_vs_measured",
+    "plot_crlt",
     "plot_error_maps",
     "plot_gate",
     "plot_survival",
@@ -154,6 +156,37 @@ def plot_gate(gate: pd.DataFrame, path: str | Path, *, synthetic: bool = False) 
     ax.set_title("AUTO audit: runner-up margin as a gate")
     ax.legend(fontsize=8)
     return save_figure(plt, fig, path, data=gate, synthetic=synthetic)
+
+
+def plot_crlt(curves: pd.DataFrame, path: str | Path, *, title: str, ylabel: str, marks=(), symlog: bool = False,
+              synthetic: bool = False) -> Path:
+    """Paper Figures 8 and 12: cumulative relative lost time (%) against the step, one line per
+    ``policy`` and one panel per ``panel`` value (when the column exists); ``marks`` are steps
+    drawn as dashed lines (a change point, cycle boundaries); ``symlog`` for curves spanning decades."""
+    plt = _pyplot()
+    panels = list(dict.fromkeys(curves["panel"])) if "panel" in curves.columns else [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(1.2 + 4.2 * len(panels), 4.0), dpi=120, squeeze=False,
+                             sharey=True)
+    names = list(dict.fromkeys(curves["policy"]))
+    colours = plt.get_cmap("tab20" if len(names) > 10 else "tab10")
+    styles = ("-", "--", "-.", ":")
+    for ax, panel in zip(axes[0], panels):
+        shown = curves if panel is None else curves[curves["panel"] == panel]
+        for name, g in shown.groupby("policy", sort=False):
+            i = names.index(name)
+            ax.plot(g["step"], g["value_pct"], label=name, linewidth=1.2, color=colours(i % colours.N),
+                    linestyle=styles[(i // colours.N) % len(styles)])
+        for step in marks:
+            ax.axvline(step, color="#888", linestyle="--", linewidth=0.8)
+        if symlog:
+            ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_xlabel("step")
+        ax.set_title(title if panel is None else str(panel), fontsize=10)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    if len(panels) > 1:
+        fig.suptitle(title, fontsize=11)
+    return _save(plt, fig, path, data=curves, synthetic=synthetic)
 
 
 def _scenario_stem(prefix: str, key: tuple) -> str:

@@ -2,7 +2,11 @@
 
 * :mod:`.spaces` the conditional search spaces of the 14 learning families (Table 16);
 * :mod:`.tune` the resumable study runner (journal or RDB storage, workers);
-* :mod:`.outputs` champions, the Table-16 summary and the search-progress figure.
+* :mod:`.outputs` champions, the Table-16 summary and the search-progress figure;
+* :mod:`.robustness` splits, holdout, mini-sweep and replication (Tables 3, 36, 41, 46, 51);
+* :mod:`.ablate` the ablations (:mod:`.harness`, :mod:`.ablations`, :mod:`.gates`,
+  :mod:`.nvls`, :mod:`.drift`) and :mod:`.workload` the trace replay, both writing report
+  sections (:mod:`.sections`).
 
 Optuna and scikit-learn are imported inside the functions that use them; this package
 imports the core and :mod:`..policies`, never ``live/``.

@@ -73,7 +73,8 @@ def table16(trials: pd.DataFrame) -> pd.DataFrame:
 
 def _champions_doc(summary: pd.DataFrame, options) -> dict:
     return {
-        "objective": f"mean train TRLT ({options.objective}-priced), split {options.split}",
+        "objective": f"mean train TRLT ({options.objective}-priced), split {options.split}"
+                     + (", warm start pinned off (cold)" if options.cold else ""),
         "policies": list(summary["spec"]),
         "studies": {r.policy: {"best_trial": int(r.best_trial), "trials": int(r.trials),
                                "train_trlt_default": float(r.train_default_pct) / 100,

@@ -5,6 +5,7 @@ Every family has an *educated guess* (trial 0, enqueued before any sampled trial
 the paper describes, which TPE models directly:
 
 * ``warm`` (cost-model warm start) on/off; ``pc`` (the pseudo-count nu) exists only when on;
+  a cold campaign (``analyze tune --cold``, Table 42) pins it off;
 * ``robust`` (clipped-SGD mean) on/off; ``clip``, ``lr`` and ``decay_exp`` exist only when on;
 * ``skip_first`` (skip-first-k learning updates per arm);
 * ``aom`` (the adaptive observed-max reward wrapper, ``estimator.observed_max``) on/off, for
@@ -191,17 +192,29 @@ def family(name: str) -> Family:
     return found
 
 
-def defaults(name: str) -> Params:
-    """Trial 0 of a study: the family's educated guess (observed-max wrapper off)."""
+def defaults(name: str, *, cold: bool = False) -> Params:
+    """Trial 0 of a study: the family's educated guess (observed-max wrapper off).
+
+    ``cold`` (warm start pinned off, Table 42) leaves the warm-start knobs out: they are not searched.
+    """
     fam = family(name)
-    return {**fam.guess, "aom": False} if fam.aom else dict(fam.guess)
+    guess = {**fam.guess, "aom": False} if fam.aom else dict(fam.guess)
+    if cold:
+        guess.pop("warm", None)
+        guess.pop("pc", None)
+    return guess
 
 
-def suggest(trial, name: str) -> Params:
-    """Ask ``trial`` for one configuration of family ``name`` (conditional knobs only when active)."""
+def suggest(trial, name: str, *, cold: bool = False) -> Params:
+    """Ask ``trial`` for one configuration of family ``name`` (conditional knobs only when active).
+
+    ``cold`` pins the warm start off (``warm`` False, never asked), for Table 42's cold studies.
+    """
     fam = family(name)
     params: Params = {}
-    if fam.warm:
+    if fam.warm and cold:
+        params["warm"] = False
+    elif fam.warm:
         _warm(trial, params)
     if fam.robust:
         _robust(trial, params)

@@ -66,6 +66,8 @@ class TuneOptions:
     storage: str | None = None
     workers: int = 1
     study_prefix: str = ""
+    #: Warm start pinned off in every study (Table 42's independently tuned cold champions).
+    cold: bool = False
 
     def __post_init__(self) -> None:
         for name in self.families:
@@ -83,8 +85,9 @@ class TuneOptions:
 
     def fingerprint(self) -> dict:
         """What a resumed study must share with the one it continues."""
-        return {"objective": self.objective, "horizon": self.horizon, "seeds": self.seeds, "split": self.split,
-                "split_seed": self.split_seed, "seed": self.seed, "startup": self.startup}
+        found = {"objective": self.objective, "horizon": self.horizon, "seeds": self.seeds, "split": self.split,
+                 "split_seed": self.split_seed, "seed": self.seed, "startup": self.startup}
+        return {**found, "cold": True} if self.cold else found
 
 
 def open_storage(out: Path, url: str | None):
@@ -226,11 +229,11 @@ def run_study(storage, train: ReplayProblem, name: str, options: TuneOptions, *,
         study.tell(stale.number, state=TrialState.FAIL)
     complete = _complete(study)
     if complete == 0 and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        study.enqueue_trial(defaults(name))
+        study.enqueue_trial(defaults(name, cold=options.cold))
     while complete < options.trials:
         study.sampler = _sampler(options, complete)
         trial = study.ask()
-        value, attrs = _score(train, name, suggest(trial, name), options)
+        value, attrs = _score(train, name, suggest(trial, name, cold=options.cold), options)
         for key, item in attrs.items():
             trial.set_user_attr(key, item)
         study.tell(trial, value)

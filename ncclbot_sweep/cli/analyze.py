@@ -188,7 +188,8 @@ def _command_line() -> str:
               default=None, help="With --replay: the per-step file its 'analyze replay --trajectories' wrote "
                                  "(the learning curves).")
 @click.option("--study", "studies", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="A folder of 'analyze tune/splits/holdout/minisweep/replication' whose tables to include (repeat).")
+              help="A folder of 'analyze tune/splits/holdout/minisweep/replication/ablate/workload' whose tables "
+                   "(and figures) to include (repeat).")
 def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file,
            trajectories_file, studies):
     """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out.
@@ -277,8 +278,11 @@ def _tune_progress():
 @click.option("--split-seed", type=int, default=42, show_default=True, help="Seed of the random split.")
 @click.option("--storage", default=None, help="Optuna storage URL (an RDB; default: the journal file in --out).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Processes on this machine.")
+@click.option("--cold", is_flag=True, default=False,
+              help="Pin the warm start off in every study (Table 42's cold-tuned champions, for 'analyze ablate "
+                   "--cold-study'); tune into its own --out.")
 def tune(dataset, fabric, window, rho_max, keep_warmup, out, families, trials, startup_trials, seed, objective,
-         horizon, seeds, split, split_seed, storage, workers):
+         horizon, seeds, split, split_seed, storage, workers, cold):
     """Tune every learning family with Optuna TPE (resumable) and write champions.yaml and Table 16.
 
     \b
@@ -291,7 +295,7 @@ def tune(dataset, fabric, window, rho_max, keep_warmup, out, families, trials, s
     names = tuple(n.strip() for n in families.split(",") if n.strip()) if families else tuple(FAMILIES)
     options = TuneOptions(families=names, trials=trials, startup=startup_trials, seed=seed, objective=objective,
                           horizon=horizon, seeds=seeds, split=split, split_seed=split_seed, storage=storage,
-                          workers=workers)
+                          workers=workers, cold=cold)
     dataset_args = {"dataset": dataset, "fabric": fabric, "window": tuple(window), "rho_max": rho_max,
                     "keep_warmup": keep_warmup}
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
@@ -488,3 +492,100 @@ def compare(dataset_a, dataset_b, threshold, out, as_json):
     _echo_table(result.table.loc[result.table["flagged"], shown], "Flagged contexts")
     if paths:
         click.echo(f"Table, figure and JSON written to {out}")
+
+
+def _learner_options(f):
+    """The options of the studies that ablate or replay the tuned learners (ablate, workload)."""
+    f = click.option("--split", default="scale", show_default=True, help="Train/test split (as for 'analyze replay').")(f)
+    f = click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")(f)
+    f = click.option("--policies", default=None, help="Learners instead of the study's UCB1, Softmax and KL-UCB "
+                     "champions, e.g. 'UCB1[estimator.kind=gain;estimator.gain=0.1],Softmax'.")(f)
+    return click.option("--study", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+                        help="Folder of 'analyze tune' whose champions.yaml sets the learners (default: the "
+                             "families' default settings, said so in the tables).")(f)
+
+
+def _echo_section(section) -> None:
+    """Print a study section's tables and notes (ablate, workload)."""
+    for name, table in section.tables.items():
+        _echo_table(table, f"{section.title}: {name}")
+    for note in section.notes:
+        click.echo(f"Note: {note}")
+
+
+_ABLATION_NAMES = ("warm-cold, nvls-toll, nvls-excluded, size-gate, hybrid, filter, horizon, mis-ranked, drift, "
+                   "dilution")
+
+
+@analyze.command()
+@_dataset_option
+@out_option("Folder for the tables (tables/*.csv, *.md), figures and sections.json ('analyze report --study').",
+            required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--only", default=None, help=f"Comma-separated ablations (default: all): {_ABLATION_NAMES}.")
+@_learner_options
+@click.option("--cold-study", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="Folder of 'analyze tune --cold': the cold-tuned column of warm-cold (Table 42).")
+@click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
+@click.option("--threshold", type=float, default=0.10, show_default=True, help="Tail threshold (fraction).")
+def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, policies, seeds, split, cold_study, horizon,
+           threshold):
+    """Run the paper's ablations, one table each (and a figure where the paper has one).
+
+    \b
+    Example, with champions tuned by 'analyze tune -o tuned':
+        ncclbot-sweep analyze ablate -d ds -o ablate --study tuned --only size-gate,hybrid
+    """
+    from ncclbot_sweep.analysis.inputs import load_first_calls
+    from ncclbot_sweep.analysis.policies import expand_policy_list
+    from ncclbot_sweep.analysis.study.ablate import run_ablations, select_ablations
+    from ncclbot_sweep.analysis.study.harness import AblateOptions, resolve_policies
+
+    select_ablations(only)
+    chosen = resolve_policies(study=study, cold_study=cold_study,
+                              specs=expand_policy_list(policies) if policies else None)
+    options = AblateOptions(horizon=horizon, seeds=seeds, split=split, threshold=threshold)
+    problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
+
+    run_ablations(problem, out, only=only, options=options, policies=chosen,
+                  first_calls=load_first_calls(dataset, fabric=fabric), progress=_echo_section)
+    click.echo(f"Ablations written to {out} (include them with 'analyze report --study {out}')")
+
+
+@analyze.command()
+@_dataset_option
+@out_option("Folder for the tables, Figure 12 and sections.json ('analyze report --study').",
+            required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--trace", "trace_id", default=None,
+              help="trace_id of a Kineto trace in the workload table (default: only the balanced uniform workload).")
+@click.option("--workload", "workload_dataset", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Dataset holding the trace's workload table (default: --dataset).")
+@click.option("--cycles", type=int, default=2, show_default=True, help="Times the trace is replayed, state carried.")
+@click.option("--ranks", type=int, default=None,
+              help="Map every call onto the sweep's communicator with this many ranks (default: the group size's "
+                   "rank count, else its node count).")
+@click.option("--max-ratio", type=float, default=2.0, show_default=True,
+              help="Largest ratio between a call's size and the swept size it is rounded to.")
+@_learner_options
+@click.option("--horizon", type=int, default=100, show_default=True,
+              help="Visits to each test context in the balanced uniform workload.")
+def workload(dataset, fabric, window, rho_max, keep_warmup, out, trace_id, workload_dataset, cycles, ranks, max_ratio,
+             study, policies, seeds, split, horizon):
+    """Replay a Kineto trace's ordered calls over the sweep (Table 25, Figure 12) and the balanced workload (Table 24).
+
+    \b
+    Example, after ingesting a training job's trace into the sweep's dataset:
+        ncclbot-sweep analyze workload -d ds -o wl --trace 3f2a9c0d1e5b7a64:rank0
+    """
+    from ncclbot_sweep.analysis.inputs import load_workload
+    from ncclbot_sweep.analysis.policies import expand_policy_list
+    from ncclbot_sweep.analysis.study.harness import AblateOptions, Harness, resolve_policies
+    from ncclbot_sweep.analysis.study.workload import run_workload
+
+    rows = None if trace_id is None else load_workload(workload_dataset or dataset, trace_id)
+    chosen = resolve_policies(study=study, specs=expand_policy_list(policies) if policies else None)
+    harness = Harness(_problem(dataset, fabric, window, rho_max, keep_warmup),
+                      AblateOptions(horizon=horizon, seeds=seeds, split=split), chosen, figures=out / "figures")
+    for section in run_workload(harness, out, rows=rows, trace_id=trace_id, cycles=cycles, ranks=ranks,
+                                max_ratio=max_ratio):
+        _echo_section(section)
+    click.echo(f"Workload replays written to {out} (include them with 'analyze report --study {out}')")

@@ -1,8 +1,10 @@
 """PyTorch/Kineto traces -> ``workload`` rows (what collectives a training job issues).
 
 One row per (collective, group size, message size, dtype, process group) with the number of
-calls and their total GPU time. Message sizes follow section 3: the full buffer for
-AllGather/ReduceScatter (``max(in, out) nelems x dtype size``).
+calls, their total GPU time and ``call_seq``, the positions of those calls in the trace's
+issue order (0-based over every collective call the trace counts), so the job's sequence of
+collectives can be rebuilt (``analyze workload``). Message sizes follow section 3: the full
+buffer for AllGather/ReduceScatter (``max(in, out) nelems x dtype size``).
 
 Where the facts come from, best first:
 
@@ -102,10 +104,11 @@ def parse_kineto(text: str, source: SourceInfo) -> ParseResult:
     groups = _aggregate(kernels, calls)
     base = {"trace_id": trace_id, "fabric": source.meta.get("fabric") or source.fabric, "source": "kineto",
             "source_path": source.path, "source_sha256": source.sha256}
-    for key, (ncalls, total) in groups.items():
+    for key, (ncalls, total, seq) in groups.items():
         coll, group_size, size, dtype, pg = key
         result.add("workload", {**base, "collective": coll, "group_size": group_size, "size_bytes": size,
-                                "dtype": dtype, "calls": ncalls, "total_us": total, "process_group": pg})
+                                "dtype": dtype, "calls": ncalls, "total_us": total, "process_group": pg,
+                                "call_seq": seq})
     if not groups:
         result.unusable = True
         result.issues.append(Issue(None, "no NCCL kernels or communication ops in the trace"))
@@ -121,8 +124,8 @@ def _call_from_args(coll: str, args: dict) -> tuple:
         str(args["Process Group Name"]) if args.get("Process Group Name") is not None else None
 
 
-def _collect(events: list) -> tuple[list[tuple[tuple, float, float]], dict[str, list[tuple]]]:
-    """Kernels as (key-or-partial-key, ts, dur) and CPU-side calls per collective, in time order."""
+def _collect(events: list) -> tuple[list[tuple[tuple, float, float]], dict[str, list[tuple[float, tuple]]]]:
+    """Kernels as (key-or-partial-key, ts, dur) and CPU-side calls as (ts, key) per collective, in time order."""
     kernels: list[tuple[tuple, float, float]] = []
     calls: dict[str, list[tuple[float, tuple]]] = collections.defaultdict(list)
     for ev in events:
@@ -151,12 +154,12 @@ def _collect(events: list) -> tuple[list[tuple[tuple, float, float]], dict[str, 
             if coll and isinstance(dims, list) and dims and width and all(isinstance(d, int) for d in dims):
                 calls[coll + ":annot"].append(((to_float(ev.get("ts")) or 0.0),
                                                (coll, None, math.prod(dims) * width, dtype_name(dtype), None)))
-    ordered = {k: [c for _, c in sorted(v, key=lambda x: x[0])] for k, v in calls.items()}
+    ordered = {k: sorted(v, key=lambda x: x[0]) for k, v in calls.items()}
     return sorted(kernels, key=lambda k: k[1]), ordered
 
 
-def _aggregate(kernels: list, calls: dict[str, list[tuple]]) -> dict[tuple, list]:
-    """``{key: [calls, total_us]}``: each collective call counted once, with its kernels' time.
+def _aggregate(kernels: list, calls: dict[str, list[tuple[float, tuple]]]) -> dict[tuple, tuple]:
+    """``{key: (calls, total_us, call_seq)}``: each collective call counted once, with its kernels' time.
 
     A call shows up several times in a trace: as a ``record_param_comms`` op, as an
     ``nccl:<op>`` annotation, as one or more kernels (a grouped or split collective launches
@@ -166,29 +169,40 @@ def _aggregate(kernels: list, calls: dict[str, list[tuple]]) -> dict[tuple, list
     their time to their own key (and count only where no op of that key was captured);
     other kernels' time is spread over the calls in issue order (with k kernels per call,
     kernels ``i*k..i*k+k-1`` belong to call ``i``). Calls without a kernel keep a null time.
+    ``call_seq`` numbers every counted call by the timestamp of the view that counted it.
     """
     groups: dict[tuple, list] = {}
-    by_coll: dict[str, list[tuple[tuple, float]]] = collections.defaultdict(list)
-    for key, _, dur in kernels:
-        by_coll[key[0]].append((key, dur))
+    stamps: list[tuple[float, int, tuple]] = []  # (ts, counting order, key) of every counted call
+
+    def count(key: tuple, ts: float) -> list:
+        entry = groups.setdefault(key, [0, None])
+        entry[0] += 1
+        stamps.append((ts, len(stamps), key))
+        return entry
+
+    by_coll: dict[str, list[tuple[tuple, float, float]]] = collections.defaultdict(list)
+    for key, ts, dur in kernels:
+        by_coll[key[0]].append((key, ts, dur))
     for coll in sorted(set(by_coll) | {c.removesuffix(":annot") for c in calls}):
         ks = by_coll.get(coll, [])
-        meta = [(key, dur) for key, dur in ks if key[2] is not None]
+        meta = [(key, ts, dur) for key, ts, dur in ks if key[2] is not None]
         cpu = calls.get(coll) or ([] if meta else calls.get(coll + ":annot")) or []
-        for call in cpu:
-            groups.setdefault(call, [0, None])[0] += 1
+        for ts, call in cpu:
+            count(call, ts)
         if meta:
-            counted = set(cpu)
-            for key, dur in meta:
-                entry = groups.setdefault(key, [0, None])
-                entry[0] += key not in counted
+            counted = {call for _, call in cpu}
+            for key, ts, dur in meta:
+                entry = groups.setdefault(key, [0, None]) if key in counted else count(key, ts)
                 entry[1] = (entry[1] or 0.0) + dur
             continue
         if not cpu:
-            cpu = [key for key, _ in ks]
-            for call in cpu:
-                groups.setdefault(call, [0, None])[0] += 1
-        for i, (_, dur) in enumerate(ks):
-            entry = groups[cpu[min(i * len(cpu) // len(ks), len(cpu) - 1)]]
+            cpu = [(ts, key) for key, ts, _ in ks]
+            for ts, call in cpu:
+                count(call, ts)
+        for i, (_, _, dur) in enumerate(ks):
+            entry = groups[cpu[min(i * len(cpu) // len(ks), len(cpu) - 1)][1]]
             entry[1] = (entry[1] or 0.0) + dur
-    return {k: (v[0], v[1]) for k, v in groups.items()}
+    seq: dict[tuple, list[int]] = collections.defaultdict(list)
+    for position, (_, _, key) in enumerate(sorted(stamps, key=lambda s: (s[0], s[1]))):
+        seq[key].append(position)
+    return {k: (v[0], v[1], seq[k]) for k, v in groups.items()}

@@ -549,11 +549,12 @@ def served_sample(samples, wrap, pulls):
     return samples[wrap + (pulls - len(samples)) % (len(samples) - wrap)]
 
 
-def reference_replay(problem, policy, *, horizon, seed, raw, window, keep_warmup=False):
+def reference_replay(problem, policy, *, horizon, seed, raw, window, keep_warmup=False, dilution=1):
     """Replay one seed of ``policy`` on every context; returns (served, selection, arms) per context.
 
     Latencies come from :func:`reference_pools` of the raw frame ``raw``; the cost-model
-    side (offered arms, priors, AUTO, ``mu_hat_min``) from ``problem``.
+    side (offered arms, priors, AUTO, ``mu_hat_min``) from ``problem``. With ``dilution=k``
+    the rewards of learned pulls are held and applied in pull order after every k-th step.
     """
     pools = problem.pools
     plain = reference_pools(raw, window=window, keep_warmup=keep_warmup)
@@ -564,7 +565,7 @@ def reference_replay(problem, policy, *, horizon, seed, raw, window, keep_warmup
     served, selection, traces = [], [], []
     for c, key in enumerate(pools.context_keys()):
         b = make_reference(policy, problem.offered[c], problem.prior[c], int(problem.auto[c]), extra)
-        total, sel, trace = 0.0, 0.0, []
+        total, sel, trace, held = 0.0, 0.0, [], []
         for t in range(1, horizon + 1):
             k = b.kind.select(b, t, us[t - 1, c], zs[t - 1, c])
             samples, wrap, steady = plain[(key, pools.arms[k])]
@@ -573,7 +574,11 @@ def reference_replay(problem, policy, *, horizon, seed, raw, window, keep_warmup
             sel += steady
             r = float(problem.mu_min[c]) / x
             if b.pulls[k] >= policy.estimator.skip_first:
-                b.kind.update(b, k, b.renormalise(r))
+                held.append((k, r))
+            if t % dilution == 0:
+                for arm, reward in held:
+                    b.kind.update(b, arm, b.renormalise(reward))
+                held = []
             b.pulls[k] += 1
             trace.append(k)
         served.append(total)

@@ -2,12 +2,14 @@
 
 A small forced-arm sweep of the simulated fabric is exported through the CLI; the example
 tuner's CSV is read by a parser written here from its documented rules (docs/nccl-plugin-abi.md
-section 6), the static table and the saved state by the real plugin through nb_host.py.
+section 6), the static table and the saved state by the real plugin through nb_host.py, and the
+saved state once more by a live simulated campaign run through ``submit``.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -215,6 +217,74 @@ def test_state_export_warm_starts_the_plugin_on_the_measured_best_arm(plugin, nb
             assert "no saved state loaded" not in log and "WARN" not in log, log
     assert checked >= 0.8 * len(problem), "nearly every context's best arm passes the filter"
     assert model_wrong > 0, "the cost model alone misses some best arm, so the state is what decides"
+
+
+LIVE_NODES = 2
+#: sim-h100 AllReduce on 2 nodes: AUTO plays NVLSTree/Simple at 4-256 MiB where a Ring arm is 12-37% faster.
+LIVE_CAMPAIGN = """\
+name: warm-state
+kind: live
+collectives: [AllReduce]
+nodes: [{nodes}]
+sizes: {{min: 4MiB, max: 256MiB, factor: 4}}
+policies: [ucb1]
+variants:
+  - {{name: model}}
+  - {{name: state, env: {{NCCLBOT_STATE_DIR: {state}}}}}
+# One rank process learning alone (no coordinator): every reward is applied on the next call.
+plugin: {{env: {{NCCLBOT_SYNC_ADDR: ""}}}}
+warmup: 0
+iterations: 40
+timeout_s: 300
+packing: {{steps_per_job: 2}}
+budget_node_hours: 10
+"""
+
+
+def _first_pulls_trlt(pulls, size: int, first: int = 30) -> float:
+    """Selection TRLT of a context's first pulls, each priced at its arm's true steady latency."""
+    sim = fabric(FABRIC)
+    arms = pulls[pulls["size_bytes"] == size].sort_values("pull")["arm"].head(first)
+    assert len(arms) == first, (size, len(arms))
+    truth = [sim.steady_latency_us("AllReduce", LIVE_NODES, Arm.parse(a), size) for a in arms]
+    best = sim.steady_latency_us("AllReduce", LIVE_NODES, sim.best_arm("AllReduce", LIVE_NODES, size), size)
+    return float(np.mean(truth)) / best - 1.0
+
+
+def test_a_live_run_warm_started_from_the_state_export_selects_better_than_the_cost_model(plugin, dataset, tmp_path):
+    """A live simulated campaign (the real plugin in the simulator's nccl-tests, through ``submit``)
+    run twice with UCB1: warm-started from the cost model, and from the ``state`` export. Over the
+    first 30 collectives of each size, priced by the simulator's ground truth, the state's run
+    loses less. The stand-in communicator has one rank process, so the plugin looks for the
+    ``n2-r1`` file: the export's 2-node file is copied there (same contexts, same cost tables)."""
+    from ncclbot_sweep.datasets import read_table
+    from ncclbot_sweep.resources import resource_path
+
+    folder = export("state", dataset, tmp_path / "state")
+    state = tmp_path / "plugin-state"
+    state.mkdir()
+    shutil.copy(folder / f"ncclbot-state-n{LIVE_NODES}-r{fabric(FABRIC).ranks(LIVE_NODES)}.csv",
+                state / f"ncclbot-state-n{LIVE_NODES}-r1.csv")
+    inventory = tmp_path / "sim-h100-1rank.yaml"
+    inventory.write_text(resource_path("inventories", "sim-h100.yaml").read_text().replace(
+        "  max_concurrent_jobs: 2\n", "  max_concurrent_jobs: 2\n  local_rank_processes: 1\n"))
+    campaign = tmp_path / "warm-state.yaml"
+    campaign.write_text(LIVE_CAMPAIGN.format(nodes=LIVE_NODES, state=json.dumps(str(state))))
+    run = CliRunner().invoke(main, ["submit", str(campaign), "-i", str(inventory), "-w", str(tmp_path / "run")])
+    assert run.exit_code == 0 and "steps: 2/2 ok" in run.output, run.output
+    ingested = CliRunner().invoke(main, ["ingest", str(tmp_path / "run"), "--dataset", str(tmp_path / "live")])
+    assert ingested.exit_code == 0, ingested.output
+    variants = {json.loads(p.read_text())["step_key"]: json.loads(p.read_text())["variant"]
+                for p in (tmp_path / "run").glob("jobs/*/steps/*/step.json")}
+    pulls = read_table(tmp_path / "live", "live_events")
+    pulls = pulls[pulls["kind"] == "pull"].assign(variant=lambda f: f["run_id"].str.split(".").str[0].map(variants))
+    sizes = sorted(pulls["size_bytes"].unique())
+    assert len(sizes) == 4
+    sim = fabric(FABRIC)
+    assert all(sim.auto_arm("AllReduce", LIVE_NODES, s) != sim.best_arm("AllReduce", LIVE_NODES, s) for s in sizes)
+    trlt = {v: np.mean([_first_pulls_trlt(pulls[pulls["variant"] == v], s) for s in sizes]) for v in ("model", "state")}
+    assert trlt["state"] < trlt["model"], trlt
+    assert trlt["state"] < 0.5 * trlt["model"], f"the measured state should remove most of the loss: {trlt}"
 
 
 def test_state_rows_are_the_measured_rewards(dataset, problem, tmp_path):

@@ -10,6 +10,7 @@ from ncclbot_sweep.analysis.policies import Estimator
 from ncclbot_sweep.analysis.policies import POLICIES, make_policy
 from ncclbot_sweep.analysis.pools import build_pools
 from ncclbot_sweep.analysis.replay import make_problem, run_policy
+from ncclbot_sweep.errors import AnalysisError
 
 from .reference import reference_replay
 from .synth import ARMS
@@ -81,6 +82,37 @@ def test_engine_equals_reference(name, params):
         np.testing.assert_array_equal(run.selection_us[s], selection)
 
 
+def assert_one_seed_matches(problem, raw, policy, *, horizon, seed, dilution=1, keep_warmup=False):
+    """One seed of the engine equals the plain reference: arms, realized and selection totals."""
+    run = run_policy(problem, policy, horizon=horizon, seeds=[seed], record_arms=True, dilution=dilution)
+    served, selection, arms = reference_replay(problem, policy, horizon=horizon, seed=seed, raw=raw, window=WINDOW,
+                                               keep_warmup=keep_warmup, dilution=dilution)
+    np.testing.assert_array_equal(run.arms[0], arms)
+    np.testing.assert_array_equal(run.served_us[0], served)
+    np.testing.assert_array_equal(run.selection_us[0], selection)
+
+
+@pytest.mark.parametrize("name", ["UCB1", "Softmax", "ETC", "GaussianTS", "EXP3"])
+@pytest.mark.parametrize("k", [1, 4, 16])
+def test_diluted_updates_match_the_reference(name, k):
+    """Rewards held and applied every k steps (the plugin's sync period) equal the plain reference."""
+    problem, raw = random_problem(7)
+    assert_one_seed_matches(problem, raw, make_policy(name), horizon=40, seed=3, dilution=k)
+
+
+def test_dilution_one_is_the_plain_replay_and_more_changes_learning():
+    problem, _ = random_problem(7)
+    policy = make_policy("UCB1")
+    plain = run_policy(problem, policy, horizon=40, seeds=[0], record_arms=True)
+    one = run_policy(problem, policy, horizon=40, seeds=[0], record_arms=True, dilution=1)
+    np.testing.assert_array_equal(plain.arms, one.arms)
+    np.testing.assert_array_equal(plain.served_us, one.served_us)
+    slow = run_policy(problem, policy, horizon=40, seeds=[0], record_arms=True, dilution=16)
+    assert not np.array_equal(plain.arms, slow.arms)
+    with pytest.raises(AnalysisError, match="dilution must be"):
+        run_policy(problem, policy, horizon=10, seeds=[0], dilution=0)
+
+
 def test_stochastic_policies_depend_on_seed_and_repeat_with_it():
     problem, _ = random_problem(3)
     policy = make_policy("Softmax", tau=0.5, decay=False)
@@ -99,13 +131,7 @@ def test_deterministic_policy_has_no_seed_variance():
 @pytest.mark.parametrize("name", ["AUTO", "UCB1", "Softmax"])
 def test_keeping_iteration_0_matches_the_reference_too(name):
     problem, raw = random_problem(7, keep_warmup=True)
-    policy = make_policy(name)
-    run = run_policy(problem, policy, horizon=70, seeds=[5], record_arms=True)
-    served, selection, arms = reference_replay(problem, policy, horizon=70, seed=5, raw=raw, window=WINDOW,
-                                               keep_warmup=True)
-    np.testing.assert_array_equal(run.arms[0], arms)
-    np.testing.assert_array_equal(run.served_us[0], served)
-    np.testing.assert_array_equal(run.selection_us[0], selection)
+    assert_one_seed_matches(problem, raw, make_policy(name), horizon=70, seed=5, keep_warmup=True)
 
 
 def test_dropping_iteration_0_changes_realized_not_selection_prices():

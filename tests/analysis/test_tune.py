@@ -207,3 +207,20 @@ def test_every_learning_family_searches_the_observed_max_wrapper_off_at_trial_0(
         assert defaults(name)["aom"] is False
         assert not parse_policy(policy_spec(name, defaults(name))).estimator.observed_max
         assert parse_policy(policy_spec(name, {**defaults(name), "aom": True})).estimator.observed_max
+
+
+def test_a_cold_campaign_never_warm_starts_and_cannot_resume_a_warm_one(dataset, tmp_path):
+    """``--cold`` (Table 42): every trial of a warm-capable family replays with pseudo-count 0."""
+    from ncclbot_sweep.analysis.policies import parse_policy
+
+    cold = tmp_path / "cold"
+    result = CliRunner().invoke(main, [*_tune_args(dataset, cold, 6), "--families", "UCB1,Hierarchical", "--cold"])
+    assert result.exit_code == 0, result.output
+    for family in ("UCB1", "Hierarchical"):
+        done, _ = _trials(cold, family)
+        assert len(done) == 6 and all("warm" not in t.params and "pc" not in t.params for t in done)
+        assert all(parse_policy(t.user_attrs["spec"]).pseudo_count == 0.0 for t in done)
+    doc = read_champions(cold / "champions.yaml")
+    assert "warm start pinned off" in doc["objective"]
+    warm = CliRunner().invoke(main, _tune_args(dataset, cold, 6))
+    assert warm.exit_code == 1 and "was tuned with" in warm.output

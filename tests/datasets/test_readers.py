@@ -76,3 +76,24 @@ def test_write_rows_and_ingest_name_files_alike(tmp_path):
     names_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a" / "iterations").rglob("src-*"))
     names_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b" / "iterations").rglob("src-*"))
     assert names_a == names_b and names_a[0].name == datasets.data_file_name(sha)
+
+
+def test_workload_call_order_round_trips_and_older_files_read_as_null(tmp_path):
+    """``workload.call_seq`` is a list column: written, it reads back alike in pandas and DuckDB;
+    a file written before the column existed reads with the column null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = dict(trace_id="t:rank0", fabric="sim-h100", collective="AllReduce", group_size=8, size_bytes=4096,
+               dtype="float", calls=3, total_us=12.0, process_group="0", source="kineto", call_seq=[0, 4, 9],
+               source_path="t.json", source_sha256="ab")
+    datasets.write_rows(tmp_path, "workload", [row])
+    older = pa.table({k: [v] for k, v in row.items() if k not in ("call_seq", "fabric", "collective")})
+    folder = tmp_path / "workload" / "fabric=sim-h100" / "collective=AllGather"
+    folder.mkdir(parents=True)
+    pq.write_table(older, folder / "src-old.parquet")
+    frame = datasets.read_table(tmp_path, "workload").sort_values("collective")
+    assert list(frame["call_seq"].iloc[1]) == [0, 4, 9] and frame["call_seq"].iloc[0] is None
+    got = duckdb.sql(f"select call_seq from read_parquet('{tmp_path}/workload/**/src-*.parquet', "
+                     "hive_partitioning=true, union_by_name=true) where collective = 'AllReduce'").fetchall()
+    assert got == [([0, 4, 9],)]

@@ -100,6 +100,38 @@ def test_allgather_choice_sizes_use_the_rank_lines_of_the_same_output():
     assert (choice["collective"], choice["ranks"], choice["size_bytes"]) == ("ReduceScatter", 16, 16 * 4096)
 
 
+def _kineto(events) -> bytes:
+    return json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": events}).encode()
+
+
+def _op(ts, coll, nelems, group=8):
+    return {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": ts, "dur": 2,
+            "args": {"Collective name": coll, "In msg nelems": nelems, "Out msg nelems": nelems, "dtype": "Float",
+                     "Group size": group, "Process Group Name": "0"}}
+
+
+def _kernel(ts, name, dur):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {}}
+
+
+def test_kineto_call_seq_keeps_the_issue_order_of_interleaved_calls():
+    """Rows aggregate per (collective, size, ...), and ``call_seq`` says where each call came in the
+    trace, so the job's sequence can be rebuilt: AR, BC, AR, RS, BC here."""
+    events = [_op(100, "allreduce", 1024), _op(200, "broadcast", 64), _op(300, "allreduce", 1024),
+              _op(400, "reduce_scatter", 4096), _op(500, "broadcast", 64)]
+    events += [_kernel(ts + 10, f"ncclDevKernel_{name}_Sum_f32_RING_LL(x)", 5.0)
+               for ts, name in ((100, "AllReduce"), (200, "Broadcast"), (300, "AllReduce"), (400, "ReduceScatter"),
+                                (500, "Broadcast"))]
+    rows = parse_source("kineto-trace", _kineto(events), source("t.json")).rows("workload")
+    seq = {row["collective"]: row["call_seq"] for row in rows}
+    assert seq == {"AllReduce": [0, 2], "Broadcast": [1, 4], "ReduceScatter": [3]}
+    assert all(len(row["call_seq"]) == row["calls"] for row in rows)
+    bare = [_kernel(ts, f"ncclDevKernel_{name}_Sum_f32_RING_LL(x)", 5.0)
+            for ts, name in ((30, "AllReduce"), (10, "AllGather"), (20, "AllReduce"))]
+    rows = parse_source("kineto-trace", _kineto(bare), source("t.json")).rows("workload")
+    assert {row["collective"]: row["call_seq"] for row in rows} == {"AllGather": [0], "AllReduce": [1, 2]}
+
+
 def test_kineto_each_call_is_counted_once():
     data = (FIELD / "kineto-one-call-many-views.json").read_bytes()
     assert detect_format(data) == "kineto-trace"
@@ -110,4 +142,5 @@ def test_kineto_each_call_is_counted_once():
     assert ar["total_us"] == pytest.approx(10 + 5 + 20 + 15)  # both kernels of both calls
     assert (bc["calls"], bc["size_bytes"], bc["total_us"]) == (1, 256 * 4, pytest.approx(3.0))
     assert (rs["calls"], rs["size_bytes"], rs["dtype"], rs["total_us"]) == (1, 8192 * 2, "bfloat16", pytest.approx(7.0))
+    assert (ar["call_seq"], bc["call_seq"], rs["call_seq"]) == ([0, 1], [2], [3])
     json.loads(data)  # the fixture itself is valid JSON
