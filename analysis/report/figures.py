@@ -163,7 +163,7 @@ def plot_crlt(curves: pd.DataFrame, path: str | Path, *, title: str, ylabel: str
     """Paper Figures 8 and 12: cumulative relative lost time (%) against the step, one line per
     ``policy`` and one panel per ``panel`` value (when the column exists); ``marks`` are steps
     drawn as dashed lines (a change point, cycle boundaries); ``symlog`` for curves spanning decades."""
-    plt = _pyplot()
+    plt = pyplot()
     panels = list(dict.fromkeys(curves["panel"])) if "panel" in curves.columns else [None]
     fig, axes = plt.subplots(1, len(panels), figsize=(1.2 + 4.2 * len(panels), 4.0), dpi=120, squeeze=False,
                              sharey=True)
@@ -186,7 +186,7 @@ def plot_crlt(curves: pd.DataFrame, path: str | Path, *, title: str, ylabel: str
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     if len(panels) > 1:
         fig.suptitle(title, fontsize=11)
-    return _save(plt, fig, path, data=curves, synthetic=synthetic)
+    return save_figure(plt, fig, path, data=curves, synthetic=synthetic)
 
 
 def _scenario_stem(prefix: str, key: tuple) -> str:
