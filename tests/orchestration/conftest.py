@@ -3,8 +3,9 @@
 The fake binaries are small bash scripts standing in for nccl-tests (the issue allows any
 binary until the simulated fabric is used): they log each start and end with the step key
 into ``$NCCLSWEEP_FAKE_LOG``, write stdout (one result row, so a step that exits 0 is ``ok``),
-the NCCL log and the ``-J`` JSON file, and can be told to sleep (``NCCLSWEEP_FAKE_SLEEP``), fail (``NCCLSWEEP_FAKE_FAIL_ALGO``) or refuse an arm the
-way NCCL does (``NCCLSWEEP_FAKE_INVALID_ALGO``).
+the NCCL log and the ``-J`` JSON file, and can be told to sleep (``NCCLSWEEP_FAKE_SLEEP``),
+fail (``NCCLSWEEP_FAKE_FAIL_ALGO``) or refuse an arm the way NCCL does
+(``NCCLSWEEP_FAKE_INVALID_ALGO``).
 """
 
 from __future__ import annotations
