@@ -60,6 +60,7 @@ __all__ = [
     "nccl_type_name",
     "parse_size",
     "prune_arms",
+    "torch_collective",
     "valid_arms",
 ]
 
@@ -456,8 +457,11 @@ _NCCL_ENUM_NAME = {name: enum for name, _width, enum in _NCCL_TYPE_TABLE}
 # Types that traces name but NCCL has no enum for, with their widths.
 _OTHER_WIDTHS = {"int16": 2}
 _DTYPE_WIDTH = dict(NCCL_DATATYPES) | _OTHER_WIDTHS
+# NCCL's enum names (what its profiler and warnings print), its legacy aliases (``nccl.h``),
 # PyTorch, kernel-name and C spellings of a data type -> the nccl-tests name.
 _DTYPE_ALIASES = {name: name for name in _DTYPE_WIDTH} | {
+    enum.lower(): name for name, enum in _NCCL_ENUM_NAME.items()} | {
+    "ncclchar": "int8", "ncclint": "int32", "ncclhalf": "half", "ncclfloat": "float", "nccldouble": "double",
     "float32": "float", "f32": "float", "fp32": "float", "float16": "half", "c10::half": "half", "f16": "half",
     "fp16": "half", "c10::bfloat16": "bfloat16", "bf16": "bfloat16", "float64": "double", "f64": "double",
     "fp64": "double", "long": "int64", "i64": "int64", "int": "int32", "i32": "int32", "signed char": "int8",
@@ -504,6 +508,24 @@ def collective_in_text(text: str) -> str | None:
     """
     lowered = text.lower().replace("-", "_")
     return next((coll for alias, coll in _BY_LENGTH if alias in lowered), None)
+
+
+# PyTorch's names for what it issues through NCCL that are not NCCL spellings: point-to-point
+# ops, and ``barrier`` (an AllReduce of one element, kept apart from the workload's AllReduces).
+_TORCH_ONLY = {"send": "SendRecv", "recv": "SendRecv", "barrier": "Barrier"}
+_TORCH_BY_LENGTH = sorted(({alias.replace("_", ""): coll for alias, coll in _CANON_COLL.items()} | _TORCH_ONLY).items(),
+                          key=lambda item: -len(item[0]))
+
+
+def torch_collective(name: str) -> str | None:
+    """The collective a PyTorch op or an NCCL kernel names, or None (``wait``, anything else).
+
+    ``nccl:_all_gather_base`` -> ``AllGather``, ``reduce_scatter_tensor`` -> ``ReduceScatter``,
+    ``allreduce_coalesced`` -> ``AllReduce``, ``send`` -> ``SendRecv``; longer spellings first.
+    """
+    key = name.lower().replace("nccl:", "").replace("_", "")
+    key = key.removesuffix("base").removesuffix("intotensor").removesuffix("tensor").removesuffix("coalesced")
+    return next((coll for alias, coll in _TORCH_BY_LENGTH if key.startswith(alias)), None)
 
 
 # --------------------------------------------------------------------------- synthetic data

@@ -99,11 +99,15 @@ def test_full_buffer_rule_needs_the_rank_count_for_allgather_and_reducescatter()
 
 
 def test_dtype_spellings_and_widths():
-    from ncclbot_sweep.names import canonical_dtype, dtype_bytes, nccl_datatype
+    from ncclbot_sweep.names import NCCL_DATATYPES, canonical_dtype, dtype_bytes, nccl_datatype, nccl_type_name
 
     assert nccl_datatype(7) == ("float", 4) and nccl_datatype(9) == ("bfloat16", 2) and nccl_datatype(12) is None
     assert canonical_dtype("c10::BFloat16") == "bfloat16" and canonical_dtype("fp32") == "float"
     assert dtype_bytes("f16") == 2 and dtype_bytes("short") == 2 and dtype_bytes("quaternion") is None
+    for name, width in NCCL_DATATYPES:  # NCCL's enum names (profiler traces) read back
+        assert canonical_dtype(nccl_type_name(name)) == name and dtype_bytes(nccl_type_name(name)) == width
+    assert [canonical_dtype(v) for v in ("ncclChar", "ncclInt", "ncclHalf", "ncclFloat", "ncclDouble")] == [
+        "int8", "int32", "half", "float", "double"]  # nccl.h's legacy aliases
 
 
 def test_nccl_type_names_follow_the_enum_and_refuse_non_nccl_types():
@@ -136,6 +140,16 @@ def test_collective_in_text_prefers_the_longest_spelling():
     assert collective_in_text("logs/nccl-reduce_scatter-8n.log") == "ReduceScatter"
     assert collective_in_text("ALL_GATHER.txt") == "AllGather" and collective_in_text("reduce.txt") == "Reduce"
     assert collective_in_text("notes.txt") is None
+
+
+def test_torch_collective_reads_pytorch_op_names():
+    from ncclbot_sweep.names import torch_collective
+
+    ops = {"nccl:_all_gather_base": "AllGather", "reduce_scatter_tensor": "ReduceScatter",
+           "all_gather_into_tensor": "AllGather", "allreduce_coalesced": "AllReduce", "all_to_all": "AlltoAll",
+           "_reduce_scatter_base": "ReduceScatter", "reduce": "Reduce", "gather": "Gather", "send": "SendRecv",
+           "recv": "SendRecv", "barrier": "Barrier", "Broadcast": "Broadcast", "wait": None, "": None}
+    assert {op: torch_collective(op) for op in ops} == ops
 
 
 def test_synthetic_fabrics():

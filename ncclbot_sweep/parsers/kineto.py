@@ -26,17 +26,13 @@ import math
 import re
 from typing import Any
 
-from ncclbot_sweep.names import canonical_dtype, dtype_bytes
+from ncclbot_sweep.names import canonical_dtype, dtype_bytes, torch_collective
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, to_float
 from ncclbot_sweep.parsers.jsonfix import load_truncated
 
-__all__ = ["parse_kineto", "kernel_collective", "torch_collective", "dtype_name"]
+__all__ = ["parse_kineto", "kernel_collective", "dtype_name"]
 
 _KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_TORCH_COLL = [("allreduce", "AllReduce"), ("allgather", "AllGather"), ("reducescatter", "ReduceScatter"),
-               ("alltoall", "AlltoAll"), ("broadcast", "Broadcast"), ("reduce", "Reduce"),
-               ("sendrecv", "SendRecv"), ("send", "SendRecv"), ("recv", "SendRecv"), ("gather", "Gather"),
-               ("scatter", "Scatter"), ("barrier", "Barrier")]
 
 
 def kernel_collective(name: str) -> str | None:
@@ -45,18 +41,6 @@ def kernel_collective(name: str) -> str | None:
     if not m:
         return None
     return torch_collective(m.group(1))
-
-
-def torch_collective(name: str) -> str | None:
-    """NCCL spelling of a PyTorch collective name (``_all_gather_base`` -> ``AllGather``)."""
-    key = name.lower().replace("nccl:", "").replace("_", "")
-    key = key.removesuffix("base").removesuffix("intotensor").removesuffix("tensor").removesuffix("coalesced")
-    if key in ("wait", ""):
-        return None
-    for prefix, coll in _TORCH_COLL:
-        if key.startswith(prefix):
-            return coll
-    return None
 
 
 def dtype_name(dtype: Any) -> str | None:
