@@ -14,20 +14,12 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from ncclbot_sweep.names import human_size
+
 from .pools import CONTEXT_COLUMNS, pool_position
 from .replay import ReplayProblem, oracle_sums
 
-__all__ = ["AuditResult", "run_audit", "audit_auto", "audit_summary", "gate_curve", "tail_anatomy", "format_bytes"]
-
-
-def format_bytes(n: float) -> str:
-    """``1048576 -> '1 MiB'`` (binary units, as message sizes are swept)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:g} {unit}"
-        n /= 1024.0
-    return f"{n:g} TiB"
+__all__ = ["AuditResult", "run_audit", "audit_auto", "audit_summary", "gate_curve", "tail_anatomy"]
 
 
 @dataclasses.dataclass
@@ -127,7 +119,7 @@ def tail_anatomy(audit: pd.DataFrame, *, threshold: float = 0.10, pricing: str =
     for (auto_arm, best_arm), g in tail.groupby(["auto_arm", "best_arm"], sort=False):
         row = {"auto_arm": auto_arm, "best_arm": best_arm, "n": len(g),
                "collectives": "/".join(sorted({_short(c) for c in g["collective"]})),
-               "sizes": f"{format_bytes(g['size_bytes'].min())}-{format_bytes(g['size_bytes'].max())}",
+               "sizes": f"{human_size(g['size_bytes'].min())}-{human_size(g['size_bytes'].max())}",
                "nodes": ",".join(str(n) for n in sorted(g["nodes"].unique())),
                "margin": f"{g['margin'].min():.2f}-{g['margin'].max():.2f}",
                "auto_max_pct": 100 * g[f"trlt_{pricing}"].max()}

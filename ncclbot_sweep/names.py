@@ -433,12 +433,16 @@ def parse_size(value: int | str) -> int:
     return size
 
 
-def human_size(size: int) -> str:
-    """``16 GiB`` for 17179869184, ``512 B`` for 512 (binary units, exact multiples only)."""
+def human_size(size: int | float) -> str:
+    """A byte count in the largest binary unit it reaches: ``16 GiB``, ``512 B``, ``1.5 KiB``.
+
+    Exact multiples print as whole numbers (so :func:`parse_size` reads them back); other sizes
+    (an AllGather buffer rounded to the rank count) keep six significant digits: ``1023.98 KiB``.
+    """
     for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor} {unit}"
-    return f"{size} B"
+        if abs(size) >= factor:
+            return f"{int(size) // factor} {unit}" if size % factor == 0 else f"{size / factor:g} {unit}"
+    return f"{int(size)} B" if size == int(size) else f"{size:g} B"
 
 
 # --------------------------------------------------------------------------- data types

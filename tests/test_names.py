@@ -1,5 +1,6 @@
 """Truth table for the arm validity rules of architecture section 3."""
 
+import numpy as np
 import pytest
 
 from ncclbot_sweep.names import (
@@ -86,6 +87,9 @@ def test_sizes_round_trip_in_binary_units():
 
     assert [parse_size(v) for v in ("512B", "4KB", "1M", "16GiB", 4096)] == [512, 4096, 2**20, 16 * 2**30, 4096]
     assert human_size(16 * 2**30) == "16 GiB" and human_size(1000) == "1000 B"
+    # One formatter for plans, tables and figures: sizes that are not whole units stay short.
+    assert [human_size(v) for v in (1536, 1048560, np.int64(4096), np.float64(2**20))] == [
+        "1.5 KiB", "1023.98 KiB", "4 KiB", "1 MiB"]
     with pytest.raises(ValueError, match="like '512B', '1M', '16GiB'"):
         parse_size("12 parsecs")
 

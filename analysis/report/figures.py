@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncclbot_sweep.names import bus_factor, is_synthetic_fabric
+from ncclbot_sweep.names import bus_factor, human_size, is_synthetic_fabric
 
-from ..audit import format_bytes
 from ..pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
 
 __all__ = [
@@ -216,7 +215,7 @@ def plot_error_maps(emap: pd.DataFrame, folder: str | Path) -> list[Path]:
             ink = "white" if row.loss_pct > 0.6 * top else "black"  # readable on the dark end of the map
             ax.text(pos_size[row.size_bytes], pos_node[row.nodes], _cell_label(row), ha="center", va="center",
                     fontsize=6.5, color=ink)
-        ax.set_xticks(range(len(sizes)), [format_bytes(s).replace(" ", "") for s in sizes], rotation=60, fontsize=7)
+        ax.set_xticks(range(len(sizes)), [human_size(s).replace(" ", "") for s in sizes], rotation=60, fontsize=7)
         ax.set_yticks(range(len(nodes)), [str(n) for n in nodes])
         ax.set_xlabel("message size (nccl-tests size)")
         ax.set_ylabel("nodes")
