@@ -414,10 +414,24 @@ SIZE_UNITS: dict[str, int] = {
     "": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
     "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
+# nccl-tests' ``parsesize``: ``sscanf(value, "%lf %1s")``, a decimal number, then the first
+# non-blank character as the unit (K, M or G in either case); what follows it is ignored.
+_NCCLTESTS_SIZE_RE = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(\S?)")
 
 
-def parse_size(value: int | str) -> int:
-    """Bytes from ``4096``, ``"512B"``, ``"1M"``, ``"4KB"`` or ``"16GiB"`` (binary units, as nccl-tests)."""
+def parse_size(value: int | str, *, nccl_tests: bool = False) -> int:
+    """Bytes from ``4096``, ``"512B"``, ``"1M"``, ``"4KB"`` or ``"16GiB"`` (binary units, as nccl-tests).
+
+    With ``nccl_tests`` the spellings nccl-tests' ``-b``/``-e``/``-i`` accept, and only those: a
+    decimal number with an optional K, M or G (``1.5K`` is 1536, ``1KB`` is 1024, ``512B`` and
+    ``1T`` are refused); the bytes are truncated to a whole number, as its cast does.
+    """
+    if nccl_tests:
+        match = _NCCLTESTS_SIZE_RE.match(str(value))
+        if not match or match.group(2) not in ("", *"KkMmGg") or float(match.group(1)) < 0:
+            raise ValueError(f"size must be a number with an optional K, M or G (nccl-tests' -b/-e/-i), "
+                             f"but got {value!r}")
+        return int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
     if isinstance(value, bool):
         raise ValueError(f"size must be bytes or a string like '16GiB', but got {value!r}")
     if isinstance(value, int):

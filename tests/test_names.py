@@ -94,6 +94,24 @@ def test_sizes_round_trip_in_binary_units():
         parse_size("12 parsecs")
 
 
+
+@pytest.mark.parametrize("text, size", [("8", 8), ("1K", 1024), ("1k", 1024), ("2M", 2 * 2**20), ("1g", 2**30),
+                                        ("1.5K", 1536), ("1 K", 1024), ("1KB", 1024), ("16GiB", 16 * 2**30),
+                                        ("1e3", 1000), (" 7.9", 7), ("4", 4), (".5M", 2**19)])
+def test_nccl_tests_sizes_are_read_as_its_parsesize_reads_them(text, size):
+    from ncclbot_sweep.names import parse_size
+
+    assert parse_size(text, nccl_tests=True) == size
+
+
+@pytest.mark.parametrize("text", ["512B", "1T", "1X", "K", "", "-1K", "abc"])
+def test_nccl_tests_refuses_what_its_parsesize_refuses(text):
+    from ncclbot_sweep.names import parse_size
+
+    with pytest.raises(ValueError, match="optional K, M or G"):
+        parse_size(text, nccl_tests=True)
+
+
 def test_full_buffer_rule_needs_the_rank_count_for_allgather_and_reducescatter():
     from ncclbot_sweep.names import full_buffer_bytes
 
