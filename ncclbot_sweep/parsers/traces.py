@@ -220,6 +220,8 @@ def parse_inspector_json(text: str, source: SourceInfo) -> ParseResult:
 
 _PROM_RE = re.compile(r'^(nccl_\w+)\{(.*)\}\s+(' + FLOAT_RE + r'|NaN|[+-]Inf)\s*$')
 _LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
 def _bucket_low(text: str | None) -> int | None:
     m = re.match(r"^(\d+)(?:-\d+)?\s*([KMGT]?B)$", text or "")
     return parse_size(m.group(1) + m.group(2)) if m else None
