@@ -39,8 +39,8 @@ import jinja2
 from ncclbot_sweep import __version__, pluginbuild
 from ncclbot_sweep.campaign import Job, Plan, Step
 from ncclbot_sweep.errors import RenderError
-from ncclbot_sweep.executors.base import job_tag
 from ncclbot_sweep.inventory import sbatch_value_problem
+from ncclbot_sweep.jobspec import job_tag
 from ncclbot_sweep.paths import CampaignPaths, StepFiles
 from ncclbot_sweep.resources import resource_dir
 
