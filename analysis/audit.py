@@ -48,7 +48,7 @@ def audit_auto(problem: ReplayProblem, *, horizon: int = 100) -> pd.DataFrame:
     oracle, _ = oracle_sums(problem, horizon)
     idx = pool_position(np.arange(horizon)[None, :], pools.depth[c, auto][:, None], pools.wrap[c, auto][:, None])
     served = pools.samples[c[:, None], auto[:, None], idx].sum(axis=1)
-    frame = pools.contexts[list(CONTEXT_COLUMNS)].copy()
+    frame = pools.contexts[[*CONTEXT_COLUMNS, "synthetic"]].copy()
     frame["n_arms"] = pools.measured.sum(axis=1)
     frame["n_offered"] = problem.offered.sum(axis=1)
     frame["auto_arm"] = arms[auto]

@@ -36,7 +36,6 @@ __all__ = [
     "NCCL_DATATYPES",
     "PER_RANK_COUNT_COLLECTIVES",
     "SIZE_UNITS",
-    "SYNTHETIC_FABRIC_PREFIX",
     "Arm",
     "FabricOffer",
     "PrunedArm",
@@ -53,7 +52,6 @@ __all__ = [
     "dtype_bytes",
     "full_buffer_bytes",
     "human_size",
-    "is_synthetic_fabric",
     "log_algorithm_name",
     "log_protocol_name",
     "nccl_datatype",
@@ -544,14 +542,3 @@ def torch_collective(name: str) -> str | None:
     key = name.lower().replace("nccl:", "").replace("_", "")
     key = key.removesuffix("base").removesuffix("intotensor").removesuffix("tensor").removesuffix("coalesced")
     return next((coll for alias, coll in _TORCH_BY_LENGTH if key.startswith(alias)), None)
-
-
-# --------------------------------------------------------------------------- synthetic data
-
-#: Fabric names of the simulator's inventories (architecture section 7).
-SYNTHETIC_FABRIC_PREFIX = "sim-"
-
-
-def is_synthetic_fabric(fabric: str | None) -> bool:
-    """True for the simulator's fabrics: their data are labelled synthetic."""
-    return bool(fabric) and str(fabric).startswith(SYNTHETIC_FABRIC_PREFIX)

@@ -172,10 +172,3 @@ def test_torch_collective_reads_pytorch_op_names():
            "_reduce_scatter_base": "ReduceScatter", "reduce": "Reduce", "gather": "Gather", "send": "SendRecv",
            "recv": "SendRecv", "barrier": "Barrier", "Broadcast": "Broadcast", "wait": None, "": None}
     assert {op: torch_collective(op) for op in ops} == ops
-
-
-def test_synthetic_fabrics():
-    from ncclbot_sweep.names import is_synthetic_fabric
-
-    assert is_synthetic_fabric("sim-h100") and not is_synthetic_fabric("h100-spectrumx")
-    assert not is_synthetic_fabric(None)

@@ -19,10 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError
-from ncclbot_sweep.names import is_synthetic_fabric
 
 from ..audit import run_audit
-from ..inputs import load_problem, load_provenance
+from ..inputs import is_synthetic, load_problem, load_provenance
 from ..policies import parse_policy
 from ..replay import run_replay
 from ..summary import confirmatory, per_context, per_scenario, summarize
@@ -87,7 +86,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     summary = summarize(replay, threshold=options.threshold, order=order)
     learners = [p for p in order if p not in ("AUTO", "Random")]
     tests = confirmatory(replay, [("AUTO", p) for p in learners], threshold=options.threshold) if "AUTO" in order else None
-    synthetic = any(is_synthetic_fabric(f) for f in problem.contexts["fabric"].unique())
+    synthetic = is_synthetic(problem.contexts)
     curves = survival_curves(per_context(replay), n_boot=options.n_boot)
     figures = {"survival": plot_survival(curves, out / "survival.png", synthetic=synthetic).name,
                "gate": plot_gate(audit.gate, out / "gate.png", synthetic=synthetic).name,

@@ -4,7 +4,7 @@ Survival of TRLT and the margin gate (the paper's Figures 1 and 13), and the vie
 engineer looks at first: bus bandwidth and latency against size per arm, where AUTO errs,
 and the cost model against measurement. Each figure has a data function (plain pandas,
 testable without matplotlib) and a plot function that writes the PNG with its data as a CSV
-of the same stem beside it, stamped "synthetic" when the data come from a ``sim-*`` fabric.
+of the same stem beside it, stamped "synthetic" when the data say so (``..inputs.is_synthetic``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncclbot_sweep.names import bus_factor, human_size, is_synthetic_fabric
+from ncclbot_sweep.names import bus_factor, human_size
 
+from ..inputs import is_synthetic
 from ..pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
 
 __all__ = [
@@ -132,7 +133,7 @@ def arm_curves(pools: Pools, audit: pd.DataFrame) -> pd.DataFrame:
     """
     keys = list(CONTEXT_COLUMNS)
     c, k = np.nonzero(pools.measured)
-    frame = pools.contexts.iloc[c][keys].reset_index(drop=True)
+    frame = pools.contexts.iloc[c][[*keys, "synthetic"]].reset_index(drop=True)
     frame["arm"] = np.asarray(pools.arms)[k]
     frame["steady_us"] = pools.steady[c, k]
     factor = np.array([bus_factor(col, int(r)) for col, r in zip(frame["collective"], frame["ranks"])])
@@ -176,13 +177,13 @@ def plot_arm_curves(curves: pd.DataFrame, folder: str | Path) -> list[Path]:
         fig.suptitle(f"{collective} on {fabric}, {nodes} nodes ({int(g['ranks'].iloc[0])} ranks)")
         lat.legend(fontsize=7, ncol=2)
         stem = _scenario_stem("arms", key)
-        paths.append(_save(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic_fabric(fabric)))
+        paths.append(_save(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic(g)))
     return paths
 
 
 def error_map(audit: pd.DataFrame) -> pd.DataFrame:
     """Where AUTO errs: per context AUTO's selection-priced loss (%) with its arm and the best arm."""
-    cols = [*CONTEXT_COLUMNS, "auto_arm", "best_arm", "error"]
+    cols = [*CONTEXT_COLUMNS, "synthetic", "auto_arm", "best_arm", "error"]
     frame = audit[cols].copy()
     frame["loss_pct"] = 100 * audit["trlt_selection"].to_numpy(float)
     return frame.sort_values(list(CONTEXT_COLUMNS), kind="stable").reset_index(drop=True)
@@ -222,7 +223,7 @@ def plot_error_maps(emap: pd.DataFrame, folder: str | Path) -> list[Path]:
         ax.set_title(f"{collective} on {fabric}: AUTO's loss against the measured best (selection-priced)")
         fig.colorbar(image, ax=ax, label="AUTO's loss (%)")
         stem = _scenario_stem("errmap", (fabric, collective))
-        paths.append(_save(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic_fabric(fabric)))
+        paths.append(_save(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic(g)))
     return paths
 
 
@@ -230,7 +231,7 @@ def cost_vs_measured(pools: Pools, predicted: np.ndarray) -> pd.DataFrame:
     """Cost-model prediction against measured steady mean, per (context, measured arm with a prediction)."""
     keys = list(CONTEXT_COLUMNS)
     c, k = np.nonzero(pools.measured & np.isfinite(predicted))
-    frame = pools.contexts.iloc[c][keys].reset_index(drop=True)
+    frame = pools.contexts.iloc[c][[*keys, "synthetic"]].reset_index(drop=True)
     frame["arm"] = np.asarray(pools.arms)[k]
     frame["predicted_us"] = predicted[c, k]
     frame["measured_us"] = pools.steady[c, k]
@@ -256,6 +257,5 @@ def plot_cost_vs_measured(frame: pd.DataFrame, folder: str | Path) -> list[Path]
         ax.set_ylabel("cost-model prediction (us)")
         ax.set_title(f"Cost model against measurement on {fabric}")
         ax.legend(fontsize=7, ncol=2)
-        paths.append(_save(plt, fig, Path(folder) / f"costmodel_{fabric}.png", data=g,
-                           synthetic=is_synthetic_fabric(fabric)))
+        paths.append(_save(plt, fig, Path(folder) / f"costmodel_{fabric}.png", data=g, synthetic=is_synthetic(g)))
     return paths
