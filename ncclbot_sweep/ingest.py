@@ -220,7 +220,7 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
             _ingest_step(unit.path, members, key, root, summary)
         else:
             _ingest_file(unit.path, key, root, fabric, summary)
-    except Exception as exc:  # the one marked boundary (STYLE habit 9): logged, then quarantined
+    except Exception as exc:  # the one marked boundary: logged, then quarantined
         if isinstance(exc, DatasetError):
             raise  # the dataset itself cannot be written: every later input would fail alike
         key = key or _path_key(unit.path)

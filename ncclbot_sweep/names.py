@@ -3,7 +3,7 @@
 Everything that names an NCCL collective, algorithm or protocol goes through this module
 (architecture section 3). The validity rules are one table, written from NCCL's tuning code
 as summarised in ``docs/nccl-cost-model.md`` (section 3) and
-``nccl-plugin-api.md`` (section 3.5):
+``docs/nccl-plugin-abi.md`` (section 3.5):
 
 * Broadcast and Reduce run Ring only; AllGather and ReduceScatter run Ring, PAT, NVLS and
   CollNetDirect; AllReduce runs everything but PAT.

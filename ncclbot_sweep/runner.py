@@ -1,6 +1,6 @@
 """The campaign runner: the one place that submits, polls, reconciles and updates the manifest.
 
-Executors only start and watch jobs (STYLE habit 13); everything that makes a campaign
+Executors only start and watch jobs (architecture section 4.5); everything that makes a campaign
 survive crashes lives here:
 
 * :func:`prepare` opens the campaign folder for a runner (:mod:`ncclbot_sweep.campaign_folder`:

@@ -1,4 +1,4 @@
-"""The narrow executor interface every backend implements (STYLE habit 13).
+"""The narrow executor interface every backend implements (architecture section 4.5).
 
 An executor knows how to start a rendered job, report the state of many jobs in one call,
 cancel jobs, copy a job's folder back, and find jobs by their tag after a crash. Retry,
