@@ -21,14 +21,13 @@ dtypes use the nccl-tests spelling (``float``, ``half``, ``bfloat16``, ``int8``.
 from __future__ import annotations
 
 import collections
-import json
 import math
 import re
 from typing import Any
 
 from ncclbot_sweep.names import canonical_dtype, dtype_bytes, torch_collective
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, to_float
-from ncclbot_sweep.parsers.jsonfix import load_truncated
+from ncclbot_sweep.parsers.jsonfix import load_document
 
 __all__ = ["parse_kineto", "kernel_collective", "dtype_name"]
 
@@ -66,11 +65,8 @@ def _kernel_dtype(name: str) -> str | None:
 def parse_kineto(text: str, source: SourceInfo) -> ParseResult:
     """Parse one Kineto trace (already decompressed). Never raises on malformed input."""
     result = ParseResult()
-    try:
-        doc, truncated = load_truncated(text)
-    except (ValueError, json.JSONDecodeError) as exc:
-        result.unusable = True
-        result.issues.append(Issue(1, f"not JSON: {exc}"))
+    doc, truncated = load_document(text, result)
+    if result.unusable:
         return result
     if truncated:
         result.issues.append(Issue(None, "trace JSON truncated; complete events were kept"))
