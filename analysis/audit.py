@@ -14,21 +14,12 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from ncclbot_sweep.names import human_size
+
 from .pools import CONTEXT_COLUMNS, pool_position
 from .replay import ReplayProblem, oracle_sums
 
-__all__ = ["AuditResult", "run_audit", "audit_auto", "audit_summary", "gate_curve", "tail_anatomy", "format_bytes",
-           "auto_margin"]
-
-
-def format_bytes(n: float) -> str:
-    """``1048576 -> '1 MiB'`` (binary units, as message sizes are swept)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:g} {unit}"
-        n /= 1024.0
-    return f"{n:g} TiB"
+__all__ = ["AuditResult", "run_audit", "audit_auto", "audit_summary", "gate_curve", "tail_anatomy", "auto_margin"]
 
 
 @dataclasses.dataclass
@@ -60,7 +51,7 @@ def audit_auto(problem: ReplayProblem, *, horizon: int = 100) -> pd.DataFrame:
     oracle, _ = oracle_sums(problem, horizon)
     idx = pool_position(np.arange(horizon)[None, :], pools.depth[c, auto][:, None], pools.wrap[c, auto][:, None])
     served = pools.samples[c[:, None], auto[:, None], idx].sum(axis=1)
-    frame = pools.contexts[list(CONTEXT_COLUMNS)].copy()
+    frame = pools.contexts[[*CONTEXT_COLUMNS, "synthetic"]].copy()
     frame["n_arms"] = pools.measured.sum(axis=1)
     frame["n_offered"] = problem.offered.sum(axis=1)
     frame["auto_arm"] = arms[auto]
@@ -131,7 +122,7 @@ def tail_anatomy(audit: pd.DataFrame, *, threshold: float = 0.10, pricing: str =
     for (auto_arm, best_arm), g in tail.groupby(["auto_arm", "best_arm"], sort=False):
         row = {"auto_arm": auto_arm, "best_arm": best_arm, "n": len(g),
                "collectives": "/".join(sorted({_short(c) for c in g["collective"]})),
-               "sizes": f"{format_bytes(g['size_bytes'].min())}-{format_bytes(g['size_bytes'].max())}",
+               "sizes": f"{human_size(g['size_bytes'].min())}-{human_size(g['size_bytes'].max())}",
                "nodes": ",".join(str(n) for n in sorted(g["nodes"].unique())),
                "margin": f"{g['margin'].min():.2f}-{g['margin'].max():.2f}",
                "auto_max_pct": 100 * g[f"trlt_{pricing}"].max()}

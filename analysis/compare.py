@@ -22,11 +22,10 @@ import numpy as np
 import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError
-from ncclbot_sweep.names import is_synthetic_fabric
 
 from .audit import audit_auto
 from .contexts import contexts_frame
-from .inputs import load_problem, load_provenance
+from .inputs import is_synthetic, load_problem, load_provenance
 
 __all__ = ["MATCH_COLUMNS", "CompareResult", "compare_datasets", "compare_contexts", "plot_compare", "write_compare"]
 
@@ -64,7 +63,7 @@ def compare_contexts(a: pd.DataFrame, b: pd.DataFrame, *, threshold: float = 0.0
     changes above the threshold).
     """
     keys = list(MATCH_COLUMNS)
-    cols = ["fabric", "best_arm", "best_us", "best_busbw_gbs", "auto_arm", "auto_loss"]
+    cols = ["fabric", "best_arm", "best_us", "best_busbw_gbs", "auto_arm", "auto_loss", "synthetic"]
     m = a[[*keys, *cols]].merge(b[[*keys, *cols]], on=keys, suffixes=("_a", "_b"), how="inner")
     out = m[keys + ["fabric_a", "fabric_b", "best_arm_a", "best_arm_b"]].copy()
     out["best_arm_changed"] = m["best_arm_a"] != m["best_arm_b"]
@@ -76,6 +75,7 @@ def compare_contexts(a: pd.DataFrame, b: pd.DataFrame, *, threshold: float = 0.0
     out["auto_arm_changed"] = m["auto_arm_a"] != m["auto_arm_b"]
     out["auto_loss_a_pct"], out["auto_loss_b_pct"] = 100 * m["auto_loss_a"], 100 * m["auto_loss_b"]
     out["auto_loss_change_pp"] = out["auto_loss_b_pct"] - out["auto_loss_a_pct"]
+    out["synthetic"] = m["synthetic_a"] | m["synthetic_b"]
     limit = 100 * threshold
     checks = {"best latency": (out["best_latency_change_pct"], "%"), "best bandwidth": (out["best_busbw_change_pct"], "%"),
               "AUTO's loss": (out["auto_loss_change_pp"], " pp")}
@@ -159,8 +159,7 @@ def plot_compare(table: pd.DataFrame, path: str | Path, *, threshold: float) -> 
         lat.legend(fontsize=7)
     fabrics = f"{table['fabric_a'].iloc[0]} (A) vs {table['fabric_b'].iloc[0]} (B)"
     fig.suptitle(f"Compare {fabrics}: shaded = within {limit:g}%")
-    synthetic = is_synthetic_fabric(table["fabric_a"].iloc[0]) or is_synthetic_fabric(table["fabric_b"].iloc[0])
-    return save_figure(plt, fig, path, data=table, synthetic=synthetic)
+    return save_figure(plt, fig, path, data=table, synthetic=is_synthetic(table))
 
 
 def write_compare(result: CompareResult, out: str | Path) -> dict[str, Path]:

@@ -48,6 +48,7 @@ def contexts_frame(problem: ReplayProblem, audit: pd.DataFrame) -> pd.DataFrame:
     keys = list(CONTEXT_COLUMNS)
     index = {key: c for c, key in enumerate(pools.context_keys())}
     flags = context_flags(problem).set_index(keys)["flags"]
+    synthetic = pools.contexts["synthetic"].fillna(False).astype(bool).to_numpy()
     rows = []
     for r in audit.itertuples(index=False):
         key = tuple(getattr(r, k) for k in keys)
@@ -62,7 +63,7 @@ def contexts_frame(problem: ReplayProblem, audit: pd.DataFrame) -> pd.DataFrame:
             "auto_predicted_us": float(problem.predicted[c, auto_k]), "auto_errs": bool(r.error),
             "auto_loss": float(r.trlt_selection), "margin": float(r.margin) if math.isfinite(r.margin) else None,
             "steady_us": _arm_map(problem, pools.steady, c), "predicted_us": _arm_map(problem, problem.predicted, c),
-            "flags": flags.loc[key],
+            "flags": flags.loc[key], "synthetic": synthetic[c],
             "window_first": int(pools.window[0]), "window_last": int(pools.window[1]),
             "rho_max": float(problem.rho_max), "keep_warmup": bool(pools.keep_warmup),
         })

@@ -1,8 +1,9 @@
 """Read a dataset root into a replay problem (the edge where Parquet meets the analysis).
 
 Everything else in :mod:`ncclbot_sweep.analysis` works on frames and arrays; this module is
-the one place that reads ``iterations``, ``cost_tables``, ``tuning_tables``, ``runs`` and
-``workload`` through :func:`ncclbot_sweep.datasets.read_table`.
+the one place that reads ``iterations``, ``cost_tables``, ``tuning_tables``, ``runs`` (call
+parameters, provenance, and whether the simulator produced the data) and ``workload`` through
+:func:`ncclbot_sweep.datasets.read_table`.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pandas as pd
+
 from ncclbot_sweep.errors import AnalysisError, did_you_mean
 
 from .pools import build_pools
 from .prior import call_params_from_runs, load_prior
 from .replay import ReplayProblem, make_problem
 
-__all__ = ["load_problem", "load_provenance", "load_first_calls", "load_workload"]
+__all__ = ["is_synthetic", "load_problem", "load_provenance", "load_first_calls", "load_workload", "with_synthetic"]
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +55,38 @@ def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tupl
     if iterations.empty:
         raise AnalysisError("dataset has no iterations", path=root,
                             hint="ingest a forced-arm sweep first (ncclbot-sweep ingest)")
-    pools = build_pools(iterations, window=window, min_arms=min_arms, keep_warmup=keep_warmup)
+    runs = read_table(root, "runs", filters=filters)
+    pools = build_pools(with_synthetic(iterations, runs), window=window, min_arms=min_arms, keep_warmup=keep_warmup)
     cost = read_table(root, "cost_tables", filters=filters)
     tuning = read_table(root, "tuning_tables", filters=filters)
     params = None
     if not tuning.empty:
         # ``choices`` (one row per logged call) can be large; the runs table is enough.
-        params = call_params_from_runs(read_table(root, "runs", filters=filters), None)
+        params = call_params_from_runs(runs, None)
     try:
         predicted = load_prior(pools, cost_tables=cost, tuning_tables=tuning, params=params)
         return make_problem(pools, predicted, rho_max=rho_max)
     except AnalysisError as exc:
         raise AnalysisError(exc.reason, path=root, hint=exc.hint) from exc
+
+
+def with_synthetic(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with a ``synthetic`` column: true on rows whose run the simulator produced.
+
+    The flag is ``runs.synthetic`` (ingest sets it from the simulator's stamp in the output),
+    matched on ``run_id``; a fabric's name says nothing (architecture section 5.3).
+    """
+    stamped = runs.loc[runs["synthetic"].fillna(False).astype(bool), "run_id"].astype(str)
+    return frame.assign(synthetic=frame["run_id"].astype(str).isin(set(stamped)).to_numpy())
+
+
+def is_synthetic(frame: pd.DataFrame) -> bool:
+    """True when any row of ``frame`` comes from the simulator, as its ``synthetic`` column says.
+
+    The one test behind every "synthetic" stamp of the report and the live analysis; frames
+    carry the column from :func:`with_synthetic` (pools, audit, figure data) or from ``runs``.
+    """
+    return "synthetic" in frame.columns and bool(frame["synthetic"].fillna(False).astype(bool).any())
 
 
 #: ``runs`` columns the provenance block lists (distinct values, sorted), by the key it uses.

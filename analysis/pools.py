@@ -81,7 +81,8 @@ class Pools:
     refers to ``arms[k]``, so ``argmin``/``argmax`` ties resolve to the lowest NCCL index.
 
     Attributes:
-        contexts: one row per context (``CONTEXT_COLUMNS`` plus ``n_arms``, ``best_arm``).
+        contexts: one row per context (``CONTEXT_COLUMNS`` plus ``synthetic``, ``n_arms``,
+            ``best_arm``); ``synthetic`` is true when the simulator produced some of its rows.
         arms: global arm axis.
         samples: ``[C, K, D]`` latencies (us) in iteration order, NaN-padded.
         depth: ``[C, K]`` number of samples; 0 where the arm was not measured.
@@ -262,6 +263,7 @@ def build_pools(iterations: pd.DataFrame, *, window: tuple[int, int] = (11, 99),
     steady, steady_n = _steady_means(frame, (n_ctx, n_arm), window)
     wrap = _wrap_positions(frame["iteration"].to_numpy(), ctx, arm, pos, (n_ctx, n_arm), window[0])
     contexts = df[keys].drop_duplicates().sort_values(keys).reset_index(drop=True)
+    contexts = _synthetic_contexts(df, contexts, keys)
     keep = (depth > 0).sum(axis=1) >= min_arms
     if not keep.any():
         raise AnalysisError(f"no context has at least {min_arms} measured arms",
@@ -279,6 +281,17 @@ def build_pools(iterations: pd.DataFrame, *, window: tuple[int, int] = (11, 99),
     log.info("built pools: %d contexts, %d arms, depth up to %d", len(contexts), n_arm, samples.shape[2])
     return Pools(contexts, arms, samples, depth, steady, best, (window[0], window[1]), wrap,
                  keep_warmup=keep_warmup, excluded=excluded, steady_n=steady_n)
+
+
+def _synthetic_contexts(df: pd.DataFrame, contexts: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``contexts`` with ``synthetic``: true when some row of the context says it is (a frame
+    without the column, e.g. one built in a test, is not synthetic)."""
+    if "synthetic" not in df.columns:
+        return contexts.assign(synthetic=False)
+    flags = df.assign(synthetic=df["synthetic"].fillna(False).astype(bool)).groupby(
+        keys, as_index=False, sort=False, dropna=False)["synthetic"].any()
+    return contexts.merge(flags, on=keys, how="left", validate="one_to_one").assign(
+        synthetic=lambda f: f["synthetic"].fillna(False).astype(bool))
 
 
 def _wrap_positions(iteration, ctx, arm, pos, shape, first_steady: int) -> np.ndarray:

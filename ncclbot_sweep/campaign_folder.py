@@ -15,7 +15,8 @@ at a time runs a campaign, a second one waits up to ``lock_wait_s`` and then ref
 :class:`~ncclbot_sweep.errors.CampaignBusyError` naming the holder. The kernel drops the lock
 when its holder dies, so a killed runner never leaves the folder locked.
 
-Below the runner, ``collect`` and the executors: this module imports neither.
+Below the runner, ``collect`` and the executors: this module imports none of them (the
+:class:`~ncclbot_sweep.jobspec.JobSpec` it hands the executors lives in a leaf module).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from typing import IO
 
 from ncclbot_sweep.campaign import Plan, load_campaign, plan_campaign, resolve_campaign_path
 from ncclbot_sweep.errors import CampaignBusyError, ManifestError
-from ncclbot_sweep.executors.base import JobSpec
 from ncclbot_sweep.inventory import load_inventory, resolve_inventory_path
+from ncclbot_sweep.jobspec import JobSpec
 from ncclbot_sweep.manifest import Manifest
 from ncclbot_sweep.paths import CampaignPaths
 from ncclbot_sweep.render import render_campaign

@@ -31,11 +31,11 @@ from typing import Any
 from ncclbot_sweep import datasets, rowcheck
 from ncclbot_sweep.errors import DatasetError
 from ncclbot_sweep.manifest import recorded_job_state
-from ncclbot_sweep.outcomes import StepOutcome, classify_step, last_error_line, read_exit_marker
-from ncclbot_sweep.outcomes import step_mentions_invalid_arm
+from ncclbot_sweep.outcomes import StepOutcome, last_error_line, step_outcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines
 from ncclbot_sweep.paths import STEP_META, CampaignPaths, StepFiles
+from ncclbot_sweep.step_output import StepOutput, read_step_output
 
 __all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
 
@@ -220,7 +220,7 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
             _ingest_step(unit.path, members, key, root, summary)
         else:
             _ingest_file(unit.path, key, root, fabric, summary)
-    except Exception as exc:  # the one marked boundary (STYLE habit 9): logged, then quarantined
+    except Exception as exc:  # the one marked boundary: logged, then quarantined
         if isinstance(exc, DatasetError):
             raise  # the dataset itself cannot be written: every later input would fail alike
         key = key or _path_key(unit.path)
@@ -358,18 +358,17 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
     from ncclbot_sweep.parsers.nccl_log import parse_nccl_log
 
     result = ParseResult()
+    output = read_step_output(files, source)
     text_runs: list[dict] = []
-    stdout = Path(files.stdout)
-    if stdout.is_file():
-        text = parse_source("nccl-tests-text", stdout.read_bytes(), source)
+    if output.text is not None:
+        text = output.text
         text_runs = text.rows("runs")
         # NCCL lines in stdout (NCCL_DEBUG without NCCL_DEBUG_FILE) count unless nccl.log has them.
         keep = ("iterations", "tuning_tables", "choices", "cost_tables")
         result.merge(ParseResult(tables={k: v for k, v in text.tables.items() if k in keep}, issues=text.issues))
-    result_json = Path(files.result_json)
     json_runs: list[dict] = []
-    if result_json.is_file():
-        parsed = parse_source("nccl-tests-json", result_json.read_bytes(), source)
+    if output.json is not None:
+        parsed = output.json
         json_runs = parsed.rows("runs")
         result.issues.extend(parsed.issues)
         json_iters = parsed.tables.get("iterations", [])
@@ -388,7 +387,7 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
         result.issues.extend(i for i in log_result.issues if i.line is not None)
     _parse_traces(files, source, result)
     _apply_log_facts([run], facts, meta.get("arm"), result)
-    _step_run_columns(run, meta, files, source)  # after the log facts: it decides the outcome
+    _step_run_columns(run, meta, files, source, output)  # after the log facts: it decides the outcome
     result.tables["runs"] = [run]
     return result
 
@@ -417,8 +416,9 @@ def _merge_runs(text_runs: list[dict], json_runs: list[dict]) -> dict[str, Any]:
     return run
 
 
-def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFiles, source: SourceInfo) -> None:
-    """Fill a step's ``runs`` row from ``step.json`` and its exit marker."""
+def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFiles, source: SourceInfo,
+                      output: StepOutput) -> None:
+    """Fill a step's ``runs`` row from ``step.json``, its exit marker and its output (the runner's rule)."""
     for key in ("campaign", "campaign_key", "job_key", "step_key", "kind", "collective", "binary",
                 "nodes", "ranks", "gpus_per_node", "arm", "policy", "variant"):
         if meta.get(key) is not None:
@@ -434,13 +434,10 @@ def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFile
     run["source_format"] = run.get("source_format") or "step"
     if meta.get("env") is not None:
         run["env"] = json.dumps(meta["env"], sort_keys=True)
-    code = read_exit_marker(files.exit_marker)
+    outcome, code = step_outcome(files, job_state=recorded_job_state(Path(files.root)),
+                                 output_ok=lambda: output.usable)
+    outcome = outcome or StepOutcome.FAILED
     run["exit_code"] = code
-    invalid = run.get("outcome") == StepOutcome.INVALID_ARM.value or (
-        code not in (None, 0) and step_mentions_invalid_arm(files))
-    output_ok = run.get("outcome") != StepOutcome.FAILED.value and not run.get("_rows_missing")
-    outcome = classify_step(code, job_state=recorded_job_state(Path(files.root)), started=Path(files.stdout).exists(),
-                            invalid_arm=invalid, output_ok=output_ok) or StepOutcome.FAILED
     if outcome is StepOutcome.OK:
         why = run.get("failure")
     elif code is None:
@@ -449,6 +446,8 @@ def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFile
         why = f"exit code {code} (timeout)"
     elif outcome is StepOutcome.INVALID_ARM:
         why = run.get("failure") or f"exit code {code}: NCCL refused the forced arm"
+    elif code == 0:
+        why = run.get("failure") or "exit code 0, but neither stdout nor result.json holds an nccl-tests result"
     else:
         why = run.get("failure") or _last_error(files, code)
     run["outcome"] = outcome.value

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ncclbot_sweep import pluginbuild
 from ncclbot_sweep.errors import InventoryError
-from ncclbot_sweep.names import PROTOCOLS, FabricOffer, canonical_protocol, is_synthetic_fabric
+from ncclbot_sweep.names import PROTOCOLS, FabricOffer, canonical_protocol
 from ncclbot_sweep.specfile import SpecModel, load_spec, parse_spec
 
 __all__ = [
@@ -351,8 +351,9 @@ class Inventory(SpecModel):
 
     @property
     def synthetic(self) -> bool:
-        """Simulated fabrics' data are labelled synthetic (:func:`names.is_synthetic_fabric`)."""
-        return is_synthetic_fabric(self.name)
+        """True when the simulator will produce this fabric's data (``nccl_tests.bin_dir: sim``),
+        whatever the fabric is called; ingest then finds the simulator's stamp in every output."""
+        return self.nccl_tests.bin_dir == SIM_BIN_DIR
 
     def offer(self) -> FabricOffer:
         return self.algorithms.offer()

@@ -4,7 +4,7 @@ The manifest is the campaign's memory across crashes. Rows are keyed by the plan
 keys, so registering a plan twice adds nothing. Every change of a job or step state also
 appends a row to ``events``, which triggers keep append-only. The file records its schema
 version and the version of ncclbot-sweep that created it; opening a file of another schema
-version fails with a message naming both (STYLE habit 17).
+version fails with a message naming both (architecture section 4.6).
 
 Only the campaign runner (and ``cancel``) write here; ``status`` reads a snapshot
 (:meth:`Manifest.snapshot`) while a runner writes (WAL mode), and never writes the file.

@@ -3,7 +3,7 @@
 Everything that names an NCCL collective, algorithm or protocol goes through this module
 (architecture section 3). The validity rules are one table, written from NCCL's tuning code
 as summarised in ``docs/nccl-cost-model.md`` (section 3) and
-``nccl-plugin-api.md`` (section 3.5):
+``docs/nccl-plugin-abi.md`` (section 3.5):
 
 * Broadcast and Reduce run Ring only; AllGather and ReduceScatter run Ring, PAT, NVLS and
   CollNetDirect; AllReduce runs everything but PAT.
@@ -36,7 +36,6 @@ __all__ = [
     "NCCL_DATATYPES",
     "PER_RANK_COUNT_COLLECTIVES",
     "SIZE_UNITS",
-    "SYNTHETIC_FABRIC_PREFIX",
     "Arm",
     "FabricOffer",
     "PrunedArm",
@@ -54,13 +53,13 @@ __all__ = [
     "dtype_bytes",
     "full_buffer_bytes",
     "human_size",
-    "is_synthetic_fabric",
     "log_algorithm_name",
     "log_protocol_name",
     "nccl_datatype",
     "nccl_type_name",
     "parse_size",
     "prune_arms",
+    "torch_collective",
     "valid_arms",
 ]
 
@@ -419,10 +418,24 @@ SIZE_UNITS: dict[str, int] = {
     "": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
     "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
+# nccl-tests' ``parsesize``: ``sscanf(value, "%lf %1s")``, a decimal number, then the first
+# non-blank character as the unit (K, M or G in either case); what follows it is ignored.
+_NCCLTESTS_SIZE_RE = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(\S?)")
 
 
-def parse_size(value: int | str) -> int:
-    """Bytes from ``4096``, ``"512B"``, ``"1M"``, ``"4KB"`` or ``"16GiB"`` (binary units, as nccl-tests)."""
+def parse_size(value: int | str, *, nccl_tests: bool = False) -> int:
+    """Bytes from ``4096``, ``"512B"``, ``"1M"``, ``"4KB"`` or ``"16GiB"`` (binary units, as nccl-tests).
+
+    With ``nccl_tests`` the spellings nccl-tests' ``-b``/``-e``/``-i`` accept, and only those: a
+    decimal number with an optional K, M or G (``1.5K`` is 1536, ``1KB`` is 1024, ``512B`` and
+    ``1T`` are refused); the bytes are truncated to a whole number, as its cast does.
+    """
+    if nccl_tests:
+        match = _NCCLTESTS_SIZE_RE.match(str(value))
+        if not match or match.group(2) not in ("", *"KkMmGg") or float(match.group(1)) < 0:
+            raise ValueError(f"size must be a number with an optional K, M or G (nccl-tests' -b/-e/-i), "
+                             f"but got {value!r}")
+        return int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
     if isinstance(value, bool):
         raise ValueError(f"size must be bytes or a string like '16GiB', but got {value!r}")
     if isinstance(value, int):
@@ -438,12 +451,16 @@ def parse_size(value: int | str) -> int:
     return size
 
 
-def human_size(size: int) -> str:
-    """``16 GiB`` for 17179869184, ``512 B`` for 512 (binary units, exact multiples only)."""
+def human_size(size: int | float) -> str:
+    """A byte count in the largest binary unit it reaches: ``16 GiB``, ``512 B``, ``1.5 KiB``.
+
+    Exact multiples print as whole numbers (so :func:`parse_size` reads them back); other sizes
+    (an AllGather buffer rounded to the rank count) keep six significant digits: ``1023.98 KiB``.
+    """
     for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor} {unit}"
-    return f"{size} B"
+        if abs(size) >= factor:
+            return f"{int(size) // factor} {unit}" if size % factor == 0 else f"{size / factor:g} {unit}"
+    return f"{int(size)} B" if size == int(size) else f"{size:g} B"
 
 
 # --------------------------------------------------------------------------- data types
@@ -462,8 +479,11 @@ _NCCL_ENUM_NAME = {name: enum for name, _width, enum in _NCCL_TYPE_TABLE}
 # Types that traces name but NCCL has no enum for, with their widths.
 _OTHER_WIDTHS = {"int16": 2}
 _DTYPE_WIDTH = dict(NCCL_DATATYPES) | _OTHER_WIDTHS
+# NCCL's enum names (what its profiler and warnings print), its legacy aliases (``nccl.h``),
 # PyTorch, kernel-name and C spellings of a data type -> the nccl-tests name.
 _DTYPE_ALIASES = {name: name for name in _DTYPE_WIDTH} | {
+    enum.lower(): name for name, enum in _NCCL_ENUM_NAME.items()} | {
+    "ncclchar": "int8", "ncclint": "int32", "ncclhalf": "half", "ncclfloat": "float", "nccldouble": "double",
     "float32": "float", "f32": "float", "fp32": "float", "float16": "half", "c10::half": "half", "f16": "half",
     "fp16": "half", "c10::bfloat16": "bfloat16", "bf16": "bfloat16", "float64": "double", "f64": "double",
     "fp64": "double", "long": "int64", "i64": "int64", "int": "int32", "i32": "int32", "signed char": "int8",
@@ -512,12 +532,19 @@ def collective_in_text(text: str) -> str | None:
     return next((coll for alias, coll in _BY_LENGTH if alias in lowered), None)
 
 
-# --------------------------------------------------------------------------- synthetic data
+# PyTorch's names for what it issues through NCCL that are not NCCL spellings: point-to-point
+# ops, and ``barrier`` (an AllReduce of one element, kept apart from the workload's AllReduces).
+_TORCH_ONLY = {"send": "SendRecv", "recv": "SendRecv", "barrier": "Barrier"}
+_TORCH_BY_LENGTH = sorted(({alias.replace("_", ""): coll for alias, coll in _CANON_COLL.items()} | _TORCH_ONLY).items(),
+                          key=lambda item: -len(item[0]))
 
-#: Fabric names of the simulator's inventories (architecture section 7).
-SYNTHETIC_FABRIC_PREFIX = "sim-"
 
+def torch_collective(name: str) -> str | None:
+    """The collective a PyTorch op or an NCCL kernel names, or None (``wait``, anything else).
 
-def is_synthetic_fabric(fabric: str | None) -> bool:
-    """True for the simulator's fabrics: their data are labelled synthetic."""
-    return bool(fabric) and str(fabric).startswith(SYNTHETIC_FABRIC_PREFIX)
+    ``nccl:_all_gather_base`` -> ``AllGather``, ``reduce_scatter_tensor`` -> ``ReduceScatter``,
+    ``allreduce_coalesced`` -> ``AllReduce``, ``send`` -> ``SendRecv``; longer spellings first.
+    """
+    key = name.lower().replace("nccl:", "").replace("_", "")
+    key = key.removesuffix("base").removesuffix("intotensor").removesuffix("tensor").removesuffix("coalesced")
+    return next((coll for alias, coll in _TORCH_BY_LENGTH if key.startswith(alias)), None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePath
 
 from ncclbot_sweep.paths import StepFiles
@@ -26,6 +27,7 @@ __all__ = [
     "mentions_invalid_arm",
     "read_exit_marker",
     "step_mentions_invalid_arm",
+    "step_outcome",
 ]
 
 
@@ -152,7 +154,7 @@ def classify_step(exit_code: int | None, *, job_state: JobState | None, started:
     ``exit_code`` is what the step's ``exit`` marker holds (None: no marker); ``job_state`` the
     job's final state (None: still running, or not known); ``started`` whether the step wrote
     its stdout; ``invalid_arm`` whether its output carries NCCL's invalid-arm warning;
-    ``output_ok`` (ingest only) whether a step that exited 0 printed a usable result.
+    ``output_ok`` whether a step that exited 0 printed a usable result.
 
     The order is the rule: exit 0 is ``ok``; a timeout code is ``timeout``; a signal while
     the scheduler ended the job takes the job's reason (node failure, cancel); NCCL's
@@ -174,3 +176,19 @@ def classify_step(exit_code: int | None, *, job_state: JobState | None, started:
         return StepOutcome.INVALID_ARM
     return StepOutcome.FAILED
 
+
+
+def step_outcome(files: StepFiles, *, job_state: JobState | None,
+                 output_ok: Callable[[], bool]) -> tuple[StepOutcome | None, int | None]:
+    """A step's outcome from its folder, and the exit code its marker holds.
+
+    The runner and ingest both call this. ``output_ok`` says whether the step's output is a
+    usable result (:mod:`ncclbot_sweep.step_output`); it is asked only of a step that exited 0.
+    NCCL's invalid-arm warning is looked for only where it can change the outcome.
+    """
+    code = read_exit_marker(files.exit_marker)
+    usable = code != 0 or output_ok()
+    invalid = code is not None and not (code == 0 and usable) and step_mentions_invalid_arm(files)
+    outcome = classify_step(code, job_state=job_state, started=Path(files.stdout).exists(), invalid_arm=invalid,
+                            output_ok=usable)
+    return outcome, code

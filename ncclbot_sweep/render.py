@@ -1,7 +1,7 @@
 """Job scripts: render each planned job into ``jobs/<job>/job.sh`` and describe each step in ``step.json``.
 
 Every value that comes from an inventory or a campaign reaches the script through one
-quoting rule (STYLE habit 16): the Jinja environment's ``finalize`` shell-quotes every
+quoting rule (architecture section 4.4): the Jinja environment's ``finalize`` shell-quotes every
 ``{{ expression }}``, so a template cannot forget to quote. The only unquoted values are
 those wrapped in :class:`_Raw` here after validation: environment variable *names*
 (identifiers only) and ``#SBATCH`` values, which are not shell syntax; those refuse line
@@ -39,8 +39,8 @@ import jinja2
 from ncclbot_sweep import __version__, pluginbuild
 from ncclbot_sweep.campaign import Job, Plan, Step
 from ncclbot_sweep.errors import RenderError
-from ncclbot_sweep.executors.base import job_tag
 from ncclbot_sweep.inventory import sbatch_value_problem
+from ncclbot_sweep.jobspec import job_tag
 from ncclbot_sweep.paths import CampaignPaths, StepFiles
 from ncclbot_sweep.resources import resource_dir
 

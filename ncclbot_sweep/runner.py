@@ -1,6 +1,6 @@
 """The campaign runner: the one place that submits, polls, reconciles and updates the manifest.
 
-Executors only start and watch jobs (STYLE habit 13); everything that makes a campaign
+Executors only start and watch jobs (architecture section 4.5); everything that makes a campaign
 survive crashes lives here:
 
 * :func:`prepare` opens the campaign folder for a runner (:mod:`ncclbot_sweep.campaign_folder`:
@@ -20,6 +20,7 @@ How a step's exit code, its job's state and its logs make an outcome is decided 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -31,7 +32,8 @@ from ncclbot_sweep.campaign_folder import CampaignFolder
 from ncclbot_sweep.errors import ExecutorError
 from ncclbot_sweep.executors import Executor, JobSpec, JobState, JobStatus, StepOutcome, make_executor
 from ncclbot_sweep.manifest import JobPhase
-from ncclbot_sweep.outcomes import classify_step, last_error_line, read_exit_marker, step_mentions_invalid_arm
+from ncclbot_sweep.outcomes import last_error_line, step_outcome
+from ncclbot_sweep.step_output import step_output_usable
 
 __all__ = ["CampaignSummary", "Progress", "cancel", "open_campaign", "prepare", "reconcile", "resume",
            "status", "submit"]
@@ -129,19 +131,13 @@ def _spec(camp: _Campaign, job_key: str) -> JobSpec:
     return camp.folder.job_spec(job_key)
 
 
-def _step_outcome(camp: _Campaign, job_key: str, step_key: str, job_state: JobState | None) -> tuple[
-        StepOutcome | None, int | None]:
-    """A step's outcome from its folder; ``job_state`` is the job's final state (None: still running)."""
-    files = camp.folder.paths.step_files(job_key, step_key)
-    code = read_exit_marker(files.exit_marker)
-    invalid = code not in (None, 0) and step_mentions_invalid_arm(files)
-    outcome = classify_step(code, job_state=job_state, started=Path(files.stdout).exists(), invalid_arm=invalid)
-    return outcome, code
-
-
 def _classify_steps(camp: _Campaign, job_key: str, job_state: JobState | None) -> None:
+    """Record each step's outcome from its folder; ``job_state`` is the job's final state (None: still running)."""
     for step in camp.folder.manifest.steps(job_key):
-        outcome, code = _step_outcome(camp, job_key, step.step_key, job_state)
+        if step.outcome is not None and step.exit_code == 0:
+            continue  # the job script never re-runs a step whose exit says 0: its outcome stands
+        files = camp.folder.paths.step_files(job_key, step.step_key)
+        outcome, code = step_outcome(files, job_state=job_state, output_ok=functools.partial(step_output_usable, files))
         if outcome is None and step.outcome is not None and job_state is None:
             continue  # a running job re-runs an old failed step: keep the old outcome until it ends
         if outcome is None and step.outcome is StepOutcome.OK:

@@ -9,7 +9,7 @@ Both kinds of file go through :func:`load_spec` (or :func:`parse_spec` for text)
   key given twice in one mapping (the error names both lines) are all refused;
 * validates the data with a strict pydantic model (:class:`SpecModel`: unknown keys are
   errors, NaN and infinities are refused, values are frozen) and turns every problem into
-  one error naming the file, the line, the field and the allowed keys (STYLE habits 6, 8).
+  one error naming the file, the line, the field and the allowed keys.
 
 Errors are raised as the caller's class (InventoryError, CampaignError), never a traceback.
 """

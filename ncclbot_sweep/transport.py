@@ -295,6 +295,10 @@ class SshTransport(Transport):
                 hint=f"if the host was reinstalled, remove its line with 'ssh-keygen -R {s.host} -f {known}'",
             ) from exc
         except paramiko.SSHException as exc:
+            # Connected, host key accepted, not logged in: paramiko's last word on a refused key
+            # can be another key type's parse error ("expected OPENSSH key"), not the refusal.
+            link = client.get_transport()
+            authenticating = link is not None and link.is_active() and not link.is_authenticated()
             client.close()
             if isinstance(exc, paramiko.PasswordRequiredException) or "passphrase" in str(exc).lower() \
                     or "private key" in str(exc).lower() or "invalid key" in str(exc).lower():
@@ -306,6 +310,8 @@ class SshTransport(Transport):
                     f"{s.host}:{s.port} is not in {known}; refusing an unknown host key",
                     hint="add it with 'ssh-keyscan' after checking its fingerprint, or set "
                          "access.accept_new_host_key: true in the inventory") from exc
+            if authenticating:
+                raise _authentication_error(self.where) from exc
             raise _as_transport_error(exc, self.where, retryable=True) from exc
         except (OSError, EOFError) as exc:
             client.close()
@@ -364,8 +370,8 @@ class SshTransport(Transport):
                     raise
                 error = exc
             self._drop()
-            if attempt == attempts:
-                raise _as_transport_error(error, self.where, what) from error
+            if attempt == attempts:  # still a dropped connection: the caller may try again later
+                raise _as_transport_error(error, self.where, what, retryable=True) from error
             log.warning("%s on %s failed (%s); retrying in %.1f s (attempt %d of %d)",
                         what, self.where, type(error).__name__, delay, attempt + 1, attempts)
             time.sleep(delay)
@@ -389,9 +395,9 @@ class SshTransport(Transport):
                 out = stdout.read().decode(errors="replace")
                 err = stderr.read().decode(errors="replace")
                 code = stdout.channel.recv_exit_status()
-            except socket.timeout:
+            except socket.timeout as exc:
                 raise TransportError(f"command timed out after {timeout:.0f} s on {self.where}: "
-                                     f"{command}") from socket.timeout()
+                                     f"{command}") from exc
             except Exception as exc:
                 if started and not idempotent and _is_connection_error(exc):
                     raise TransportError(
@@ -399,10 +405,11 @@ class SshTransport(Transport):
                         "it may or may not have run", hint="the caller reconciles") from exc
                 raise
             if code == -1:  # the channel closed without an exit status: a dropped connection
+                closed = EOFError("channel closed without exit status")
                 if not idempotent:
                     raise TransportError(f"the connection to {self.where} dropped while running "
-                                         f"{argv[0]}; it may or may not have run") from EOFError()
-                raise EOFError("channel closed without exit status")
+                                         f"{argv[0]}; it may or may not have run") from closed
+                raise closed
             return CommandResult(tuple(argv), code, out, err)
 
         return self._with_retry(f"running {argv[0]}", once)
@@ -482,14 +489,19 @@ def _as_transport_error(exc: BaseException, where: str, what: str = "connecting"
     import paramiko
 
     if isinstance(exc, paramiko.AuthenticationException):
-        return TransportError(f"authentication to {where} failed",
-                              hint="check access.user and access.key_path (and the key's passphrase "
-                                   f"in ${PASSPHRASE_ENV} if it has one)")
+        return _authentication_error(where)
     if isinstance(exc, TransportError):
         return exc
     return TransportError(f"{what} on {where} failed: {type(exc).__name__}: {exc}",
                           hint="check that the host is reachable; the command can be run again",
                           retryable=retryable)
+
+
+def _authentication_error(where: str) -> TransportError:
+    """The server refused the login: not worth another attempt with the same settings."""
+    return TransportError(f"authentication to {where} failed",
+                          hint="check access.user and access.key_path (and the key's passphrase "
+                               f"in ${PASSPHRASE_ENV} if it has one)")
 
 
 def make_transport(access: Access) -> Transport:

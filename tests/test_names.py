@@ -1,5 +1,6 @@
 """Truth table for the arm validity rules of architecture section 3."""
 
+import numpy as np
 import pytest
 
 from ncclbot_sweep.names import (
@@ -86,8 +87,29 @@ def test_sizes_round_trip_in_binary_units():
 
     assert [parse_size(v) for v in ("512B", "4KB", "1M", "16GiB", 4096)] == [512, 4096, 2**20, 16 * 2**30, 4096]
     assert human_size(16 * 2**30) == "16 GiB" and human_size(1000) == "1000 B"
+    # One formatter for plans, tables and figures: sizes that are not whole units stay short.
+    assert [human_size(v) for v in (1536, 1048560, np.int64(4096), np.float64(2**20))] == [
+        "1.5 KiB", "1023.98 KiB", "4 KiB", "1 MiB"]
     with pytest.raises(ValueError, match="like '512B', '1M', '16GiB'"):
         parse_size("12 parsecs")
+
+
+
+@pytest.mark.parametrize("text, size", [("8", 8), ("1K", 1024), ("1k", 1024), ("2M", 2 * 2**20), ("1g", 2**30),
+                                        ("1.5K", 1536), ("1 K", 1024), ("1KB", 1024), ("16GiB", 16 * 2**30),
+                                        ("1e3", 1000), (" 7.9", 7), ("4", 4), (".5M", 2**19)])
+def test_nccl_tests_sizes_are_read_as_its_parsesize_reads_them(text, size):
+    from ncclbot_sweep.names import parse_size
+
+    assert parse_size(text, nccl_tests=True) == size
+
+
+@pytest.mark.parametrize("text", ["512B", "1T", "1X", "K", "", "-1K", "abc"])
+def test_nccl_tests_refuses_what_its_parsesize_refuses(text):
+    from ncclbot_sweep.names import parse_size
+
+    with pytest.raises(ValueError, match="optional K, M or G"):
+        parse_size(text, nccl_tests=True)
 
 
 def test_full_buffer_rule_needs_the_rank_count_for_allgather_and_reducescatter():
@@ -99,11 +121,15 @@ def test_full_buffer_rule_needs_the_rank_count_for_allgather_and_reducescatter()
 
 
 def test_dtype_spellings_and_widths():
-    from ncclbot_sweep.names import canonical_dtype, dtype_bytes, nccl_datatype
+    from ncclbot_sweep.names import NCCL_DATATYPES, canonical_dtype, dtype_bytes, nccl_datatype, nccl_type_name
 
     assert nccl_datatype(7) == ("float", 4) and nccl_datatype(9) == ("bfloat16", 2) and nccl_datatype(12) is None
     assert canonical_dtype("c10::BFloat16") == "bfloat16" and canonical_dtype("fp32") == "float"
     assert dtype_bytes("f16") == 2 and dtype_bytes("short") == 2 and dtype_bytes("quaternion") is None
+    for name, width in NCCL_DATATYPES:  # NCCL's enum names (profiler traces) read back
+        assert canonical_dtype(nccl_type_name(name)) == name and dtype_bytes(nccl_type_name(name)) == width
+    assert [canonical_dtype(v) for v in ("ncclChar", "ncclInt", "ncclHalf", "ncclFloat", "ncclDouble")] == [
+        "int8", "int32", "half", "float", "double"]  # nccl.h's legacy aliases
 
 
 def test_nccl_type_names_follow_the_enum_and_refuse_non_nccl_types():
@@ -138,8 +164,11 @@ def test_collective_in_text_prefers_the_longest_spelling():
     assert collective_in_text("notes.txt") is None
 
 
-def test_synthetic_fabrics():
-    from ncclbot_sweep.names import is_synthetic_fabric
+def test_torch_collective_reads_pytorch_op_names():
+    from ncclbot_sweep.names import torch_collective
 
-    assert is_synthetic_fabric("sim-h100") and not is_synthetic_fabric("h100-spectrumx")
-    assert not is_synthetic_fabric(None)
+    ops = {"nccl:_all_gather_base": "AllGather", "reduce_scatter_tensor": "ReduceScatter",
+           "all_gather_into_tensor": "AllGather", "allreduce_coalesced": "AllReduce", "all_to_all": "AlltoAll",
+           "_reduce_scatter_base": "ReduceScatter", "reduce": "Reduce", "gather": "Gather", "send": "SendRecv",
+           "recv": "SendRecv", "barrier": "Barrier", "Broadcast": "Broadcast", "wait": None, "": None}
+    assert {op: torch_collective(op) for op in ops} == ops

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..audit import format_bytes
+from ncclbot_sweep.names import human_size
+
 from .selection import LAST_WINDOW
 
 __all__ = ["WINDOWS", "learning_curves", "curve_windows", "timeline"]
@@ -80,7 +81,7 @@ def timeline(priced: pd.DataFrame, oracle: pd.DataFrame, *, runs: pd.DataFrame) 
         n = len(g)
         parts.append(pd.DataFrame({
             "policy": labels.get(run_id, run_id), "run_id": run_id, "collective": worst["collective"],
-            "size_bytes": int(worst["size_bytes"]), "size": format_bytes(worst["size_bytes"]),
+            "size_bytes": int(worst["size_bytes"]), "size": human_size(worst["size_bytes"]),
             "collective_index": g["call"].to_numpy(), "arm": g["arm"].to_numpy(),
             "latency_us": served.to_numpy(), "accumulated_ms": served.cumsum().to_numpy() / 1e3,
             "finish_ms": served.sum() / 1e3, "oracle_finish_ms": n * worst["oracle_us"] / 1e3,

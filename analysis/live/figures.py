@@ -1,8 +1,8 @@
 """Live figures (matplotlib, Agg backend, imported lazily): learning curves and arm timelines.
 
 Each function takes the tables of :mod:`.curves` and writes one PNG with the rows it plots as
-the CSV of the same stem beside it; figures of simulated fabrics (``sim-*``) say "synthetic"
-in their title (drawn, and in the PNG's ``Title`` text).
+the CSV of the same stem beside it; figures of runs the simulator produced (``runs.synthetic``)
+say "synthetic" in their title (drawn, and in the PNG's ``Title`` text).
 """
 
 from __future__ import annotations

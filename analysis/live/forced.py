@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..audit import format_bytes
+from ncclbot_sweep.names import human_size
+
 from ..pools import CONTEXT_COLUMNS
 
 __all__ = ["stock_steady", "forced_vs_stock", "auto_against_audit"]
@@ -50,7 +51,7 @@ def forced_vs_stock(audit: pd.DataFrame, stock_runs: pd.DataFrame, *, iterations
         return pd.DataFrame()
     return pd.DataFrame({
         "fabric": joined["fabric"], "collective": joined["collective"], "nodes": joined["nodes"],
-        "ranks": joined["ranks"], "size_bytes": joined["size_bytes"], "size": joined["size_bytes"].map(format_bytes),
+        "ranks": joined["ranks"], "size_bytes": joined["size_bytes"], "size": joined["size_bytes"].map(human_size),
         "stock_campaign": joined["campaign"], "stock_run_id": joined["run_id"], "stock_us": joined["stock_us"],
         "auto_arm": joined["auto_arm"], "forced_auto_us": joined["auto_us"],
         "forced_auto_over_stock": joined["auto_us"] / joined["stock_us"],

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ncclbot_sweep.names import is_synthetic_fabric
 from ncclbot_sweep.errors import AnalysisError
 
 from ..audit import audit_auto
-from ..inputs import load_problem
+from ..inputs import is_synthetic, load_problem
 from .curves import curve_windows, learning_curves, timeline
 from .forced import auto_against_audit, forced_vs_stock
 from .inputs import SCENARIO_KEYS, LiveData, LiveIssue, issues_frame, load_live
@@ -66,7 +65,13 @@ class LiveResult:
     tables: dict[str, pd.DataFrame]
     figures: dict[str, Path]
     headline: dict
-    synthetic: bool
+    #: Fabrics some of whose runs the simulator produced (``runs.synthetic``): their figures say so.
+    synthetic_fabrics: frozenset[str]
+
+    @property
+    def synthetic(self) -> bool:
+        """True when some run of the analysis is synthetic."""
+        return bool(self.synthetic_fabrics)
 
     @property
     def issues(self) -> pd.DataFrame:
@@ -211,7 +216,7 @@ def analyze_live(dataset: str | Path, *, campaign: str | None = None, out: str |
     tables = {name: pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames)
               else pd.DataFrame() for name, frames in parts.items() if name != "issues"}
     tables["issues"] = issues_frame(issues)
-    synthetic = any(is_synthetic_fabric(f) for f in data.runs["fabric"].dropna())
+    synthetic = frozenset(str(fabric) for fabric, runs in data.runs.groupby("fabric") if is_synthetic(runs))
     result = LiveResult(tables, {}, _headline(data, tables), synthetic)
     if out is not None:
         write_live(result, Path(out))
@@ -266,6 +271,6 @@ def write_live(result: LiveResult, out: Path) -> None:
     for name, frame in result.tables.items():
         frame.to_parquet(out / f"{name}.parquet", index=False)
         frame.to_csv(out / f"{name}.csv", index=False)
-    result.figures.update(_figures(result.tables, out, is_synthetic_fabric))
+    result.figures.update(_figures(result.tables, out, result.synthetic_fabrics.__contains__))
     (out / "headline.json").write_text(json.dumps(result.headline, indent=2, sort_keys=True) + "\n")
     log.info("live analysis written to %s", out)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..audit import format_bytes
+from ncclbot_sweep.names import human_size
 
 __all__ = ["LAST_WINDOW", "price_pulls", "selection_per_size", "selection_summary"]
 
@@ -46,7 +46,7 @@ def selection_per_size(priced: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame
         on_auto = g.loc[g["arm"] == g["auto_arm_ctx"], "call"]
         rows.append({
             "run_id": run_id, "policy": labels.get(run_id, run_id), "collective": coll, "size_bytes": int(size),
-            "size": format_bytes(size), "collectives": len(g), "oracle_arm": g["oracle_arm"].iloc[0],
+            "size": human_size(size), "collectives": len(g), "oracle_arm": g["oracle_arm"].iloc[0],
             "auto_arm": g["auto_arm_ctx"].iloc[0], "auto_errs": bool(g["auto_errs"].iloc[0]),
             "selection_trlt_pct": 100 * (price[ok].mean() / oracle_us - 1) if ok.any() else np.nan,
             "last100_on_oracle_pct": 100 * float((last["arm"] == last["oracle_arm"]).mean()),

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..audit import format_bytes
+from ncclbot_sweep.names import human_size
+
 from .sizes import STOCK_BANDS, bin_of, per_size
 
 __all__ = ["MARGIN", "stock_per_size", "stock_bands"]
@@ -36,7 +37,7 @@ def stock_per_size(runs: pd.DataFrame, stock: pd.Series, *, iterations: pd.DataF
             if size in removed:
                 continue
             ratio = ref.at[size, "time_us"] / mine.at[size, "time_us"]
-            rows.append({"policy": r.label, "run_id": r.run_id, "size_bytes": int(size), "size": format_bytes(size),
+            rows.append({"policy": r.label, "run_id": r.run_id, "size_bytes": int(size), "size": human_size(size),
                          "band": bin_of([size], STOCK_BANDS)[0], "stock_time_us": ref.at[size, "time_us"],
                          "time_us": mine.at[size, "time_us"], "speed_vs_stock": ratio,
                          "stock_busbw_gbs": ref.at[size, "busbw_gbs"], "busbw_gbs": mine.at[size, "busbw_gbs"],

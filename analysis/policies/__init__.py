@@ -27,19 +27,18 @@ Shared conventions (the plugin must match them bit for bit in float64):
 
 * start: for every offered arm with a prediction ``mu_a = mu_hat_min / mu_hat(a)``,
   ``n_a = 2.89``; offered arms without a prediction ``mu_a = 0``, ``n_a = 0``;
-* select: ``N = n_0 + n_1 + ...`` summed left to right in arm order (pseudo-counts
-  included; :func:`.base.total_n`), for any number of arms, 1 to 21: this is the one
-  summation order, the plugin's ``nb_ucb_total`` uses it too; if some offered arm has
-  ``n_a == 0`` play the lowest-index one; else play the lowest index maximising
-  ``mu_a + alpha * sqrt((2.0 * ln(max(N, 1.0))) / n_a)`` (:meth:`UCB1.index`, the plugin's
-  ``nb_ucb_index``), evaluated in that order (``alpha = 0.0928``);
+* select: if some offered arm has ``n_a == 0`` play the lowest-index one; else play the
+  lowest index maximising the UCB index (``alpha = 0.0928``). How ``N`` is summed and the
+  index evaluated, in float64 and in which order, is written once, in ``plugin/README.md``
+  ("UCB1's N is one formula"; :func:`.base.total_n`, :meth:`UCB1.index`);
 * update with latency ``X`` (us): ``r = mu_hat_min / X``; ``n_a <- n_a + 1``;
   if the old ``n_a`` was 0 then ``mu_a = r``, else ``s = 0.468 * pow(n_a, -0.467)`` (new
   ``n_a``), ``d = min(max(r - mu_a, -0.389), 0.389)``, ``mu_a <- mu_a + s * d``.
 
 ``ln``/``pow`` are numpy's float64 ``log``/``power`` (libm-compatible for these inputs).
-The reward is ``mu_hat_min / X`` with no cap, here and in the plugin (a latency the
-plugin's profiler cannot trust is dropped before it becomes a reward).
+The reward is ``mu_hat_min / X`` with no cap, here and in the plugin, for a usable latency
+only: one that is not positive and finite gives no reward and is not counted
+(``plugin/README.md``, "A reward needs a usable latency"; :meth:`StepPolicy.update`).
 **Greedy** is ``EpsilonGreedy(eps=0)``: start as above with ``n_a = 0.892`` and the sample
 mean ``mu_a <- mu_a + (r - mu_a) / n_a``; play the lowest index maximising ``mu_a`` (no
 unpulled-first rule: with ``nu = 0`` an unpulled arm is played only on a tie).

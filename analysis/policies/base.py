@@ -49,7 +49,7 @@ def masked_argmax(score: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def total_n(state: BanditState) -> np.ndarray:
-    """``N = n_0 + n_1 + ...`` summed left to right in arm order (the one order, see the package).
+    """``N = n_0 + n_1 + ...`` summed left to right in arm order (the one order: ``plugin/README.md``).
 
     A sequential sum (not numpy's pairwise one) so the plugin's loop over a context's arms
     (``nb_ucb_total`` in ``plugin/src/policy.c``) gets the same float64 value for any

@@ -67,9 +67,18 @@ class StepPolicy:
         self._last = int(self.policy.select(self.state, self.t, u, z)[0])
         return self._last
 
-    def update(self, arm: int, latency_us: float) -> float:
-        """Feed the measured latency of the arm just played; returns the reward learned (renormalised with ``observed_max``)."""
-        reward = np.array([self.mu_hat_min / float(latency_us)])
+    def update(self, arm: int, latency_us: float) -> float | None:
+        """Feed the measured latency of the arm just played; returns the reward learned
+        (renormalised with ``observed_max``).
+
+        A latency that is not positive and finite gives no reward: None, and nothing changes
+        (not even the arm's pull count), as the plugin's ``nb_reward`` drops it
+        (``plugin/README.md``, "A reward needs a usable latency").
+        """
+        latency = float(latency_us)
+        if not (latency > 0.0 and np.isfinite(latency)):
+            return None
+        reward = np.array([self.mu_hat_min / latency])
         rows, arms = np.array([0]), np.array([int(arm)])
         est = self.policy.estimator
         if self.state.learn_mask(rows, arms, est)[0]:

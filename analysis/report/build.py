@@ -21,12 +21,11 @@ from pathlib import Path
 import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError, DatasetError
-from ncclbot_sweep.names import is_synthetic_fabric
 
 from ..audit import run_audit
 from ..contexts import write_contexts
 from ..degenerate import context_flags, flag_summary, flag_table
-from ..inputs import load_problem, load_provenance
+from ..inputs import is_synthetic, load_problem, load_provenance
 from ..policies import parse_policy
 from ..pools import CONTEXT_COLUMNS
 from ..replay import replay_with_trajectories
@@ -97,7 +96,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     summary = summarize(replay, threshold=options.threshold, order=order)
     learners = [p for p in order if p not in ("AUTO", "Random")]
     tests = confirmatory(replay, [("AUTO", p) for p in learners], threshold=options.threshold) if "AUTO" in order else None
-    synthetic = any(is_synthetic_fabric(f) for f in problem.contexts["fabric"].unique())
+    synthetic = is_synthetic(problem.contexts)
     flags = flag_table(problem)
     audit_rows = audit.contexts.merge(context_flags(problem), on=list(CONTEXT_COLUMNS), how="left")
     figures = _figures(problem, audit, replay, trajectories, out, options=options, synthetic=synthetic)

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncclbot_sweep.names import is_synthetic_fabric
 
+from ..inputs import is_synthetic
 from ..pools import CONTEXT_COLUMNS, Pools
 from .figures import pyplot, save_figure
 
@@ -95,6 +95,7 @@ def transient_curves(pools: Pools, *, first: int = 30) -> pd.DataFrame:
     rows = []
     for fabric, idx in pools.contexts.groupby("fabric", sort=True).groups.items():
         block = ratio[np.asarray(idx)]
+        synthetic = bool(pools.contexts.loc[idx, "synthetic"].fillna(False).astype(bool).any())
         for k, arm in enumerate(pools.arms):
             values = block[:, k, :]
             counts = np.isfinite(values).sum(axis=0)
@@ -105,8 +106,9 @@ def transient_curves(pools: Pools, *, first: int = 30) -> pd.DataFrame:
                 q25, median, q75 = np.nanpercentile(values, [25, 50, 75], axis=0)
                 mean = np.nanmean(values, axis=0)
             rows.append(pd.DataFrame({"fabric": fabric, "arm": arm, "iteration": np.arange(first) + offset,
-                                      "median": median, "q25": q25, "q75": q75, "mean": mean, "contexts": counts}))
-    columns = ["fabric", "arm", "iteration", "median", "q25", "q75", "mean", "contexts"]
+                                      "median": median, "q25": q25, "q75": q75, "mean": mean, "contexts": counts,
+                                      "synthetic": synthetic}))
+    columns = ["fabric", "arm", "iteration", "median", "q25", "q75", "mean", "contexts", "synthetic"]
     frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=columns)
     return frame[frame["contexts"] > 0].reset_index(drop=True)
 
@@ -131,5 +133,5 @@ def plot_transients(frame: pd.DataFrame, folder: str | Path, *, window_start: in
         ax.set_title(f"First-iterations transient per arm on {fabric} (median over contexts, IQR band)", fontsize=10)
         ax.legend(fontsize=7, ncol=2)
         paths.append(save_figure(plt, fig, Path(folder) / f"transient_{fabric}.png", data=g,
-                           synthetic=is_synthetic_fabric(fabric)))
+                           synthetic=is_synthetic(g)))
     return paths

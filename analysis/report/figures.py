@@ -5,7 +5,7 @@ curves (Figures 8 and 12, for the ablation and workload studies), and the views 
 engineer looks at first: bus bandwidth and latency against size per arm, where AUTO errs,
 and the cost model against measurement. Each figure has a data function (plain pandas,
 testable without matplotlib) and a plot function that writes the PNG with its data as a CSV
-of the same stem beside it, stamped "synthetic" when the data come from a ``sim-*`` fabric.
+of the same stem beside it, stamped "synthetic" when the data say so (``..inputs.is_synthetic``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncclbot_sweep.names import bus_bandwidth_gbs, is_synthetic_fabric
+from ncclbot_sweep.names import bus_bandwidth_gbs, human_size
 
-from ..audit import format_bytes
+from ..inputs import is_synthetic
 from ..pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
 
 __all__ = [
@@ -205,7 +205,7 @@ def arm_curves(pools: Pools, audit: pd.DataFrame) -> pd.DataFrame:
     """
     keys = list(CONTEXT_COLUMNS)
     c, k = np.nonzero(pools.measured)
-    frame = pools.contexts.iloc[c][keys].reset_index(drop=True)
+    frame = pools.contexts.iloc[c][[*keys, "synthetic"]].reset_index(drop=True)
     frame["arm"] = np.asarray(pools.arms)[k]
     frame["steady_us"] = pools.steady[c, k]
     frame["busbw_gbs"] = [bus_bandwidth_gbs(col, r, size, us) for col, r, size, us in
@@ -249,13 +249,13 @@ def plot_arm_curves(curves: pd.DataFrame, folder: str | Path) -> list[Path]:
         fig.suptitle(f"{collective} on {fabric}, {nodes} nodes ({int(g['ranks'].iloc[0])} ranks)")
         lat.legend(fontsize=7, ncol=2)
         stem = _scenario_stem("arms", key)
-        paths.append(save_figure(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic_fabric(fabric)))
+        paths.append(save_figure(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic(g)))
     return paths
 
 
 def error_map(audit: pd.DataFrame) -> pd.DataFrame:
     """Where AUTO errs: per context AUTO's selection-priced loss (%) with its arm and the best arm."""
-    cols = [*CONTEXT_COLUMNS, "auto_arm", "best_arm", "error"]
+    cols = [*CONTEXT_COLUMNS, "synthetic", "auto_arm", "best_arm", "error"]
     frame = audit[cols].copy()
     frame["loss_pct"] = 100 * audit["trlt_selection"].to_numpy(float)
     return frame.sort_values(list(CONTEXT_COLUMNS), kind="stable").reset_index(drop=True)
@@ -288,14 +288,14 @@ def plot_error_maps(emap: pd.DataFrame, folder: str | Path) -> list[Path]:
             ink = "white" if row.loss_pct > 0.6 * top else "black"  # readable on the dark end of the map
             ax.text(pos_size[row.size_bytes], pos_node[row.nodes], _cell_label(row), ha="center", va="center",
                     fontsize=6.5, color=ink)
-        ax.set_xticks(range(len(sizes)), [format_bytes(s).replace(" ", "") for s in sizes], rotation=60, fontsize=7)
+        ax.set_xticks(range(len(sizes)), [human_size(s).replace(" ", "") for s in sizes], rotation=60, fontsize=7)
         ax.set_yticks(range(len(nodes)), [str(n) for n in nodes])
         ax.set_xlabel("message size (nccl-tests size)")
         ax.set_ylabel("nodes")
         ax.set_title(f"{collective} on {fabric}: AUTO's loss against the measured best (selection-priced)")
         fig.colorbar(image, ax=ax, label="AUTO's loss (%)")
         stem = _scenario_stem("errmap", (fabric, collective))
-        paths.append(save_figure(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic_fabric(fabric)))
+        paths.append(save_figure(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic(g)))
     return paths
 
 
@@ -303,7 +303,7 @@ def cost_vs_measured(pools: Pools, predicted: np.ndarray) -> pd.DataFrame:
     """Cost-model prediction against measured steady mean, per (context, measured arm with a prediction)."""
     keys = list(CONTEXT_COLUMNS)
     c, k = np.nonzero(pools.measured & np.isfinite(predicted))
-    frame = pools.contexts.iloc[c][keys].reset_index(drop=True)
+    frame = pools.contexts.iloc[c][[*keys, "synthetic"]].reset_index(drop=True)
     frame["arm"] = np.asarray(pools.arms)[k]
     frame["predicted_us"] = predicted[c, k]
     frame["measured_us"] = pools.steady[c, k]
@@ -329,6 +329,5 @@ def plot_cost_vs_measured(frame: pd.DataFrame, folder: str | Path) -> list[Path]
         ax.set_ylabel("cost-model prediction (us)")
         ax.set_title(f"Cost model against measurement on {fabric}")
         ax.legend(fontsize=7, ncol=2)
-        paths.append(save_figure(plt, fig, Path(folder) / f"costmodel_{fabric}.png", data=g,
-                           synthetic=is_synthetic_fabric(fabric)))
+        paths.append(save_figure(plt, fig, Path(folder) / f"costmodel_{fabric}.png", data=g, synthetic=is_synthetic(g)))
     return paths

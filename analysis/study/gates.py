@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..audit import audit_auto, auto_margin, format_bytes, gate_curve
+from ncclbot_sweep.names import human_size
+
+from ..audit import audit_auto, auto_margin, gate_curve
 from ..policies import make_policy
 from ..report.figures import plot_gate
 from .harness import Harness, Section, by_context
@@ -72,7 +74,7 @@ def size_gate(h: Harness) -> Section:
     def label(value: float) -> str:
         if value == 0:
             return "none (learner everywhere)"
-        return "AUTO everywhere" if math.isinf(value) else format_bytes(value)
+        return "AUTO everywhere" if math.isinf(value) else human_size(value)
 
     table, long, name = _grid(h, lambda v: size_mask(sizes, v), h.options.gates, label)
     table = table.rename(columns={"value": "threshold_bytes"})

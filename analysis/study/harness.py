@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError
-from ncclbot_sweep.names import is_synthetic_fabric
 
+from ..inputs import is_synthetic
 from ..policies import Policy, parse_policy
 from ..pools import CONTEXT_COLUMNS
 from ..replay import ReplayProblem, run_replay, split_labels
@@ -146,7 +146,7 @@ class Harness:
     @property
     def synthetic(self) -> bool:
         """Whether the contexts come from a simulated fabric (figures are stamped)."""
-        return any(is_synthetic_fabric(str(f)) for f in self.problem.contexts["fabric"].unique())
+        return is_synthetic(self.problem.contexts)
 
     @property
     def seeds(self) -> list[int]:

@@ -1,4 +1,4 @@
-"""The ``ncclbot-sweep`` command: a thin shell over the library (STYLE habit 1).
+"""The ``ncclbot-sweep`` command: a thin shell over the library (architecture section 2.1).
 
 Each area keeps its commands in its own module here and is registered below. Library
 errors (:class:`~ncclbot_sweep.errors.NcclbotError`) and OS faults (a full disk, a read-only

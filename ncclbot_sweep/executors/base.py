@@ -1,4 +1,4 @@
-"""The narrow executor interface every backend implements (STYLE habit 13).
+"""The narrow executor interface every backend implements (architecture section 4.5).
 
 An executor knows how to start a rendered job, report the state of many jobs in one call,
 cancel jobs, copy a job's folder back, and find jobs by their tag after a crash. Retry,
@@ -10,11 +10,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Mapping, Sequence
-from pathlib import Path, PurePath
 
+from ncclbot_sweep.jobspec import JobSpec, job_tag
 from ncclbot_sweep.mirror import CollectReport
 from ncclbot_sweep.outcomes import JobState, StepOutcome
-from ncclbot_sweep.paths import JOB_SCRIPT
 
 __all__ = ["Executor", "JobSpec", "JobState", "JobStatus", "StepOutcome", "job_tag"]
 
@@ -26,34 +25,6 @@ class JobStatus:
     state: JobState
     exit_code: int | None = None
     reason: str = ""
-
-
-def job_tag(campaign_key: str, job_key: str) -> str:
-    """The tag a job carries on the scheduler (its comment) so a crash can be reconciled."""
-    return f"ncclbot:{campaign_key}:{job_key}"
-
-
-@dataclasses.dataclass(frozen=True)
-class JobSpec:
-    """A rendered job ready to submit: its keys, its local folder and what it asks for."""
-
-    campaign_key: str
-    job_key: str
-    local_dir: Path
-    remote_dir: PurePath
-    nodes: int
-    time_limit_s: int
-    #: A readable name for the scheduler's listings (campaign, collective, nodes); the tag
-    #: identifies the job, the name is for people.
-    name: str = ""
-
-    @property
-    def tag(self) -> str:
-        return job_tag(self.campaign_key, self.job_key)
-
-    @property
-    def script_name(self) -> str:
-        return JOB_SCRIPT
 
 
 class Executor(abc.ABC):

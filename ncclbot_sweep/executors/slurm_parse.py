@@ -1,4 +1,4 @@
-"""Pure parsers for what ``sbatch``, ``squeue`` and ``sacct`` print (STYLE habit 15).
+"""Pure parsers for what ``sbatch``, ``squeue`` and ``sacct`` print.
 
 No I/O here: the Slurm executor runs the commands and hands their text to these
 functions; the tests feed them literal Slurm 22.05 output. Each parser tolerates lines it

@@ -1,6 +1,6 @@
 """What every parser shares: the result container, issues for quarantine, launcher prefixes.
 
-Parsers are pure (STYLE habit 15): they map text plus source metadata to rows and never
+Parsers are pure: they map text plus source metadata to rows and never
 touch the file system. Anything they cannot interpret becomes an :class:`Issue` with a line
 number and a reason; ingest writes those to the ``quarantine`` table.
 """

@@ -13,10 +13,23 @@ import json
 import re
 from typing import Any
 
-__all__ = ["load_truncated", "load_lenient"]
+from ncclbot_sweep.parsers.common import Issue, ParseResult
+
+__all__ = ["load_document", "load_truncated", "load_lenient"]
 
 _CLOSE = {"{": "}", "[": "]"}
 _START = re.compile(r'^\s*(\{\s*["}]|\[\s*[\[{"\d\]-])', re.M)
+
+
+def load_document(text: str, result: ParseResult) -> tuple[Any, bool]:
+    """:func:`load_truncated` for a parser: ``(None, False)`` when not even a prefix is JSON,
+    with ``result`` marked unusable and an issue on line 1 quoting the text's start."""
+    try:
+        return load_truncated(text)
+    except (ValueError, json.JSONDecodeError) as exc:
+        result.unusable = True
+        result.issues.append(Issue(1, f"not JSON: {exc}", text[:200]))
+        return None, False
 
 
 def load_truncated(text: str) -> tuple[Any, bool]:

@@ -23,22 +23,17 @@ dtypes use the nccl-tests spelling (``float``, ``half``, ``bfloat16``, ``int8``.
 from __future__ import annotations
 
 import collections
-import json
 import math
 import re
 from typing import Any
 
-from ncclbot_sweep.names import canonical_dtype, dtype_bytes
+from ncclbot_sweep.names import canonical_dtype, dtype_bytes, torch_collective
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, to_float
-from ncclbot_sweep.parsers.jsonfix import load_truncated
+from ncclbot_sweep.parsers.jsonfix import load_document
 
-__all__ = ["parse_kineto", "kernel_collective", "torch_collective", "dtype_name"]
+__all__ = ["parse_kineto", "kernel_collective", "dtype_name"]
 
 _KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_TORCH_COLL = [("allreduce", "AllReduce"), ("allgather", "AllGather"), ("reducescatter", "ReduceScatter"),
-               ("alltoall", "AlltoAll"), ("broadcast", "Broadcast"), ("reduce", "Reduce"),
-               ("sendrecv", "SendRecv"), ("send", "SendRecv"), ("recv", "SendRecv"), ("gather", "Gather"),
-               ("scatter", "Scatter"), ("barrier", "Barrier")]
 
 
 def kernel_collective(name: str) -> str | None:
@@ -47,18 +42,6 @@ def kernel_collective(name: str) -> str | None:
     if not m:
         return None
     return torch_collective(m.group(1))
-
-
-def torch_collective(name: str) -> str | None:
-    """NCCL spelling of a PyTorch collective name (``_all_gather_base`` -> ``AllGather``)."""
-    key = name.lower().replace("nccl:", "").replace("_", "")
-    key = key.removesuffix("base").removesuffix("intotensor").removesuffix("tensor").removesuffix("coalesced")
-    if key in ("wait", ""):
-        return None
-    for prefix, coll in _TORCH_COLL:
-        if key.startswith(prefix):
-            return coll
-    return None
 
 
 def dtype_name(dtype: Any) -> str | None:
@@ -84,11 +67,8 @@ def _kernel_dtype(name: str) -> str | None:
 def parse_kineto(text: str, source: SourceInfo) -> ParseResult:
     """Parse one Kineto trace (already decompressed). Never raises on malformed input."""
     result = ParseResult()
-    try:
-        doc, truncated = load_truncated(text)
-    except (ValueError, json.JSONDecodeError) as exc:
-        result.unusable = True
-        result.issues.append(Issue(1, f"not JSON: {exc}"))
+    doc, truncated = load_document(text, result)
+    if result.unusable:
         return result
     if truncated:
         result.issues.append(Issue(None, "trace JSON truncated; complete events were kept"))

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ncclbot_sweep.names import canonical_collective
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, nccl_version_from_code
-from ncclbot_sweep.parsers.jsonfix import load_truncated
+from ncclbot_sweep.parsers.jsonfix import load_document
 from ncclbot_sweep.parsers.nccltests_text import collective_from_name
 
 __all__ = ["parse_nccltests_json", "parse_rccl_jsonlines", "looks_like_rccl_jsonlines"]
@@ -84,11 +84,8 @@ def _base(source: SourceInfo, collective: str | None, run_index: int = 0) -> dic
 def parse_nccltests_json(text: str, source: SourceInfo) -> ParseResult:
     """Parse ``-J`` output or the PR-318 fork's JSON. Never raises on malformed input."""
     result = ParseResult()
-    try:
-        doc, truncated = load_truncated(text)
-    except (ValueError, json.JSONDecodeError) as exc:
-        result.unusable = True
-        result.issues.append(Issue(1, f"not JSON: {exc}", text[:200]))
+    doc, truncated = load_document(text, result)
+    if result.unusable:
         return result
     if not isinstance(doc, dict):
         result.unusable = True

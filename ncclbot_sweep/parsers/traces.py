@@ -19,7 +19,8 @@ import json
 import re
 from typing import Any
 
-from ncclbot_sweep.names import Arm, canonical_algorithm, canonical_collective, canonical_protocol, parse_size
+from ncclbot_sweep.names import (Arm, canonical_algorithm, canonical_collective, canonical_protocol, dtype_bytes,
+                                 parse_size)
 from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, to_float
 from ncclbot_sweep.parsers.jsonfix import load_lenient, load_truncated
 
@@ -32,9 +33,6 @@ TRACE_COLUMNS = ("kind", "t_ns", "comm_id", "rank", "nranks", "nnodes", "collect
 _TRACE_MAGIC = re.compile(r"^# ncclbot-trace v(\d+)\s*$")
 _INT = {"t_ns", "rank", "nranks", "nnodes", "size_bytes", "pull", "round"}
 _FLOAT = {"latency_us", "reward", "sync_us"}
-_NCCL_DTYPE_BYTES = {"ncclint8": 1, "ncclchar": 1, "ncluint8": 1, "ncclint32": 4, "ncclint": 4, "ncluint32": 4,
-                     "ncclint64": 8, "ncluint64": 8, "ncclfloat16": 2, "ncclhalf": 2, "ncclfloat32": 4,
-                     "ncclfloat": 4, "ncclfloat64": 8, "nccldouble": 8, "ncclbfloat16": 2}
 
 
 def _base(source: SourceInfo) -> dict[str, Any]:
@@ -115,7 +113,7 @@ def _delta(start: Any, end: Any) -> float | None:
 def _profiler_row(base: dict, start: dict, latency: float | None, kind: str) -> dict[str, Any]:
     args = start.get("args") or {}
     count = args.get("Count")
-    width = _NCCL_DTYPE_BYTES.get(str(args.get("Datatype", "")).lower())
+    width = dtype_bytes(str(args.get("Datatype", "")))
     arm = None
     if args.get("Algorithm") and args.get("Protocol"):
         try:
@@ -222,6 +220,8 @@ def parse_inspector_json(text: str, source: SourceInfo) -> ParseResult:
 
 _PROM_RE = re.compile(r'^(nccl_\w+)\{(.*)\}\s+(' + FLOAT_RE + r'|NaN|[+-]Inf)\s*$')
 _LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
 def _bucket_low(text: str | None) -> int | None:
     m = re.match(r"^(\d+)(?:-\d+)?\s*([KMGT]?B)$", text or "")
     return parse_size(m.group(1) + m.group(2)) if m else None

@@ -48,8 +48,9 @@ def fabric_for_env(name: str, env: dict[str, str]) -> SimFabric:
     a GB200 fabric's multi-node NVLink on (``1``) or off (``0``).
     """
     mnnvl = env.get("NCCL_MNNVL_ENABLE", "").strip()
-    if name.startswith("sim-gb200-mnnvl-") and mnnvl in ("0", "1"):
-        name = "sim-gb200-mnnvl-" + ("on" if mnnvl == "1" else "off")
+    twins = FABRICS[name].mnnvl_names if name in FABRICS else None
+    if twins and mnnvl in ("0", "1"):
+        name = twins[int(mnnvl)]
     nvls = env.get("NCCL_NVLS_ENABLE", "").strip() != "0"
     return fabric(name) if nvls else _without_nvls(name)
 

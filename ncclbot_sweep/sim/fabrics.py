@@ -41,6 +41,9 @@ class FabricSpec:
     cuda_version: str = "12.9"
     nvls_stall_s: tuple[float, float] = (5.7, 7.8)
     x86_cpu: bool = True  # Grace (ARM) hosts skip NCCL's x86-only NVLSTree correction
+    #: The same racks with multi-node NVLink off and on (``NCCL_MNNVL_ENABLE=0``/``1``); None
+    #: where NCCL_MNNVL_ENABLE changes nothing.
+    mnnvl_names: tuple[str, str] | None = None
 
     @property
     def nccl_version_code(self) -> int:
@@ -169,8 +172,10 @@ def _gb200(mnnvl: bool) -> FabricSpec:
         pat_bus_gbs=120.0,
     )
     families = {"tree", "ring", "nvls"} if mnnvl else {"tree", "ring", "pat"}
+    names = ("sim-gb200-mnnvl-off", "sim-gb200-mnnvl-on")
     return FabricSpec(
-        name=f"sim-gb200-mnnvl-{'on' if mnnvl else 'off'}",
+        name=names[mnnvl],
+        mnnvl_names=names,
         x86_cpu=False,
         gpus_per_node=4,
         gpu_name="NVIDIA GB200",

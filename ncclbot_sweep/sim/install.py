@@ -18,21 +18,15 @@ import tempfile
 from pathlib import Path
 
 from ncclbot_sweep import __version__
+from ncclbot_sweep.names import COLLECTIVE_BINARY, COLLECTIVES
 
 __all__ = ["BINARIES", "bin_dir", "cache_root"]
 
 log = logging.getLogger(__name__)
 
-#: The binaries the stand-ins provide, named exactly like nccl-tests'.
-BINARIES: tuple[str, ...] = (
-    "all_reduce_perf",
-    "all_gather_perf",
-    "reduce_scatter_perf",
-    "broadcast_perf",
-    "reduce_perf",
-    "alltoall_perf",
-    "sendrecv_perf",
-)
+#: The binaries the stand-ins provide, named exactly like nccl-tests' (:data:`names.COLLECTIVE_BINARY`):
+#: the collectives with arms, and AlltoAll and SendRecv.
+BINARIES: tuple[str, ...] = tuple(COLLECTIVE_BINARY[c] for c in (*COLLECTIVES, "AlltoAll", "SendRecv"))
 
 
 def cache_root() -> Path:

@@ -38,12 +38,17 @@ def sim_frames(name: str = "sim-h100", *, collectives=("AllGather", "AllReduce",
     return pd.concat(it_rows, ignore_index=True), pd.DataFrame(cost_rows)
 
 
-def write_sim_dataset(root, name: str = "sim-h100", **kwargs):
-    """Write :func:`sim_frames` into a dataset root through ``datasets.write_rows``."""
+def write_sim_dataset(root, name: str = "sim-h100", *, runs: bool = True, **kwargs):
+    """Write :func:`sim_frames` into a dataset root through ``datasets.write_rows``; with ``runs``
+    also one ``runs`` row per run saying what ingest says of the simulator's output: synthetic."""
     from ncclbot_sweep.datasets import write_rows
 
     it, cost = sim_frames(name, **kwargs)
     it = it.assign(source_path="sim://" + it["run_id"], source_sha256=it["run_id"].map(lambda r: f"{hash(r) & 0xffffffff:08x}"))
     write_rows(root, "iterations", it)
+    if runs:
+        rows = it.drop_duplicates("run_id")[["run_id", "fabric", "collective", "nodes", "ranks", "arm", "source_path",
+                                             "source_sha256"]]
+        write_rows(root, "runs", rows.assign(kind="forced", outcome="ok", synthetic=True))
     write_rows(root, "cost_tables", cost.assign(source_sha256="cost"))
     return root

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ncclbot_sweep.analysis.audit import audit_auto, audit_summary, format_bytes, gate_curve, tail_anatomy
+from ncclbot_sweep.analysis.audit import audit_auto, audit_summary, gate_curve, tail_anatomy
 from ncclbot_sweep.analysis.pools import build_pools
 from ncclbot_sweep.analysis.prior import predictions_from_cost_tables
 from ncclbot_sweep.analysis.replay import make_problem
@@ -68,7 +68,3 @@ def test_tail_anatomy_groups_by_auto_and_best_arm():
     assert row["sizes"] == "2 KiB-8 KiB" and row["margin"] == "0.10-0.50"
     assert row["auto_max_pct"] == pytest.approx(200.0)
     assert row["UCB1_max_pct"] == pytest.approx(4.0)
-
-
-def test_format_bytes():
-    assert format_bytes(512) == "512 B" and format_bytes(16 * 2**30) == "16 GiB"

@@ -93,6 +93,18 @@ def test_policy_specs_with_parameters_and_labels():
             parse_policy(bad)
 
 
+@pytest.mark.parametrize("latency", [0.0, -3.0, math.nan, math.inf, -math.inf])
+def test_an_unusable_latency_gives_no_reward_and_is_not_counted(latency):
+    """As the plugin's nb_reward: no reward, no learning, no pull counted (skip-first-k included)."""
+    est = {"kind": "mean", "skip_first": 1}
+    p = StepPolicy(make_policy("UCB1", estimator=est), [10.0, 20.0])
+    before = (p.means(), p.counts(), p.state.pulls.tolist())
+    assert p.update(0, latency) is None
+    assert (p.means(), p.counts(), p.state.pulls.tolist()) == before
+    assert p.update(0, 20.0) == 0.5 and p.means() == before[0]  # the first usable one is the one skipped
+    assert p.update(0, 20.0) == 0.5 and p.means()[0] < before[0][0]  # the second is learned
+
+
 def test_adaptive_observed_max_divides_by_the_running_max_and_rescales_on_a_new_one():
     """Paper D.8: rewards are divided by their running maximum (from 1, the prior's scale); a new
     maximum first rescales every arm's statistics by old/new."""

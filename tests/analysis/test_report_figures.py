@@ -29,12 +29,13 @@ SPEC = {
 }
 
 
-def _problem(fabric: str = "sim-a"):
+def _problem(fabric: str = "sim-a", *, synthetic: bool = True):
+    """The SPEC contexts on ``fabric``; ``synthetic`` is what the rows say (as ``runs.synthetic`` would)."""
     it, cost = [], []
     for (nodes, size), (truth, pred) in SPEC.items():
         base = dict(fabric=fabric, collective="AllReduce", nodes=nodes, ranks=8 * nodes, size_bytes=size)
         for arm, value in truth.items():
-            it += [base | dict(arm=arm, iteration=i, time_us=value) for i in range(4)]
+            it += [base | dict(arm=arm, iteration=i, time_us=value, synthetic=synthetic) for i in range(4)]
         cost += [base | dict(arm=arm, predicted_us=value) for arm, value in pred.items()]
     pools = build_pools(pd.DataFrame(it), window=(0, 99), min_arms=2)
     return make_problem(pools, predictions_from_cost_tables(pools, pd.DataFrame(cost)))
@@ -111,7 +112,7 @@ def test_error_map_cells_name_auto_and_best(tmp_path, closed_figures):
 
 
 def test_cost_vs_measured_has_the_diagonal_and_no_stamp_on_real_fabrics(tmp_path, closed_figures):
-    problem = _problem("h100-spx")
+    problem = _problem("h100-spx", synthetic=False)
     frame = figures.cost_vs_measured(problem.pools, problem.predicted)
     assert len(frame) == 12
     row = frame[(frame["nodes"] == 4) & (frame["size_bytes"] == 4096) & (frame["arm"] == "Tree/LL")].iloc[0]
@@ -205,3 +206,16 @@ def test_transient_curves_give_each_arms_ratio_to_steady_per_iteration(tmp_path,
     assert ax.get_ylabel() == "latency / steady mean (ratio)" and "iteration" in ax.get_xlabel()
     assert "steady window starts" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("synthetic" in t.get_text() for t in closed_figures[0].texts)
+
+
+@pytest.mark.parametrize("fabric, synthetic", [("sim-a", False), ("h100-lab", True)])
+def test_the_stamp_follows_the_data_not_the_fabric_name(fabric, synthetic, tmp_path, closed_figures):
+    problem = _problem(fabric, synthetic=synthetic)
+    audit = audit_auto(problem, horizon=4)
+    figures.plot_arm_curves(figures.arm_curves(problem.pools, audit), tmp_path)
+    figures.plot_error_maps(figures.error_map(audit), tmp_path)
+    figures.plot_cost_vs_measured(figures.cost_vs_measured(problem.pools, problem.predicted), tmp_path)
+    assert len(closed_figures) == 4
+    for fig in closed_figures:
+        assert any("synthetic" in t.get_text() for t in fig.texts) == synthetic
+    assert set(pd.read_csv(tmp_path / f"errmap_{fabric}_AllReduce.csv")["synthetic"]) == {synthetic}

@@ -25,7 +25,7 @@ def report(tmp_path_factory):
     """A small sim dataset with two runs rows, and the report (and results.json) built on it."""
     root = tmp_path_factory.mktemp("ds")
     write_sim_dataset(root, collectives=("AllReduce", "AllGather"), nodes=(2, 4, 8), sizes=(2**12, 2**18, 2**24),
-                      iters=30)
+                      iters=30, runs=False)
     base = dict(campaign="sweep-a", campaign_key="c0ffee", fabric="sim-h100", kind="forced", collective="AllReduce",
                 nccl_version="2.27.5", nccl_tests_version="2.17.1", gpu_name="NVIDIA H100 80GB HBM3",
                 outcome="ok", source_path="sim://runs")

@@ -2,9 +2,10 @@
 
 The fake binaries are small bash scripts standing in for nccl-tests (the issue allows any
 binary until the simulated fabric is used): they log each start and end with the step key
-into ``$NCCLSWEEP_FAKE_LOG``, write stdout, the NCCL log and the ``-J`` JSON file, and can be
-told to sleep (``NCCLSWEEP_FAKE_SLEEP``), fail (``NCCLSWEEP_FAKE_FAIL_ALGO``) or refuse an arm the
-way NCCL does (``NCCLSWEEP_FAKE_INVALID_ALGO``).
+into ``$NCCLSWEEP_FAKE_LOG``, write stdout (one result row, so a step that exits 0 is ``ok``),
+the NCCL log and the ``-J`` JSON file, and can be told to sleep (``NCCLSWEEP_FAKE_SLEEP``),
+fail (``NCCLSWEEP_FAKE_FAIL_ALGO``) or refuse an arm the way NCCL does
+(``NCCLSWEEP_FAKE_INVALID_ALGO``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ if [ -n "${NCCLSWEEP_FAKE_FAIL_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLSWEEP_FA
     exit 7
 fi
 [ -n "$json" ] && echo '{"version": 3, "results": []}' >"$json"
+# One result row in nccl-tests' layout: a step is ok only when its output holds a result.
+echo "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
+echo "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"
+echo "        1024           256     float     sum      -1    10.00    0.10    0.10      0    10.00    0.10    0.10      0"
 echo "# Avg bus bandwidth    : 1.0"
 echo "end $NCCLSWEEP_STEP_KEY" >>"$log"
 """

@@ -1,4 +1,4 @@
-"""Golden job scripts: a rendered job.sh is diffed against a recorded copy (STYLE habit 16).
+"""Golden job scripts: a rendered job.sh is diffed against a recorded copy.
 
 When a change to the templates or the shipped inventories is intended, accept it with
 

@@ -1,5 +1,5 @@
-"""One outcome rule: every exit code / job state / log combination gives the same step outcome
-in ``manifest.sqlite`` (the runner) and in the ``runs`` table (ingest)."""
+"""One outcome rule: every exit code / job state / log / stdout combination gives the same step
+outcome in ``manifest.sqlite`` (the runner) and in the ``runs`` table (ingest)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ from ncclbot_sweep.outcomes import StepOutcome, classify_step
 CODES = [None, 0, 1, 3, 124, 137, 139, 143, "garbage"]
 STATES = [JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.CANCELLED,
           JobState.PREEMPTED]
-SIZES = [1024 * (i + 1) for i in range(len(CODES) * 2)]  # one step per (code, invalid-arm log)
+#: What the step printed: a result table, nothing, a run cut before its table, not nccl-tests at all.
+STDOUTS = ["table", "empty", "truncated", "garbage"]
+COMBOS = list(itertools.product(STDOUTS, [False, True], CODES))  # (stdout, invalid-arm log, exit code)
+SIZES = [1024 * (i + 1) for i in range(len(COMBOS))]  # one step per combination
 CAMPAIGN = f"""\
 name: outcomes
 kind: forced
@@ -34,11 +37,15 @@ _WARN = ("h:1:1 [0] enqueue.cc:1 NCCL WARN No algorithm/protocol available for f
 
 
 @pytest.fixture(scope="module")
-def nccltests_output() -> str:
-    """What the simulated all_reduce_perf prints: a well-formed result table."""
+def stdouts() -> dict[str, str]:
+    """Each kind of stdout, from what the simulated all_reduce_perf prints (a well-formed table)."""
     env = {**os.environ, "SLURM_NTASKS": "8", "SLURM_NNODES": "1", "SLURM_PROCID": "0"}
-    return subprocess.run([str(Path(sim.bin_dir()) / "all_reduce_perf"), "-b", "1K", "-e", "4K", "-n", "3"],
-                          env=env, capture_output=True, text=True, check=True, timeout=120).stdout
+    table = subprocess.run([str(Path(sim.bin_dir()) / "all_reduce_perf"), "-b", "1K", "-e", "4K", "-n", "3"],
+                           env=env, capture_output=True, text=True, check=True, timeout=120).stdout
+    header = table[:table.index("#       size")]
+    assert header.startswith("# nccl-tests version") and "out-of-place" in header
+    return {"table": table, "empty": "", "truncated": header,
+            "garbage": "Segmentation fault (core dumped)\n\x00\x7f binary noise \ufffd\n"}
 
 
 def _write_step(files, code, invalid: bool, stdout: str) -> None:
@@ -50,7 +57,7 @@ def _write_step(files, code, invalid: bool, stdout: str) -> None:
         Path(files.exit_marker).write_text(f"{code}\n")
 
 
-def test_manifest_and_ingest_agree_on_every_combination(tmp_path, nccltests_output):
+def test_manifest_and_ingest_agree_on_every_combination(tmp_path, stdouts):
     inv = tmp_path / "inv.yaml"
     inv.write_text(local_inventory_text(tmp_path / "no-binaries-needed"))
     camp_file = tmp_path / "campaign.yaml"
@@ -63,10 +70,10 @@ def test_manifest_and_ingest_agree_on_every_combination(tmp_path, nccltests_outp
     try:
         assert len(folder.plan.jobs) == len(STATES)
         for job, state in zip(folder.plan.jobs, STATES):
-            combos = list(itertools.product([False, True], CODES))
-            for step, (invalid, code) in zip(job.steps, combos):
-                _write_step(folder.paths.step_files(job.key, step.key), code, invalid, nccltests_output)
-                expected[step.key] = (code, state, invalid)
+            assert len(job.steps) == len(COMBOS)
+            for step, (stdout, invalid, code) in zip(job.steps, COMBOS):
+                _write_step(folder.paths.step_files(job.key, step.key), code, invalid, stdouts[stdout])
+                expected[step.key] = (code, state, invalid, stdout)
             folder.manifest.mark_submitted(job.key, f"id-{job.key}")
             # _finish is how reconcile records an ended job: fetch (nothing, locally), classify, update.
             runner._finish(camp, job.key, JobStatus(state))
@@ -76,19 +83,26 @@ def test_manifest_and_ingest_agree_on_every_combination(tmp_path, nccltests_outp
     summary = ingest([root], tmp_path / "ds", include_unfinished=True)
     assert not summary.quarantined
     runs = datasets.read_table(tmp_path / "ds", "runs").set_index("step_key")
-    assert len(runs) == len(expected) == len(STATES) * len(CODES) * 2
+    assert len(runs) == len(expected) == len(STATES) * len(COMBOS)
     mismatches = {key: (expected[key], manifest[key], runs.loc[key, "outcome"]) for key in expected
                   if manifest[key] is None or manifest[key].value != runs.loc[key, "outcome"]}
     assert not mismatches
     seen = {expected[key]: manifest[key] for key in expected}
-    assert seen[(137, JobState.COMPLETED, False)] is StepOutcome.TIMEOUT  # killed after the timeout's grace
-    assert seen[(139, JobState.NODE_FAIL, False)] is StepOutcome.NODE_FAIL
-    assert seen[(143, JobState.CANCELLED, True)] is StepOutcome.CANCELLED
-    assert seen[(3, JobState.COMPLETED, True)] is StepOutcome.INVALID_ARM
-    assert seen[(0, JobState.FAILED, True)] is StepOutcome.OK
-    assert seen[("garbage", JobState.COMPLETED, False)] is StepOutcome.FAILED
-    assert seen[(None, JobState.PREEMPTED, False)] is StepOutcome.CANCELLED
-    assert seen[(None, JobState.FAILED, False)] is StepOutcome.FAILED
+    assert seen[(137, JobState.COMPLETED, False, "table")] is StepOutcome.TIMEOUT  # killed after the grace
+    assert seen[(139, JobState.NODE_FAIL, False, "table")] is StepOutcome.NODE_FAIL
+    assert seen[(143, JobState.CANCELLED, True, "table")] is StepOutcome.CANCELLED
+    assert seen[(3, JobState.COMPLETED, True, "table")] is StepOutcome.INVALID_ARM
+    assert seen[(0, JobState.FAILED, True, "table")] is StepOutcome.OK
+    assert seen[("garbage", JobState.COMPLETED, False, "table")] is StepOutcome.FAILED
+    assert seen[(None, JobState.PREEMPTED, False, "table")] is StepOutcome.CANCELLED
+    assert seen[(None, JobState.FAILED, False, "table")] is StepOutcome.FAILED
+    # Exit 0 is ok only with a usable result; without one, NCCL's refusal of the arm says why.
+    for stdout in ("empty", "truncated", "garbage"):
+        assert seen[(0, JobState.COMPLETED, False, stdout)] is StepOutcome.FAILED, stdout
+        assert seen[(0, JobState.COMPLETED, True, stdout)] is StepOutcome.INVALID_ARM, stdout
+        assert seen[(None, JobState.NODE_FAIL, False, stdout)] is StepOutcome.NODE_FAIL, stdout
+    bad = runs[runs["failure"].isna() & (runs["outcome"] != "ok")]
+    assert bad.empty, bad[["outcome", "exit_code"]]
 
 
 def test_a_step_that_never_started_stays_pending():

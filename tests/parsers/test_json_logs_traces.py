@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import pytest
 
 from ncclbot_sweep.parsers import detect_format, parse_source
-from ncclbot_sweep.parsers.kineto import kernel_collective, torch_collective
+from ncclbot_sweep.names import torch_collective
+from ncclbot_sweep.parsers.kineto import kernel_collective
 from ncclbot_sweep.parsers.nccl_log import parse_nccl_log
 
 from parser_fixtures import real, source
@@ -165,6 +167,19 @@ def test_profiler_trace_v1_latency():
     assert ev[0]["collective"] == "AllReduce" and ev[0]["arm"] == "Ring/LL" and ev[0]["rank"] == 1
     assert ev[0]["latency_us"] == pytest.approx(772209.317383 - 764237.294922)
     assert ev[0]["size_bytes"] == 32768 * 4
+
+
+@pytest.mark.parametrize("enum, width", [("ncclUint8", 1), ("ncclUint32", 4), ("ncclUint64", 8), ("ncclInt", 4),
+                                          ("ncclHalf", 2), ("ncclBfloat16", 2), ("ncclFloat8e5m2", 1),
+                                          ("ncclDouble", 8)])
+def test_profiler_trace_sizes_every_nccl_datatype(enum, width):
+    """Bytes per element come from names' data-type table (enum names and NCCL's legacy aliases)."""
+    args = {"Count": 1000, "Datatype": enum, "Algorithm": "RING", "Protocol": "LL", "Rank": 0}
+    events = [{"name": "AllReduce", "cat": "COLL", "ph": "b", "id": 0, "pid": 1, "tid": 1, "ts": 1.0, "args": args},
+              {"name": "AllReduce", "cat": "COLL", "ph": "e", "id": 0, "pid": 1, "tid": 1, "ts": 3.5}]
+    trace = "[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]\n"  # one event a line, as NCCL writes
+    ev = parse_source("nccl-profiler-trace", trace.encode(), source("trace.json")).rows("live_events")
+    assert [(e["size_bytes"], e["latency_us"]) for e in ev] == [(1000 * width, 2.5)]
 
 
 def test_profiler_trace_new_generation_latency_from_gpu_clocks():

@@ -1,4 +1,4 @@
-"""Nothing slow on the hot path (STYLE habit 24), measured by plugin/bench: tracing keeps
+"""Nothing slow on the hot path, measured by plugin/bench: tracing keeps
 getCollInfo within 1.5x of the untraced median and loses no row; a context's first sight
 allocates nothing (the table is sized at init from NCCLBOT_MAX_CONTEXTS)."""
 

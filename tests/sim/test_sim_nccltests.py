@@ -130,6 +130,7 @@ def test_root_op_and_datatype_columns():
 def test_bad_flags_are_usage_errors(capsys):
     assert run("all_reduce_perf", "-q", "1")[0] == 2
     assert run("all_reduce_perf", "-b", "1X")[0] == 2
+    assert run("all_reduce_perf", "-b", "512B")[0] == 2  # nccl-tests' parsesize knows K, M and G only
     assert run("all_reduce_perf", "-b", "8M", "-e", "1M")[0] == 2
     assert "invalid option" in capsys.readouterr().err
     assert run("all_reduce_perf", "-g", "16", nodes=1, tasks=1)[0] == 1  # more GPUs than a node has
@@ -145,6 +146,7 @@ def test_datatype_spellings_come_from_names_and_only_nccl_types_run(capsys):
     assert run("all_reduce_perf", "-d", "short")[0] == 2  # int16 is a known width but no NCCL type
     assert "invalid type short, must be one of int8, uint8, int32," in capsys.readouterr().err
     assert parse_options(["-b", "1.5k", "-e", "2G"]).minbytes == 1536
+    assert parse_options(["-b", "1KB", "-e", "2GiB"]).maxbytes == 2 * 2**30  # the letter after K/M/G is ignored
 
 
 def _tuning_lines(text: str) -> list[str]:

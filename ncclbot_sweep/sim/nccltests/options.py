@@ -1,18 +1,18 @@
 """Command-line options of the nccl-tests 2.19 binaries, parsed the way their ``getopt_long`` does.
 
 Short options take their value attached (``-b8``) or as the next word (``-b 8``); long
-options as ``--minbytes=8`` or ``--minbytes 8``. Sizes accept the K/M/G suffixes of
-``parsesize``. An unknown option or a bad value raises :class:`UsageError` with the
-message nccl-tests would print.
+options as ``--minbytes=8`` or ``--minbytes 8``. Sizes are read as nccl-tests' ``parsesize``
+reads them (:func:`ncclbot_sweep.names.parse_size` in its nccl-tests mode). An unknown option
+or a bad value raises :class:`UsageError` with the message nccl-tests would print.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ncclbot_sweep.names import NCCL_DATATYPES, SIZE_UNITS, canonical_dtype
+from ncclbot_sweep.names import NCCL_DATATYPES, canonical_dtype, parse_size
 
-__all__ = ["Options", "UsageError", "parse_options", "parse_size", "REDOPS"]
+__all__ = ["Options", "UsageError", "parse_options", "REDOPS"]
 
 _WIDTHS = dict(NCCL_DATATYPES)
 #: Reduction operations nccl-tests knows.
@@ -77,20 +77,11 @@ class Options:
         return sizes
 
 
-def parse_size(text: str) -> int:
-    """``parsesize``: a number with an optional one-letter K, M or G suffix (powers of 1024)."""
-    value = text.strip()
-    units = 1
-    if value and value[-1] in "KkMmGg":
-        units = SIZE_UNITS[value[-1].upper()]
-        value = value[:-1]
+def _size(text: str) -> int:
     try:
-        number = float(value)
+        return parse_size(text, nccl_tests=True)
     except ValueError:
         raise UsageError(f"invalid size specified: {text!r}") from None
-    if number < 0:
-        raise UsageError(f"invalid size specified: {text!r}")
-    return int(number * units)
 
 
 def _int(text: str) -> int:
@@ -121,9 +112,9 @@ def _redop(text: str) -> str:
 _SPEC: dict[str, tuple[str, str, object]] = {
     "t": ("nthreads", "nthreads", _int),
     "g": ("ngpus", "ngpus", _int),
-    "b": ("minbytes", "minbytes", parse_size),
-    "e": ("maxbytes", "maxbytes", parse_size),
-    "i": ("stepbytes", "stepbytes", parse_size),
+    "b": ("minbytes", "minbytes", _size),
+    "e": ("maxbytes", "maxbytes", _size),
+    "i": ("stepbytes", "stepbytes", _size),
     "f": ("stepfactor", "stepfactor", _int),
     "n": ("iters", "iters", _int),
     "m": ("agg_iters", "agg_iters", _int),
