@@ -64,6 +64,7 @@ def compare_contexts(a: pd.DataFrame, b: pd.DataFrame, *, threshold: float = 0.0
     """
     keys = list(MATCH_COLUMNS)
     cols = ["fabric", "best_arm", "best_us", "best_busbw_gbs", "auto_arm", "auto_loss", "synthetic"]
+    a, b = (side if "synthetic" in side.columns else side.assign(synthetic=False) for side in (a, b))
     m = a[[*keys, *cols]].merge(b[[*keys, *cols]], on=keys, suffixes=("_a", "_b"), how="inner")
     out = m[keys + ["fabric_a", "fabric_b", "best_arm_a", "best_arm_b"]].copy()
     out["best_arm_changed"] = m["best_arm_a"] != m["best_arm_b"]

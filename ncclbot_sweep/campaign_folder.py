@@ -37,6 +37,7 @@ from ncclbot_sweep.errors import CampaignBusyError, ManifestError
 from ncclbot_sweep.inventory import load_inventory, resolve_inventory_path
 from ncclbot_sweep.jobspec import JobSpec
 from ncclbot_sweep.manifest import Manifest
+from ncclbot_sweep.outcomes import StepOutcome
 from ncclbot_sweep.paths import CampaignPaths
 from ncclbot_sweep.render import render_campaign
 
@@ -76,10 +77,12 @@ class CampaignFolder:
     def job_spec(self, job_key: str) -> JobSpec:
         """What an executor needs to submit, poll or fetch this job."""
         job = next(j for j in self.plan.jobs if j.key == job_key)
+        rerun = tuple(s.step_key for s in self.manifest.steps(job_key)
+                      if s.outcome is not None and s.outcome is not StepOutcome.OK and s.exit_code == 0)
         return JobSpec(campaign_key=self.plan.campaign_key, job_key=job_key,
                        local_dir=Path(self.paths.job_dir(job_key)),
                        remote_dir=CampaignPaths(self.run_root).job_dir(job_key), nodes=job.nodes,
-                       time_limit_s=job.time_limit_min * 60, name=self.plan.job_name(job_key))
+                       time_limit_s=job.time_limit_min * 60, name=self.plan.job_name(job_key), rerun=rerun)
 
     def close(self) -> None:
         """Close the manifest and release the runner lock (if this opening holds it)."""
@@ -131,13 +134,20 @@ def _take_lock(root: Path, command: str, wait_s: float) -> IO[str]:
     return fh
 
 
-def _holder(path: Path) -> str:
-    """``submit (pid 123 on host, since ...)`` from the lock file, or ``command`` when unreadable."""
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-        return f"{info['command']} (pid {info['pid']} on {info['host']}, since {info['since']})"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "command"
+def _holder(path: Path, *, tries: int = 10) -> str:
+    """``submit (pid 123 on host, since ...)`` from the lock file, or ``command`` when unreadable.
+
+    The holder writes its details just after taking the lock, so a reader that comes in
+    between finds the file empty or half written: it reads again for up to a second.
+    """
+    for attempt in range(tries):
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+            return f"{info['command']} (pid {info['pid']} on {info['host']}, since {info['since']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            if attempt + 1 < tries:
+                time.sleep(_LOCK_POLL_S)
+    return "command"
 
 
 # --------------------------------------------------------------------------- opening

@@ -187,7 +187,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("auto_arm", _S), ("auto_us", _F64), ("auto_busbw_gbs", _F64), ("auto_predicted_us", _F64),
         ("auto_errs", _B), ("auto_loss", _F64), ("margin", _F64),
         ("steady_us", pa.map_(_S, _F64)), ("predicted_us", pa.map_(_S, _F64)), ("flags", _S),
-        ("window_first", _I32), ("window_last", _I32), ("rho_max", _F64), ("keep_warmup", _B),
+        ("window_first", _I32), ("window_last", _I32), ("rho_max", _F64), ("keep_warmup", _B), ("synthetic", _B),
     ),
 }
 

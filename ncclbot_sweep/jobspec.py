@@ -32,6 +32,14 @@ class JobSpec:
     #: A readable name for the scheduler's listings (campaign, collective, nodes); the tag
     #: identifies the job, the name is for people.
     name: str = ""
+    #: Steps to run again although their exit marker says 0 (their output was not a usable
+    #: result); the job script reads them from ``$NCCLSWEEP_RERUN`` (:attr:`rerun_env`).
+    rerun: tuple[str, ...] = ()
+
+    @property
+    def rerun_env(self) -> dict[str, str]:
+        """The job's environment for :attr:`rerun`: step keys joined by ``:`` (none: empty)."""
+        return {"NCCLSWEEP_RERUN": ":".join(self.rerun)}
 
     @property
     def tag(self) -> str:

@@ -134,8 +134,8 @@ def _spec(camp: _Campaign, job_key: str) -> JobSpec:
 def _classify_steps(camp: _Campaign, job_key: str, job_state: JobState | None) -> None:
     """Record each step's outcome from its folder; ``job_state`` is the job's final state (None: still running)."""
     for step in camp.folder.manifest.steps(job_key):
-        if step.outcome is not None and step.exit_code == 0:
-            continue  # the job script never re-runs a step whose exit says 0: its outcome stands
+        if step.outcome is StepOutcome.OK and step.exit_code == 0:
+            continue  # the job script never re-runs a step whose exit says 0 with a result: it stands
         files = camp.folder.paths.step_files(job_key, step.step_key)
         outcome, code = step_outcome(files, job_state=job_state, output_ok=functools.partial(step_output_usable, files))
         if outcome is None and step.outcome is not None and job_state is None:

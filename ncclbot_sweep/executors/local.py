@@ -214,7 +214,7 @@ class LocalExecutor(Executor):
             record.mkdir(parents=True)
             spec = {"tag": job.tag, "campaign_key": job.campaign_key, "job_key": job.job_key,
                     "dir": str(Path(job.local_dir).resolve()), "nodes": job.nodes,
-                    "time_limit_s": job.time_limit_s, "submitted_at": time.time()}
+                    "time_limit_s": job.time_limit_s, "submitted_at": time.time(), "env": job.rerun_env}
             (record / "spec.json").write_text(json.dumps(spec))
             log.info("local job %s queued for %s", job_id, job.tag)
             self._schedule()
@@ -388,6 +388,7 @@ class LocalExecutor(Executor):
             "SLURM_CLUSTER_NAME": "local", "SLURM_JOB_PARTITION": "local",
             "SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1", "NCCLSWEEP_COORDINATOR_LISTEN": "127.0.0.1:0",
         })
+        env.update(spec.get("env", {}))
         if self.rank_processes is not None:
             env["NCCLSWEEP_RANK_PROCESSES"] = str(self.rank_processes)
         else:

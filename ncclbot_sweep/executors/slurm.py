@@ -118,8 +118,9 @@ class SlurmExecutor(Executor):
 
     def _sbatch_argv(self, job: JobSpec) -> list[str]:
         remote = PurePosixPath(job.remote_dir)
+        export = ",".join(f"{k}={v}" for k, v in job.rerun_env.items())
         return ["sbatch", "--parsable", f"--job-name={job.name or job.tag}", f"--comment={job.tag}",
-                "--no-requeue", f"--chdir={remote}", f"--output={remote / SLURM_OUTPUT}",
+                "--no-requeue", f"--export=ALL,{export}", f"--chdir={remote}", f"--output={remote / SLURM_OUTPUT}",
                 str(remote / job.script_name)]
 
     def submit(self, job: JobSpec) -> str:

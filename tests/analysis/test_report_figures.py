@@ -192,7 +192,7 @@ def test_transient_curves_give_each_arms_ratio_to_steady_per_iteration(tmp_path,
     # iteration 0 (dropped) is the warm-up; 1 and 2 are slow; steady from 3 on at 10 and 20 us
     slow = {0: 100.0, 1: 3.0, 2: 2.0}
     rows = [dict(fabric="sim-a", collective="AllReduce", nodes=2, ranks=16, size_bytes=size, arm=arm, iteration=i,
-                 time_us=base * slow.get(i, 1.0))
+                 time_us=base * slow.get(i, 1.0), synthetic=True)
             for size in (1024, 2048) for arm, base in (("Ring/LL", 10.0), ("Tree/LL", 20.0)) for i in range(12)]
     pools = build_pools(pd.DataFrame(rows), window=(3, 11), min_arms=2)
     frame = transient_curves(pools, first=5)

@@ -4,7 +4,7 @@ The fake binaries are small bash scripts standing in for nccl-tests (the issue a
 binary until the simulated fabric is used): they log each start and end with the step key
 into ``$NCCLSWEEP_FAKE_LOG``, write stdout (one result row, so a step that exits 0 is ``ok``),
 the NCCL log and the ``-J`` JSON file, and can be told to sleep (``NCCLSWEEP_FAKE_SLEEP``),
-fail (``NCCLSWEEP_FAKE_FAIL_ALGO``) or refuse an arm the way NCCL does
+fail (``NCCLSWEEP_FAKE_FAIL_ALGO``), exit 0 with no result (``NCCLSWEEP_FAKE_GARBAGE_ALGO``) or refuse an arm the way NCCL does
 (``NCCLSWEEP_FAKE_INVALID_ALGO``).
 """
 
@@ -44,6 +44,11 @@ sleep "${NCCLSWEEP_FAKE_SLEEP:-0}"
 if [ -n "${NCCLSWEEP_FAKE_FAIL_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLSWEEP_FAKE_FAIL_ALGO" ]; then
     echo "fake failure" >&2
     exit 7
+fi
+if [ -n "${NCCLSWEEP_FAKE_GARBAGE_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLSWEEP_FAKE_GARBAGE_ALGO" ]; then
+    echo "garbage, no table"
+    echo "end $NCCLSWEEP_STEP_KEY" >>"$log"
+    exit 0
 fi
 [ -n "$json" ] && echo '{"version": 3, "results": []}' >"$json"
 # One result row in nccl-tests' layout: a step is ok only when its output holds a result.

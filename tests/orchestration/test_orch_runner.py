@@ -81,6 +81,25 @@ def test_failed_and_invalid_steps_then_resume_reruns_only_those(tmp_path, fake_b
     assert all(starts[k] == 1 for k in starts_before if k not in rerun)
 
 
+def test_exit_0_without_a_result_is_failed_and_resume_runs_it_again(tmp_path, fake_bin, fake_env, monkeypatch):
+    """A step whose process exits 0 but prints no result is failed (manifest and dataset agree);
+    its exit marker says 0, yet ``resume`` runs it again and nothing else."""
+    camp, inv = _files(tmp_path, fake_bin)
+    work = tmp_path / "work"
+    monkeypatch.setenv("NCCLSWEEP_FAKE_GARBAGE_ALGO", "Tree")
+    summary = submit(camp, inv, workdir=work)
+    assert summary.steps == {"ok": 6, "failed": 2}
+    assert {f["label"] for f in summary.failed} == {"AllReduce 2n Tree/LL", "AllReduce 4n Tree/LL"}
+    assert sorted(m.read_text().strip() for m in work.glob("jobs/*/steps/*/exit")) == ["0"] * 8
+    monkeypatch.delenv("NCCLSWEEP_FAKE_GARBAGE_ALGO")
+    starts_before, _ = starts_and_ends(fake_env)
+    summary = resume(work)
+    assert summary.complete, (summary.steps, summary.failed, summary.job_rows)
+    starts, _ = starts_and_ends(fake_env)
+    rerun = {k for k in starts if starts[k] == 2}
+    assert len(rerun) == 2 and all(starts[k] == 1 for k in starts_before if k not in rerun)
+
+
 def test_invalid_arm_outcome(tmp_path, fake_bin, fake_env, monkeypatch):
     camp, inv = _files(tmp_path, fake_bin)
     monkeypatch.setenv("NCCLSWEEP_FAKE_INVALID_ALGO", "Tree")

@@ -38,7 +38,10 @@ export LD_LIBRARY_PATH=/opt/nccl/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # their stderr, so that many ranks never truncate and interleave one shared file.
 NCCLSWEEP_RANK_WRAPPER='if [ "${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}" != 0 ]; then export NCCL_DEBUG=WARN; unset NCCL_DEBUG_FILE; fi; exec "$@"'
 
+# A step is done when its exit marker says 0, unless the runner asks for it again
+# ($NCCLSWEEP_RERUN: step keys whose exit 0 came with no usable result).
 ncclbot_step_done() {
+    case ":${NCCLSWEEP_RERUN:-}:" in *":$2:"*) return 1 ;; esac
     [ -f "$1/exit" ] && [ "$(cat "$1/exit")" = 0 ]
 }
 
@@ -105,7 +108,7 @@ ncclbot_failed=0
 
 # ---- step 1/2: c34a847b157036cd
 STEP_DIR=/shared/campaigns/golden/jobs/99c63c8e3998cdf6/steps/c34a847b157036cd
-if ncclbot_step_done "$STEP_DIR"; then
+if ncclbot_step_done "$STEP_DIR" c34a847b157036cd; then
     echo "[ncclbot] step "c34a847b157036cd" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"
@@ -129,7 +132,7 @@ fi
 
 # ---- step 2/2: 138ab278b28a220b
 STEP_DIR=/shared/campaigns/golden/jobs/99c63c8e3998cdf6/steps/138ab278b28a220b
-if ncclbot_step_done "$STEP_DIR"; then
+if ncclbot_step_done "$STEP_DIR" 138ab278b28a220b; then
     echo "[ncclbot] step "138ab278b28a220b" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"

@@ -35,7 +35,10 @@ export NCCL_IB_HCA=ibp
 # their stderr, so that many ranks never truncate and interleave one shared file.
 NCCLSWEEP_RANK_WRAPPER='if [ "${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}" != 0 ]; then export NCCL_DEBUG=WARN; unset NCCL_DEBUG_FILE; fi; exec "$@"'
 
+# A step is done when its exit marker says 0, unless the runner asks for it again
+# ($NCCLSWEEP_RERUN: step keys whose exit 0 came with no usable result).
 ncclbot_step_done() {
+    case ":${NCCLSWEEP_RERUN:-}:" in *":$2:"*) return 1 ;; esac
     [ -f "$1/exit" ] && [ "$(cat "$1/exit")" = 0 ]
 }
 
@@ -192,7 +195,7 @@ ncclbot_failed=0
 
 # ---- step 1/2: c879caab054296ed
 STEP_DIR=/shared/campaigns/golden/jobs/aad42940fca7d361/steps/c879caab054296ed
-if ncclbot_step_done "$STEP_DIR"; then
+if ncclbot_step_done "$STEP_DIR" c879caab054296ed; then
     echo "[ncclbot] step "c879caab054296ed" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"
@@ -214,7 +217,7 @@ fi
 
 # ---- step 2/2: 29fded58b3b58921
 STEP_DIR=/shared/campaigns/golden/jobs/aad42940fca7d361/steps/29fded58b3b58921
-if ncclbot_step_done "$STEP_DIR"; then
+if ncclbot_step_done "$STEP_DIR" 29fded58b3b58921; then
     echo "[ncclbot] step "29fded58b3b58921" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"
