@@ -182,6 +182,25 @@ def test_overhead_ladder_bandwidth_falls_with_the_sync_period(live):
     assert rung["AUTO[sync-4]"] < rung["AUTO[sync-16]"] < rung["AUTO[sync-64]"] < rung["stock"], rung
 
 
+def _planted_bin(tmp_path: Path, script: str) -> Path:
+    """A bin folder whose all_reduce_perf is ``script`` (which calls the simulator's own)."""
+    subprocess.run(["make", "-s", "-C", str(pluginbuild.build_dir().parent)], check=True)
+    planted = tmp_path / "bin"
+    planted.mkdir()
+    (planted / "all_reduce_perf").write_text(script)
+    (planted / "all_reduce_perf").chmod(0o755)
+    return planted
+
+
+def _small_live_campaign(tmp_path: Path, name: str, *, sizes: str, policies: str, iterations: int) -> Path:
+    """AllReduce at 8 nodes, no warm-up, a synchronisation round every 4 collectives."""
+    camp = tmp_path / "c.yaml"
+    camp.write_text(f"name: {name}\nkind: live\ncollectives: [AllReduce]\nnodes: [{NODES}]\nsizes: {sizes}\n"
+                    f"policies: {policies}\nplugin: {{env: {{NCCLBOT_SYNC_EVERY: \"4\"}}}}\nwarmup: 0\n"
+                    f"iterations: {iterations}\ntimeout_s: 300\n")
+    return camp
+
+
 PLANTING = """#!/bin/bash
 # Runs the simulated binary, then rank 1 changes the arm of one pull in its own trace.
 "{sim}/$(basename "$0")" "$@"
@@ -205,24 +224,9 @@ exit $rc
 
 
 def test_a_divergence_between_ranks_fails_the_step_naming_the_call(tmp_path):
-    subprocess.run(["make", "-s", "-C", str(pluginbuild.build_dir().parent)], check=True)
-    planted = tmp_path / "bin"
-    planted.mkdir()
-    (planted / "all_reduce_perf").write_text(PLANTING.format(sim=bin_dir()))
-    (planted / "all_reduce_perf").chmod(0o755)
-    camp = tmp_path / "c.yaml"
-    camp.write_text(f"""\
-name: live-diverge
-kind: live
-collectives: [AllReduce]
-nodes: [{NODES}]
-sizes: {{min: 4MiB, max: 8MiB, factor: 2}}
-policies: [ucb1]
-plugin: {{env: {{NCCLBOT_SYNC_EVERY: "4"}}}}
-warmup: 0
-iterations: 20
-timeout_s: 300
-""")
+    planted = _planted_bin(tmp_path, PLANTING.format(sim=bin_dir()))
+    camp = _small_live_campaign(tmp_path, "live-diverge", sizes="{min: 4MiB, max: 8MiB, factor: 2}",
+                                policies="[ucb1]", iterations=20)
     inv = _inventory(tmp_path, bin_dir_value=str(planted))
     result = CliRunner().invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(tmp_path / "run")])
     assert result.exit_code != 0 and "0/1 ok" in result.output, result.output
@@ -333,24 +337,9 @@ exec "{sim}/$(basename "$0")" "$@"
 def test_status_and_resume_work_on_a_live_campaign(tmp_path):
     """A live step that failed: ``status --check`` names it and writes nothing; ``resume`` runs
     that step again (four ranks, a new coordinator) and not the finished stock step."""
-    subprocess.run(["make", "-s", "-C", str(pluginbuild.build_dir().parent)], check=True)
-    planted = tmp_path / "bin"
-    planted.mkdir()
-    (planted / "all_reduce_perf").write_text(FAIL_ONCE.format(sim=bin_dir(), flags=tmp_path))
-    (planted / "all_reduce_perf").chmod(0o755)
-    camp = tmp_path / "c.yaml"
-    camp.write_text(f"""\
-name: live-resume
-kind: live
-collectives: [AllReduce]
-nodes: [{NODES}]
-sizes: {{min: 16MiB, max: 16MiB}}
-policies: [stock, ucb1]
-plugin: {{env: {{NCCLBOT_SYNC_EVERY: "4"}}}}
-warmup: 0
-iterations: 40
-timeout_s: 300
-""")
+    planted = _planted_bin(tmp_path, FAIL_ONCE.format(sim=bin_dir(), flags=tmp_path))
+    camp = _small_live_campaign(tmp_path, "live-resume", sizes="{min: 16MiB, max: 16MiB}",
+                                policies="[stock, ucb1]", iterations=40)
     run = tmp_path / "run"
     inv = _inventory(tmp_path, bin_dir_value=str(planted))
     first = CliRunner().invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(run)])
