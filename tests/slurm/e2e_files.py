@@ -1,7 +1,8 @@
 """Campaign and inventory files for the end-to-end tests on the loopback cluster.
 
 The benchmark binary is a small stand-in for nccl-tests (any command that writes output and
-exits, as the issue allows): every rank prints where it runs; rank 0 logs the step's start
+exits, as the issue allows): every rank prints where it runs; rank 0 prints one result row
+(a step that exits 0 is ``ok`` only with a result), logs the step's start
 in ``$NCCLBOT_E2E_LOG`` (to count runs), writes the ``-J`` file and, when asked, a large
 file (``NCCLBOT_E2E_BIG_MB``); the step sleeps ``NCCLBOT_E2E_SLEEP`` seconds, or
 ``NCCLBOT_E2E_SLOW_SLEEP`` when its ``NCCL_ALGO`` is ``NCCLBOT_E2E_SLOW_ALGO``.
@@ -30,6 +31,12 @@ fi
 pause="${NCCLBOT_E2E_SLEEP:-0}"
 [ -n "${NCCLBOT_E2E_SLOW_ALGO:-}" ] && [ "${NCCL_ALGO:-}" = "$NCCLBOT_E2E_SLOW_ALGO" ] && pause="${NCCLBOT_E2E_SLOW_SLEEP:-30}"
 sleep "$pause"
+if [ "${SLURM_PROCID:-0}" = 0 ]; then
+    # One result row in nccl-tests' layout: a step that exits 0 is ok only when it holds a result.
+    echo "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
+    echo "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"
+    echo "        1024           256     float     sum      -1    10.00    0.10    0.10      0    10.00    0.10    0.10      0"
+fi
 echo "# Avg bus bandwidth    : 1.0"
 """
 
