@@ -21,8 +21,9 @@ from ..policies import parse_policy
 from ..pools import SCENARIO_COLUMNS
 from ..replay import ReplayProblem, run_replay, split_labels
 from ..summary import compare, summarize
+from .spaces import FAMILIES
 
-__all__ = ["DEFAULT_SPLITS", "ReplayOptions", "split_study", "holdout_study", "minisweep_study", "replication_study",
+__all__ = ["DEFAULT_SPLITS", "SPLIT_FAMILIES", "ReplayOptions", "split_study", "holdout_study", "minisweep_study", "replication_study",
            "minisweep_labels", "write_study"]
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 #: Table 36's splits: scale (main), reverse scale, three random seeds, each collective held out.
 DEFAULT_SPLITS = ("scale", "reverse", "random-42", "random-43", "random-44", "loco:AllGather", "loco:AllReduce",
                   "loco:ReduceScatter")
+#: Table 36 re-tunes every learning family on every split, and Table 41 the supervised selector.
+SPLIT_FAMILIES = (*FAMILIES, "GBM+cost")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +89,7 @@ def split_study(problem: ReplayProblem, out: str | Path, *, splits: Sequence[str
     from .outputs import read_champions
     from .tune import TuneOptions, tune
 
-    tune_options = tune_options or TuneOptions(families=("UCB1", "Softmax", "KL-UCB", "ETC", "GBM+cost"))
+    tune_options = tune_options or TuneOptions(families=SPLIT_FAMILIES)
     rows = []
     for spec in splits:
         split, seed = _split(spec)

@@ -333,8 +333,9 @@ def _write_study(out, name, long, table, title):
 @_replay_options
 @click.option("--splits", default=None, help="Comma-separated splits (default: Table 36's: scale, reverse, "
               "random-42, random-43, random-44, loco:AllGather, loco:AllReduce, loco:ReduceScatter).")
-@click.option("--families", default="UCB1,Softmax,KL-UCB,ETC,GBM+cost", show_default=True,
-              help="Families re-tuned on every split (learners and supervised selectors).")
+@click.option("--families", default=None,
+              help="Comma-separated families re-tuned on every split (learners and supervised selectors; "
+                   "default: the 14 learning families and GBM+cost, as Tables 36 and 41).")
 @click.option("--fixed", default="AUTO,GBM+cost", show_default=True, help="Policies replayed with fixed settings.")
 @click.option("--trials", type=int, default=151, show_default=True, help="Complete trials per study.")
 @click.option("--startup-trials", type=int, default=50, show_default=True, help="Random trials after trial 0.")
@@ -350,7 +351,10 @@ def splits(dataset, fabric, window, rho_max, keep_warmup, out, horizon, seeds, t
     from ncclbot_sweep.analysis.study.robustness import DEFAULT_SPLITS, ReplayOptions, split_study
 
     names = tuple(s.strip() for s in splits.split(",")) if splits else DEFAULT_SPLITS
-    tune_options = TuneOptions(families=tuple(f.strip() for f in families.split(",")), trials=trials,
+    from ncclbot_sweep.analysis.study.robustness import SPLIT_FAMILIES
+
+    chosen = tuple(f.strip() for f in families.split(",")) if families else SPLIT_FAMILIES
+    tune_options = TuneOptions(families=chosen, trials=trials,
                                startup=startup_trials, horizon=horizon)
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
     bars, update = _tune_progress()
