@@ -317,8 +317,7 @@ class TextParser:
             chunk = PREFIX_RE_B.sub(b"", chunk)
         if not chunk.isascii():
             chunk = chunk.decode("utf-8", "replace").encode("utf-8")
-        form = textblock.csv_form(chunk)
-        starts, ends = textblock.line_bounds(form)
+        form, starts, ends = textblock.csv_form(chunk)
         buf = np.frombuffer(form, dtype=np.uint8)
         first = buf[starts]
         second = buf[np.minimum(starts + 1, len(buf) - 1)]
@@ -333,15 +332,11 @@ class TextParser:
                 text = prepared.line(i)
                 prepared.skip[i] = "NCCL INFO" in text and _INTERESTING.search(text) is None
         row_lines = prepared.row_lines
-        if len(row_lines) == 0 or (prepared.own is not None and prepared.own[row_lines].any()):
-            return prepared  # rows holding commas of their own never reach the CSV reader
-        # Rows come in long runs between the few other lines: join the runs' CSV form.
-        change = np.flatnonzero(np.diff(row_lines) != 1)
-        firsts = starts[np.concatenate(([row_lines[0]], row_lines[change + 1]))].tolist()
-        stops = (ends[np.concatenate((row_lines[change], [row_lines[-1]]))] + 1).tolist()
-        prepared.csv = b"".join(form[a:b] for a, b in zip(firsts, stops))
-        if layout is not None:
-            cols = textblock.csv_rows(prepared.csv, len(row_lines), layout.prefix, layout.sides, layout.suffix)
+        prepared.csv_ok = prepared.own is None or not prepared.own[row_lines].any()
+        if layout is not None and len(row_lines) and prepared.csv_ok:
+            # Rows holding commas of their own never reach the CSV reader.
+            csv = textblock.join_lines(form, starts, ends, row_lines, transient=True)
+            cols = textblock.csv_rows(csv, len(row_lines), layout.prefix, layout.sides, layout.suffix)
             if cols is not None:
                 prepared.layout, prepared.cols = layout, cols
         return prepared
@@ -777,7 +772,7 @@ class _Prepared:
     chunk: bytes
     #: The chunk in CSV form (:func:`~ncclbot_sweep.parsers.textblock.csv_form`), and where
     #: its lines start and end (the same lines as the chunk's).
-    form: bytes
+    form: bytearray
     starts: np.ndarray
     ends: np.ndarray
     is_row: np.ndarray
@@ -785,8 +780,8 @@ class _Prepared:
     row_lines: np.ndarray
     #: NCCL INFO lines that neither this parser nor the NCCL log parser would use.
     skip: np.ndarray | None = None
-    #: The rows' CSV form, one after the other; None when a row holds a comma of its own.
-    csv: bytes | None = None
+    #: No row holds a comma of its own (the rows may go to the CSV reader).
+    csv_ok: bool = True
     #: All rows converted with ``layout`` (None when the layout was unknown or did not fit).
     layout: Layout | None = None
     cols: dict[str, Any] | None = None
@@ -801,11 +796,9 @@ class _Prepared:
         out[np.searchsorted(self._text_ends, commas)] = True
         return out
 
-    @functools.cached_property
-    def offsets(self) -> list[int]:
-        """Where each row starts in :attr:`csv` (and where the last ends)."""
-        sizes = self.ends[self.row_lines] - self.starts[self.row_lines] + 1
-        return np.concatenate(([0], np.cumsum(sizes))).tolist()
+    def csv(self, first: int, stop: int) -> bytes:
+        """Rows ``first``..``stop`` in CSV form, one after the other."""
+        return textblock.join_lines(self.form, self.starts, self.ends, self.row_lines[first:stop])
 
     def line(self, index: int) -> str:
         """Line ``index`` of the chunk as the parser reads it (blanks collapsed)."""
@@ -830,11 +823,12 @@ def _converted(block: list | str) -> bool:
 
 
 def _slice_columns(blocks: list[list]) -> dict[str, Any]:
-    """Columns of queued rows the worker already converted: slices of each chunk's arrays."""
+    """Columns of queued rows the worker already converted: slices of each chunk's arrays
+    (chunked, not copied, when the rows span chunks)."""
     out = {}
     for name in blocks[0][0].cols:
         parts = [prep.cols[name].slice(first, stop - first) for prep, first, stop, _ in blocks]
-        out[name] = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+        out[name] = parts[0] if len(parts) == 1 else pa.chunked_array(parts)
     return out
 
 
@@ -860,9 +854,9 @@ def _csv_of(group: list[list | str]) -> bytes | None:
             parts.append((block.replace(" ", ",") + "\n").encode("utf-8"))
         else:
             prep, first, stop, _ = block
-            if prep.csv is None:
+            if not prep.csv_ok:
                 return None
-            parts.append(prep.csv[prep.offsets[first]:prep.offsets[stop]])
+            parts.append(prep.csv(first, stop))
     return b"".join(parts)
 
 

@@ -12,15 +12,15 @@ at line by line in Python. See ``benchmarks/ingest.py`` for the figures.
 from __future__ import annotations
 
 import functools
-import io
 import re
+import threading
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["csv_form", "collapse_line", "line_bounds", "csv_rows", "boring_info_lines", "convert_rows", "constant"]
+__all__ = ["csv_form", "collapse_line", "join_lines", "csv_rows", "boring_info_lines", "convert_rows", "constant"]
 
 #: What nccl-tests prints for "no value" (``-c 0``, in-place of SendRecv). ``nan`` is not one of
 #: them: a NaN time is an impossible measurement that ingest must see and quarantine.
@@ -36,8 +36,9 @@ _SPACE, _NEWLINE, _COMMA = 32, 10, 44
 _BLANK_RUN = re.compile("[ \t\r]+")
 
 
-def csv_form(chunk: bytes) -> bytes:
-    """``chunk`` (whole lines) with each line's tokens joined by commas and no blanks left.
+def csv_form(chunk: bytes) -> tuple[bytearray, np.ndarray, np.ndarray]:
+    """``chunk`` (whole lines) with each line's tokens joined by commas and no blanks left,
+    and where its lines start and end (the newline's position).
 
     The first blank (space, tab, CR) after a token becomes a comma and the others are
     deleted: ``"   8  2 float  \\n"`` gives ``"8,2,float\\n"``. For a line without a comma of
@@ -48,29 +49,90 @@ def csv_form(chunk: bytes) -> bytes:
     if b"\t" in chunk or b"\r" in chunk:
         chunk = chunk.translate(_BLANKS)
     buf = np.frombuffer(chunk, dtype=np.uint8)
-    if len(buf) < 2:
-        return chunk.replace(b" ", b"")
-    # A blank right after a token: not after another blank, nor at the start of its line.
-    mark = np.equal(buf[1:], _SPACE)
-    mark &= buf[:-1] != _SPACE
-    mark &= buf[:-1] != _NEWLINE
-    out = np.empty_like(buf)
-    out[0] = buf[0]
+    n = len(buf)
+    if n == 0:
+        return bytearray(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    mark, tmp, marked = _scratch(n)
+    if n > 1:
+        # A blank right after a token: not after another blank, nor at the start of its line.
+        np.equal(buf[1:], _SPACE, out=mark[: n - 1])
+        np.not_equal(buf[:-1], _SPACE, out=tmp[: n - 1])
+        mark[: n - 1] &= tmp[: n - 1]
+        np.not_equal(buf[:-1], _NEWLINE, out=tmp[: n - 1])
+        mark[: n - 1] &= tmp[: n - 1]
     # A marked byte is a space (32); adding 12 makes it a comma (44).
-    np.add(buf[1:], mark.view(np.uint8) * np.uint8(_COMMA - _SPACE), out=out[1:])
-    form = out.tobytes().translate(None, b" ")
+    out = np.frombuffer(marked, dtype=np.uint8, count=n)
+    out[:1] = buf[:1]
+    np.multiply(mark[: n - 1].view(np.uint8), np.uint8(_COMMA - _SPACE), out=out[1:])
+    out[1:] += buf[1:]
+    del out  # (the scratch bytearray cannot be resized while viewed)
+    form = marked.translate(None, b" ")
+    starts, ends = _bounds(form, tmp)
     # Blanks that ended a line left their comma before the newline.
-    return form.replace(b",\n", b"\n") if b",\n" in form else form
+    last = np.frombuffer(form, dtype=np.uint8)[ends - 1]
+    if len(ends) and (last[ends > 0] == _COMMA).any():
+        form = form.replace(b",\n", b"\n")
+        starts, ends = _bounds(form, tmp)
+    return form, starts, ends
 
 
-def collapse_line(line: str) -> str:
-    """One line as the text parser reads it: runs of blanks made one space, none at either end."""
-    return _BLANK_RUN.sub(" ", line).strip(" ")
+def join_lines(form: bytes | bytearray, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray, *,
+               transient: bool = False) -> bytes | np.ndarray:
+    """Lines ``lines`` (ascending indices) of ``form`` with their newlines, one after the other.
+
+    ``transient``: into this thread's work space, valid until its next :func:`csv_form` or
+    :func:`join_lines` (a chunk's rows are read at once; fresh memory costs page faults).
+    """
+    if len(lines) == 0:
+        return b""
+    # Rows come in long runs between the few other lines: one slice per run.
+    change = np.flatnonzero(np.diff(lines) != 1)
+    firsts = starts[np.concatenate(([lines[0]], lines[change + 1]))].tolist()
+    stops = (ends[np.concatenate((lines[change], [lines[-1]]))] + 1).tolist()
+    if not transient:
+        return b"".join(form[a:b] for a, b in zip(firsts, stops))
+    buf = np.frombuffer(form, dtype=np.uint8)
+    total = sum(stops) - sum(firsts)
+    out = _space(total)[0].view(np.uint8)[:total]
+    np.concatenate([buf[a:b] for a, b in zip(firsts, stops)], out=out)
+    return out
 
 
-def line_bounds(chunk: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end (the newline's position) of every line of a chunk ending with a newline."""
-    ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == _NEWLINE)
+_local = threading.local()
+#: Work space up to this size is kept between calls (ingest reads 4 MB chunks).
+_KEEP = 16 << 20
+
+
+def _space(n: int) -> tuple[np.ndarray, np.ndarray, bytearray]:
+    """This thread's work space, at least ``n`` bytes of each kind. Each thread keeps its own
+    (up to :data:`_KEEP`): a fresh chunk-sized array costs about a thousand page faults."""
+    space = getattr(_local, "space", None)
+    if space is None or len(space[0]) < n:
+        size = n + n // 8
+        space = (np.empty(size, dtype=bool), np.empty(size, dtype=bool), bytearray(n))
+        _local.space = space if size <= _KEEP else None
+    return space
+
+
+def _scratch(n: int) -> tuple[np.ndarray, np.ndarray, bytearray]:
+    """:func:`_space` with its bytearray exactly ``n`` bytes long (for :func:`csv_form`)."""
+    space = _space(n)
+    try:
+        if len(space[2]) > n:
+            del space[2][n:]  # within its allocation: no copy
+        else:
+            space[2].extend(bytes(n - len(space[2])))
+    except BufferError:  # still viewed (an error left a view alive): start afresh
+        space = (space[0], space[1], bytearray(n))
+        _local.space = space
+    return space
+
+
+def _bounds(text: bytes | bytearray, tmp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every line of ``text`` (which ends with a newline); ``tmp`` is scratch."""
+    hit = tmp[: len(text)]
+    np.equal(np.frombuffer(text, dtype=np.uint8), _NEWLINE, out=hit)
+    ends = np.flatnonzero(hit)
     starts = np.empty(len(ends), dtype=np.int64)
     if len(ends):
         starts[0] = 0
@@ -78,12 +140,17 @@ def line_bounds(chunk: bytes) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
+def collapse_line(line: str) -> str:
+    """One line as the text parser reads it: runs of blanks made one space, none at either end."""
+    return _BLANK_RUN.sub(" ", line).strip(" ")
+
+
 _CSV_TYPES = {"size": pa.int64(), "count": pa.int64(), "root": pa.int64(), "type": pa.string(),
               "redop": pa.string(), "ts_date": pa.string(), "ts_time": pa.string(), "time": pa.float64(),
               "algbw": pa.float64(), "busbw": pa.float64(), "error": pa.float64(), "wrong": pa.int64()}
 
 
-def csv_rows(data: bytes, n: int, prefix: list[str], sides: list[list[str]],
+def csv_rows(data: bytes | np.ndarray, n: int, prefix: list[str], sides: list[list[str]],
              suffix: list[str] = ()) -> dict[str, Any] | None:
     """``n`` rows in CSV form (:func:`csv_form`, newline-terminated, valid UTF-8) to columns
     via Arrow's CSV reader.
@@ -100,7 +167,7 @@ def csv_rows(data: bytes, n: int, prefix: list[str], sides: list[list[str]],
     types = {name: _CSV_TYPES[name.split(".", 1)[-1]] for name in names if name.split(".", 1)[-1] in _CSV_TYPES}
     try:
         table = pcsv.read_csv(
-            io.BytesIO(data),
+            pa.BufferReader(pa.py_buffer(data)),
             read_options=pcsv.ReadOptions(column_names=names, use_threads=False, block_size=len(data) + 1),
             parse_options=pcsv.ParseOptions(delimiter=",", quote_char=False, double_quote=False),
             convert_options=pcsv.ConvertOptions(column_types=types, null_values=list(_NULL_TEXT), check_utf8=False,
@@ -110,11 +177,16 @@ def csv_rows(data: bytes, n: int, prefix: list[str], sides: list[list[str]],
         return None
     if table.num_rows != n or table.column("size").null_count:
         return None
-    cols = {name: table.column(name).combine_chunks() for name in table.column_names}
+    cols = {name: _array(table.column(name)) for name in table.column_names}
     for name in ("type", "redop"):
         if name in cols:
             cols[name] = _names(cols[name])
     return cols
+
+
+def _array(col: pa.ChunkedArray) -> pa.Array:
+    """One array (a copy only when the column came in several chunks)."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def _names(col: pa.Array) -> pa.Array:
@@ -124,12 +196,13 @@ def _names(col: pa.Array) -> pa.Array:
     return col.dictionary_encode()
 
 
-def boring_info_lines(form: bytes, form_ends: np.ndarray, candidates: np.ndarray, interesting: str) -> np.ndarray:
+def boring_info_lines(form: bytes | bytearray, form_ends: np.ndarray, candidates: np.ndarray,
+                      interesting: str) -> np.ndarray:
     """Mask of ``NCCL INFO`` lines (among ``candidates``) that match nothing in ``interesting``.
 
     A debug log is mostly init chatter; dropping it here, in C++, keeps Python for the lines
     that say something. Lines are matched in CSV form (``form``, :func:`csv_form`;
-    ``form_ends`` from :func:`line_bounds`) with each space of the patterns read as a comma:
+    ``form_ends`` from it) with each space of the patterns read as a comma:
     exact for lines without a comma of their own (callers decide those).
     """
     out = np.zeros(len(candidates), dtype=bool)

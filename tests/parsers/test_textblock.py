@@ -38,7 +38,9 @@ def _line(draw) -> tuple[str, list[str]]:
 @given(st.lists(_line(), min_size=1, max_size=12))
 def test_csv_form_is_each_line_tokens_joined_by_commas(lines):
     chunk = "".join(text + "\n" for text, _ in lines).encode("utf-8")
-    form = textblock.csv_form(chunk).decode("utf-8").split("\n")
+    form, starts, ends = textblock.csv_form(chunk)
+    assert [form[a:b] for a, b in zip(starts, ends)] == form.split(b"\n")[:-1]
+    form = form.decode("utf-8").split("\n")
     assert form[-1] == "" and len(form) == len(lines) + 1
     for (text, tokens), got in zip(lines, form):
         assert got == ",".join(tokens)
@@ -74,7 +76,7 @@ def _same(a: list, b: list) -> bool:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_row(), min_size=1, max_size=8))
 def test_csv_rows_read_what_the_whitespace_split_reads(rows):
-    csv = textblock.csv_form("".join(r + "\n" for r in rows).encode())
+    csv = textblock.csv_form("".join(r + "\n" for r in rows).encode())[0]
     fast = textblock.csv_rows(csv, len(rows), _PREFIX, _SIDES)
     slow = textblock.convert_rows(pa.array([textblock.collapse_line(r) for r in rows], pa.large_string()),
                                   _PREFIX, _SIDES)
@@ -97,8 +99,7 @@ def test_boring_lines_are_found_in_csv_form_as_in_the_text(lines, data):
     texts = ["".join(data.draw(_BLANK_RUN) + word for word in words) + data.draw(st.sampled_from(["", " ", "\t "]))
              for words in lines]
     chunk = "".join(t + "\n" for t in texts).encode()
-    form = textblock.csv_form(chunk)
-    _, ends = textblock.line_bounds(form)
+    form, _, ends = textblock.csv_form(chunk)
     got = textblock.boring_info_lines(form, ends, np.ones(len(texts), dtype=bool), INFO_OF_INTEREST)
     collapsed = [textblock.collapse_line(t) for t in texts]
     assert got.tolist() == ["NCCL INFO" in c and re.search(INFO_OF_INTEREST, c) is None for c in collapsed]
