@@ -57,6 +57,8 @@ Column notes:
 
 Files written by :class:`SourceWriter` keep strings dictionary-encoded and carry no Arrow
 schema, so every reader sees plain strings; :func:`read_table` applies :data:`SCHEMAS`.
+Line numbers are delta-encoded and strings carry no min/max statistics (what each costs to
+write: :func:`_column_options`).
 """
 
 from __future__ import annotations

@@ -684,6 +684,7 @@ class TextParser:
             shared[key] = const(consts[key], n, pa.string())
         for key in ("nodes", "ranks"):
             shared[key] = const(consts[key], n, pa.int32())
+        sides = []
         for side_index in range(len(layout.sides)):
             pre = f"s{side_index}."
             data = dict(shared)
@@ -693,7 +694,9 @@ class TextParser:
             for name, out in (("algbw", "algbw_gbs"), ("busbw", "busbw_gbs"), ("error", "error")):
                 data[out] = col(pre + name, pa.float64())
             data["wrong"] = col(pre + "wrong", pa.int64())
-            self._on_rows(pa.table(data))
+            sides.append(pa.table(data))
+        # One batch for both sides (the columns they share are not copied).
+        self._on_rows(sides[0] if len(sides) == 1 else pa.concat_tables(sides))
 
     def _infer(self, cols: dict[str, Any], layout: Layout, run: _Run) -> tuple[str, int | None] | None:
         """The collective of rows that name no binary (the first batch of the run decides)."""
