@@ -25,7 +25,6 @@ Runs in one file get ``run_id`` ``<id>``, ``<id>.1``, ... (:meth:`SourceInfo.run
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -324,15 +323,19 @@ class TextParser:
         # A row starts with its size; a negative size ("-8") is a row too, so that it reaches
         # the impossible-value check with its line instead of vanishing as a comment.
         is_row = ((first >= 48) & (first <= 57)) | ((first == 45) & (second >= 48) & (second <= 57))
-        prepared = _Prepared(chunk, form, starts, ends, is_row, np.flatnonzero(is_row))
+        prepared = _Prepared(form, starts, ends, is_row, np.flatnonzero(is_row))
+        if b"," in chunk:
+            text = np.frombuffer(chunk, dtype=np.uint8)
+            prepared.text, prepared.text_ends = chunk, np.flatnonzero(text == 10)
+            prepared.own = np.zeros(len(ends), dtype=bool)
+            prepared.own[np.searchsorted(prepared.text_ends, np.flatnonzero(text == _COMMA))] = True
         prepared.skip = textblock.boring_info_lines(form, ends, ~is_row, INFO_OF_INTEREST)
         if prepared.own is not None:
             # Lines with commas of their own: decided on their text.
             for i in np.flatnonzero(prepared.own & ~is_row).tolist():
-                text = prepared.line(i)
-                prepared.skip[i] = "NCCL INFO" in text and _INTERESTING.search(text) is None
+                line = prepared.line(i)
+                prepared.skip[i] = "NCCL INFO" in line and _INTERESTING.search(line) is None
         row_lines = prepared.row_lines
-        prepared.csv_ok = prepared.own is None or not prepared.own[row_lines].any()
         if layout is not None and len(row_lines) and prepared.csv_ok:
             # Rows holding commas of their own never reach the CSV reader.
             csv = textblock.join_lines(form, starts, ends, row_lines, transient=True)
@@ -772,7 +775,6 @@ class TextParser:
 class _Prepared:
     """One chunk after the worker thread's pass (see :meth:`TextParser._prepare`)."""
 
-    chunk: bytes
     #: The chunk in CSV form (:func:`~ncclbot_sweep.parsers.textblock.csv_form`), and where
     #: its lines start and end (the same lines as the chunk's).
     form: bytearray
@@ -781,23 +783,21 @@ class _Prepared:
     is_row: np.ndarray
     #: Line index of each table row.
     row_lines: np.ndarray
+    #: Lines that hold a comma of their own (their CSV form is not their text), and the
+    #: chunk's text and line ends for them; None when no line does.
+    own: np.ndarray | None = None
+    text: bytes | None = None
+    text_ends: np.ndarray | None = None
     #: NCCL INFO lines that neither this parser nor the NCCL log parser would use.
     skip: np.ndarray | None = None
-    #: No row holds a comma of its own (the rows may go to the CSV reader).
-    csv_ok: bool = True
     #: All rows converted with ``layout`` (None when the layout was unknown or did not fit).
     layout: Layout | None = None
     cols: dict[str, Any] | None = None
 
-    @functools.cached_property
-    def own(self) -> np.ndarray | None:
-        """Lines that hold a comma of their own (None: no line does)."""
-        if b"," not in self.chunk:
-            return None
-        out = np.zeros(len(self.ends), dtype=bool)
-        commas = np.flatnonzero(np.frombuffer(self.chunk, dtype=np.uint8) == _COMMA)
-        out[np.searchsorted(self._text_ends, commas)] = True
-        return out
+    @property
+    def csv_ok(self) -> bool:
+        """No row holds a comma of its own: the rows may go to the CSV reader."""
+        return self.own is None or not self.own[self.row_lines].any()
 
     def csv(self, first: int, stop: int) -> bytes:
         """Rows ``first``..``stop`` in CSV form, one after the other."""
@@ -806,15 +806,9 @@ class _Prepared:
     def line(self, index: int) -> str:
         """Line ``index`` of the chunk as the parser reads it (blanks collapsed)."""
         if self.own is not None and self.own[index]:
-            start = int(self._text_ends[index - 1]) + 1 if index else 0
-            text = self.chunk[start:int(self._text_ends[index])].decode("utf-8", "replace")
-            return textblock.collapse_line(text)
+            start = int(self.text_ends[index - 1]) + 1 if index else 0
+            return textblock.collapse_line(self.text[start:int(self.text_ends[index])].decode("utf-8", "replace"))
         return self.form[self.starts[index]:self.ends[index]].decode("utf-8", "replace").replace(",", " ")
-
-    @functools.cached_property
-    def _text_ends(self) -> np.ndarray:
-        """Where the lines end in the chunk itself."""
-        return np.flatnonzero(np.frombuffer(self.chunk, dtype=np.uint8) == 10)
 
 
 _COMMA = 44

@@ -124,7 +124,7 @@ def _scratch(n: int) -> tuple[np.ndarray, np.ndarray, bytearray]:
             space[2].extend(bytes(n - len(space[2])))
     except BufferError:  # still viewed (an error left a view alive): start afresh
         space = (space[0], space[1], bytearray(n))
-        _local.space = space
+        _local.space = space if len(space[0]) <= _KEEP else None
     return space
 
 
