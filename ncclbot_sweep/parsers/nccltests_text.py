@@ -564,24 +564,30 @@ class TextParser:
             k = j
 
     def _convert(self, group: list[list | str], nums: np.ndarray, run: _Run) -> None:
-        """Queued rows the worker did not convert: Arrow's CSV reader on their CSV form, then
-        Arrow's whitespace split on their text, then :meth:`_slow_block`."""
+        """Queued rows the worker did not convert: Arrow's CSV reader on their CSV form (or,
+        when a row holds a comma of its own, Arrow's whitespace split on their text), with the
+        layout and then without its redop column, then the whitespace split, then
+        :meth:`_slow_block`."""
         layout = self._layout
+        lines = _texts(group) if (form := _csv_of(group)) is None else None
         if layout is None:
-            for text, num in zip(_texts(group), nums.tolist()):
+            for text, num in zip(lines if lines is not None else _texts(group), nums.tolist()):
                 self._annotation(text.strip(), num)
             return
-        lines = None
-        cols = None
-        if (form := _csv_of(group)) is not None:
-            cols = textblock.csv_rows(form, len(nums), layout.prefix, layout.sides, layout.suffix)
-            if cols is None and (blank := layout.without_redop()) is not None:
-                # A redop column in the header that the rows leave blank (field builds print none
-                # for collectives without a reduction): the rows fit the header minus redop.
-                cols = textblock.csv_rows(form, len(nums), blank.prefix, blank.sides, blank.suffix)
-                if cols is not None:
-                    self._layout = layout = blank
-        if cols is None:
+
+        def convert(lay: Layout) -> dict[str, Any] | None:
+            if form is not None:
+                return textblock.csv_rows(form, len(nums), lay.prefix, lay.sides, lay.suffix)
+            return textblock.convert_rows(pa.array(lines, pa.large_string()), lay.prefix, lay.sides, lay.suffix)
+
+        cols = convert(layout)
+        if cols is None and (blank := layout.without_redop()) is not None:
+            # A redop column in the header that the rows leave blank (field builds print none
+            # for collectives without a reduction): the rows fit the header minus redop.
+            cols = convert(blank)
+            if cols is not None:
+                self._layout = layout = blank
+        if cols is None and form is not None:
             lines = _texts(group)
             cols = textblock.convert_rows(pa.array(lines, pa.large_string()), layout.prefix, layout.sides,
                                           layout.suffix)

@@ -100,7 +100,7 @@ def join_lines(form: bytes | bytearray, starts: np.ndarray, ends: np.ndarray, li
 
 _local = threading.local()
 #: Work space up to this size is kept between calls (ingest reads 4 MB chunks).
-_KEEP = 16 << 20
+_KEEP = 8 << 20
 
 
 def _space(n: int) -> tuple[np.ndarray, np.ndarray, bytearray]:
@@ -266,19 +266,27 @@ def convert_rows(rows: pa.Array, prefix: list[str], sides: list[list[str]],
     return cols
 
 
-_NAME = pa.dictionary(pa.int32(), pa.string())
-
-
-@functools.lru_cache(maxsize=256)
 def constant(value: Any, n: int, typ: pa.DataType) -> pa.Array:
-    """An array of ``n`` copies of ``value`` (None: nulls), built once per value and length.
+    """An array of ``n`` copies of ``value`` (None: nulls).
 
     Strings come dictionary-encoded with int32 indices, the dataset writer's form, so storing
-    them costs neither a cast nor a hash. Cached: batches have a few lengths, the values are
-    a run's constants, and Arrow builds even an array of nulls slowly.
+    them costs neither a cast nor a hash. The index arrays and the other types' arrays are
+    cached: batches have a few lengths, the values are a run's constants, and Arrow builds
+    even an array of nulls slowly.
     """
-    if value is None and not pa.types.is_string(typ):
+    if pa.types.is_string(typ):
+        values = pa.array([] if value is None else [value], typ)
+        return pa.DictionaryArray.from_arrays(_indices(n, value is None), values, safe=False)
+    return _repeat(value, n, typ)
+
+
+@functools.lru_cache(maxsize=8)
+def _indices(n: int, null: bool) -> pa.Array:
+    return pa.nulls(n, pa.int32()) if null else pa.array(np.zeros(n, dtype=np.int32))
+
+
+@functools.lru_cache(maxsize=32)
+def _repeat(value: Any, n: int, typ: pa.DataType) -> pa.Array:
+    if value is None:
         return pa.nulls(n, typ)
-    indices = pa.nulls(n, pa.int32()) if value is None else pa.array(np.zeros(n, dtype=np.int32))
-    array = pa.DictionaryArray.from_arrays(indices, pa.array([] if value is None else [value], typ), safe=False)
-    return array if pa.types.is_string(typ) else array.dictionary_decode()
+    return pa.DictionaryArray.from_arrays(_indices(n, False), pa.array([value], typ), safe=False).dictionary_decode()

@@ -136,3 +136,13 @@ def test_blank_redop_rows_with_trailing_blanks_are_all_read():
     result = parse_nccltests_text(padded, source())
     assert len(result.rows("iterations")) == 16 and not result.issues
     assert {r["redop"] for r in result.rows("iterations")} == {None}
+
+
+def test_a_comma_in_a_blank_redop_table_keeps_every_row():
+    """A row with a comma of its own skips the CSV reader; its block still gets the header's
+    layout without redop, as on the CSV path."""
+    text = (FIELD / "redop-blank-allgather-16rank.txt").read_text().replace("  float  ", "  flo,at  ", 1)
+    result = parse_nccltests_text(text, source())
+    rows = result.rows("iterations")
+    assert len(rows) == 16 and not result.issues
+    assert sorted({r["dtype"] for r in rows}) == ["flo,at", "float"] and {r["redop"] for r in rows} == {None}
