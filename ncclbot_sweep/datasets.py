@@ -66,6 +66,8 @@ Column notes:
 
 Files written by :class:`SourceWriter` keep strings dictionary-encoded and carry no Arrow
 schema, so every reader sees plain strings; :func:`read_table` applies :data:`SCHEMAS`.
+Line numbers are delta-encoded and strings carry no min/max statistics (what each costs to
+write: :func:`_column_options`).
 """
 
 from __future__ import annotations
@@ -506,8 +508,8 @@ class SourceWriter:
                     folder.mkdir(parents=True, exist_ok=True)
                     tmp = folder / f".{data_file_name(self.key)}.{uuid.uuid4().hex}{_TMP_SUFFIX}"
                     self._tmp[key] = tmp
-                    self._writers[key] = pq.ParquetWriter(tmp, body.schema, compression="snappy",
-                                                          store_schema=False, use_dictionary=_dictionary_columns(body))
+                    self._writers[key] = pq.ParquetWriter(tmp, body.schema, compression="snappy", store_schema=False,
+                                                          **_column_options(body))
             writer = self._writers[key]
             self.rows[name] = self.rows.get(name, 0) + part.num_rows
             if writer is not None:
@@ -542,11 +544,23 @@ class SourceWriter:
         self._new.clear()
 
 
-def _dictionary_columns(table: pa.Table) -> list[str]:
-    """Columns worth Parquet's dictionary encoding: all but measurements (floats) and line
-    numbers, which are nearly all distinct, so a dictionary only costs time (a third of the
-    write on nccl-tests tables)."""
-    return [f.name for f in table.schema if not pa.types.is_floating(f.type) and f.name != "line"]
+def _column_options(table: pa.Table) -> dict[str, Any]:
+    """How the columns are stored, chosen for the cost of writing (profiled on nccl-tests
+    tables, ``benchmarks/ingest.py``):
+
+    * Parquet's dictionary encoding for all but measurements (floats) and line numbers,
+      which are nearly all distinct, so a dictionary only costs time;
+    * line numbers delta-encoded: consecutive ones take a few bits each;
+    * min/max statistics for all but strings: those are the source's constants or a handful
+      of names, and their statistics cost a quarter of the write.
+    """
+    names = [f.name for f in table.schema]
+    return {
+        "use_dictionary": [f.name for f in table.schema if not pa.types.is_floating(f.type) and f.name != "line"],
+        "column_encoding": {"line": "DELTA_BINARY_PACKED"} if "line" in names else None,
+        "write_statistics": [f.name for f in table.schema
+                             if not pa.types.is_dictionary(f.type) and not pa.types.is_string(f.type)],
+    }
 
 
 def _write_error(root: Path, exc: OSError) -> DatasetError:

@@ -31,7 +31,7 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     parser = TextParser(source, on_rows=on_rows)
     log = LogParser(source)
     parser.on_other = log.line
-    parser.feed_all(normalize_chunks(chunks))
+    parser.feed_all(normalize_chunks(chunks), workers=2)
     result = parser.close()
     log_result, facts = log.finish(ranks=next((r["ranks"] for r in result.rows("runs") if r.get("ranks")), None))
     for name in ("tuning_tables", "choices", "cost_tables"):

@@ -10,10 +10,11 @@ stripped by a document renderer are recognised too.
 
 The table layout comes from the column header when there is one, else it is inferred from
 the first data row. Rows are converted in blocks by :mod:`~ncclbot_sweep.parsers.textblock`
-(blank collapse in numpy, Arrow's CSV reader; with :meth:`TextParser.feed_all` a worker
-thread does this for the next chunk while the main thread walks the other lines); a block
-that does not fit the layout falls back to Arrow's whitespace split, then to row-by-row
-parsing, and a row that still does not fit becomes an :class:`Issue` with its line number.
+(each chunk put in CSV form with numpy, the rows read by Arrow's CSV reader; with
+:meth:`TextParser.feed_all` worker threads do this for the next chunks while the main
+thread handles the few other lines and the batches); a block that does not fit the layout
+falls back to Arrow's whitespace split, then to row-by-row parsing, and a row that still
+does not fit becomes an :class:`Issue` with its line number.
 Memory stays bounded: rows leave the parser in batches of at most ``batch_rows`` through
 ``on_rows``; runs and issues (small) are returned by :meth:`TextParser.close`.
 
@@ -231,9 +232,9 @@ class TextParser:
         self._run: _Run | None = None
         self._runs: list[_Run] = []
         self._layout: Layout | None = None
-        # Data rows waiting for conversion: byte blocks of whole lines and their line numbers.
-        self._pend_blocks: list[bytes | list] = []
-        self._pend_nums: list[tuple[int, int]] = []
+        # Data rows waiting for conversion (see :meth:`_queue`) and their line numbers.
+        self._pend_blocks: list[list | str] = []
+        self._pend_nums: list[np.ndarray] = []
         self._pend_rows = 0
         #: Called with every line that is not a table row (the NCCL log parser listens here).
         self.on_other: Callable[[str, int], None] | None = None
@@ -251,11 +252,11 @@ class TextParser:
     def feed_all(self, chunks: Iterable[bytes], *, workers: int = 1) -> None:
         """Feed many chunks, preparing the next ones in worker threads while this one is parsed.
 
-        The preparation (prefix removal, blank collapse, line classification and, once the
-        layout is known, row conversion) is numpy and Arrow work that releases the GIL, so
-        the cores work on the next chunks while this thread walks the other lines. Same
-        result as calling :meth:`feed` on each chunk; at most ``workers + 1`` chunks are in
-        memory at once.
+        The preparation (prefix removal, CSV form, line classification and, once the layout
+        is known, row conversion) is numpy and Arrow work that mostly releases the GIL, so
+        the cores work on the next chunks while this thread handles the other lines and the
+        batches (which ingest writes as they come). Same result as calling :meth:`feed` on
+        each chunk; at most ``workers + 1`` chunks are in memory at once.
         """
         import collections
         from concurrent.futures import ThreadPoolExecutor
@@ -292,13 +293,14 @@ class TextParser:
         return self.result
 
     def _whole_lines(self, data: bytes) -> bytes | None:
-        data = self._tail + data
         cut = data.rfind(b"\n")
         if cut < 0:
-            self._tail = data
+            self._tail += data
             return None
+        # One copy at most: the carried-over tail joined to this chunk's whole lines.
+        whole = b"".join((self._tail, memoryview(data)[: cut + 1])) if self._tail or cut + 1 < len(data) else data
         self._tail = data[cut + 1:]
-        return data[: cut + 1]
+        return whole
 
     def _prefix_state(self, chunk: bytes) -> bool:
         """Launcher prefixes, once seen, are stripped from every later chunk."""
@@ -308,74 +310,84 @@ class TextParser:
 
     @staticmethod
     def _prepare(chunk: bytes, prefixed: bool, layout: Layout | None) -> _Prepared:
-        """Pure, thread-safe: strip prefixes, collapse blanks, find lines and mark table rows;
+        """Pure, thread-safe: strip prefixes, put the lines in CSV form, mark table rows;
         with a known ``layout``, also convert all of the chunk's rows at once."""
         if prefixed:
             chunk = PREFIX_RE_B.sub(b"", chunk)
         if not chunk.isascii():
             chunk = chunk.decode("utf-8", "replace").encode("utf-8")
-        chunk = textblock.collapse_blanks(chunk)
-        starts, ends = textblock.line_bounds(chunk)
-        buf = np.frombuffer(chunk, dtype=np.uint8)
+        form, starts, ends = textblock.csv_form(chunk)
+        buf = np.frombuffer(form, dtype=np.uint8)
         first = buf[starts]
         second = buf[np.minimum(starts + 1, len(buf) - 1)]
         # A row starts with its size; a negative size ("-8") is a row too, so that it reaches
         # the impossible-value check with its line instead of vanishing as a comment.
         is_row = ((first >= 48) & (first <= 57)) | ((first == 45) & (second >= 48) & (second <= 57))
-        skip = textblock.boring_info_lines(chunk, starts, ends, ~is_row, INFO_OF_INTEREST)
-        prepared = _Prepared(chunk, starts, ends, is_row, skip)
-        nrows = int(is_row.sum())
-        if layout is not None and nrows:
-            # Rows come in long runs between the few other lines: join the runs' bytes.
-            change = [0, *(np.flatnonzero(is_row[1:] != is_row[:-1]) + 1).tolist(), len(is_row)]
-            first_row = 0 if is_row[0] else 1
-            rows = b"".join(chunk[starts[a]:ends[b - 1] + 1]
-                            for a, b in zip(change[first_row::2], change[first_row + 1::2]))
-            cols = textblock.csv_rows(rows, nrows, layout.prefix, layout.sides, layout.suffix)
+        prepared = _Prepared(form, starts, ends, is_row, np.flatnonzero(is_row))
+        if b"," in chunk:
+            text = np.frombuffer(chunk, dtype=np.uint8)
+            prepared.text, prepared.text_ends = chunk, np.flatnonzero(text == 10)
+            prepared.own = np.zeros(len(ends), dtype=bool)
+            prepared.own[np.searchsorted(prepared.text_ends, np.flatnonzero(text == _COMMA))] = True
+        prepared.skip = textblock.boring_info_lines(form, ends, ~is_row, INFO_OF_INTEREST)
+        if prepared.own is not None:
+            # Lines with commas of their own: decided on their text.
+            for i in np.flatnonzero(prepared.own & ~is_row).tolist():
+                line = prepared.line(i)
+                prepared.skip[i] = "NCCL INFO" in line and _INTERESTING.search(line) is None
+        row_lines = prepared.row_lines
+        if layout is not None and len(row_lines) and prepared.csv_ok:
+            # Rows holding commas of their own never reach the CSV reader.
+            csv = textblock.join_lines(form, starts, ends, row_lines, transient=True)
+            cols = textblock.csv_rows(csv, len(row_lines), layout.prefix, layout.sides, layout.suffix)
             if cols is not None:
                 prepared.layout, prepared.cols = layout, cols
-                prepared.row_index = np.cumsum(is_row) - 1
         return prepared
 
     def _consume(self, prepared: _Prepared) -> None:
-        """Queue runs of table rows; hand every other line, one by one, to :meth:`_other`."""
-        chunk, starts, ends, is_row = prepared.chunk, prepared.starts, prepared.ends, prepared.is_row
-        skip = prepared.skip
-        n = len(ends)
+        """Queue the chunk's table rows in runs; hand every other line (but the boring NCCL
+        INFO ones) to :meth:`_other`, in order."""
+        n = len(prepared.ends)
         if n == 0:
             return
         base = self._lineno
         self._lineno += n
-        bounds = [0, *(np.flatnonzero(is_row[1:] != is_row[:-1]) + 1).tolist(), n]
-        starts_l, ends_l = starts.tolist(), ends.tolist()
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if not is_row[a]:
-                for i in range(a, b):
-                    if not skip[i]:
-                        self._other(chunk[starts_l[i]:ends_l[i]].decode("utf-8", "replace"), base + i + 1)
-                continue
-            i = a
-            while i < b and self._layout is None:
-                self._other(chunk[starts_l[i]:ends_l[i]].decode("utf-8", "replace"), base + i + 1)
-                i += 1
-            if i < b:
-                if prepared.cols is not None and prepared.layout is self._layout:
-                    self._queue((prepared, int(prepared.row_index[i])), base + i + 1, b - i)
-                else:
-                    self._queue(chunk[starts_l[i]:ends_l[b - 1] + 1], base + i + 1, b - i)
+        row_lines = prepared.row_lines
+        events = np.flatnonzero(~prepared.is_row & ~prepared.skip)
+        done = 0
+        for line, cut in zip(events.tolist(), np.searchsorted(row_lines, events).tolist()):
+            if cut > done:
+                self._rows(prepared, done, cut, base)
+                done = cut
+            self._other(prepared.line(line), base + line + 1)
+        if done < len(row_lines):
+            self._rows(prepared, done, len(row_lines), base)
 
-    def _queue(self, rows: bytes | tuple, first_line: int, count: int) -> None:
-        """Queue ``count`` rows starting at ``first_line``: collapsed newline-terminated bytes,
-        or ``(prepared, first_row)`` when the worker converted them (then consecutive runs of
-        the same chunk merge into one slice, since other lines take no row index)."""
-        last = self._pend_blocks[-1] if self._pend_blocks else None
-        if isinstance(rows, tuple) and isinstance(last, list) and last[0] is rows[0] \
-                and last[1] + last[2] == rows[1]:
-            last[2] += count
+    def _rows(self, prepared: _Prepared, first: int, stop: int, base: int) -> None:
+        """The chunk's rows ``first``..``stop``: one by one through :meth:`_other` while no
+        layout is known (the first may tell it), then queued at once."""
+        while first < stop and self._layout is None:
+            line = int(prepared.row_lines[first])
+            self._other(prepared.line(line), base + line + 1)
+            first += 1
+        if first < stop:
+            self._queue(prepared, first, stop, base + 1 + prepared.row_lines[first:stop])
+
+    def _queue(self, prepared: _Prepared | str, first: int, stop: int, nums: np.ndarray) -> None:
+        """Queue rows ``first``..``stop`` of a chunk, as ``[prepared, first, stop, converted]``
+        (consecutive ones merge), or one row's text (from :meth:`_other`); ``nums`` are their
+        line numbers. ``converted``: the worker's columns for them are the current layout's."""
+        if isinstance(prepared, str):
+            self._pend_blocks.append(prepared)
         else:
-            self._pend_blocks.append([rows[0], rows[1], count] if isinstance(rows, tuple) else rows)
-        self._pend_nums.append((first_line, count))
-        self._pend_rows += count
+            converted = prepared.cols is not None and prepared.layout is self._layout
+            last = self._pend_blocks[-1] if self._pend_blocks else None
+            if isinstance(last, list) and last[0] is prepared and last[2] == first and last[3] == converted:
+                last[2] = stop
+            else:
+                self._pend_blocks.append([prepared, first, stop, converted])
+        self._pend_nums.append(nums)
+        self._pend_rows += len(nums)
         if self._pend_rows >= self._batch_rows:
             self._flush()
 
@@ -418,10 +430,10 @@ class TextParser:
             if layout is not None:
                 self._ensure_run(lineno)
                 self._layout = layout
-                self._queue(" ".join(tokens).encode() + b"\n", lineno, 1)
+                self._queue(" ".join(tokens), 0, 1, np.array([lineno]))
                 return
         if tokens and tokens[0][:1].isdigit() and self._layout is not None:
-            self._queue(" ".join(tokens).encode() + b"\n", lineno, 1)
+            self._queue(" ".join(tokens), 0, 1, np.array([lineno]))
             return
         if self.on_other is not None:
             self.on_other(line, lineno)
@@ -525,13 +537,11 @@ class TextParser:
         self._units_next = True
 
     def _flush(self) -> None:
-        """Convert and emit the queued rows, group by group (worker-converted or raw bytes)."""
+        """Convert and emit the queued rows, group by group (worker-converted or not)."""
         if not self._pend_blocks:
             return
         blocks = list(self._pend_blocks)
-        firsts, counts = np.array(self._pend_nums, dtype=np.int64).T
-        # Line numbers of every queued row: each run's first line plus its offset in the run.
-        nums = np.repeat(firsts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        nums = np.concatenate(self._pend_nums)
         self._pend_blocks.clear()
         self._pend_nums.clear()
         self._pend_rows = 0
@@ -539,36 +549,46 @@ class TextParser:
         offset = 0
         k = 0
         while k < len(blocks):
-            kind = isinstance(blocks[k], list)
+            converted = _converted(blocks[k])
             j = k
-            while j < len(blocks) and isinstance(blocks[j], list) == kind:
+            while j < len(blocks) and _converted(blocks[j]) == converted:
                 j += 1
             group = blocks[k:j]
-            size = sum(g[2] for g in group) if kind else sum(g.count(b"\n") for g in group)
+            size = sum(b[2] - b[1] if isinstance(b, list) else 1 for b in group)
             part = nums[offset: offset + size]
             offset += size
-            if kind:
+            if converted:
                 self._emit(_slice_columns(group), part, self._layout, run)
             else:
-                self._convert_bytes(b"".join(group), part, run)
+                self._convert(group, part, run)
             k = j
 
-    def _convert_bytes(self, data: bytes, nums: np.ndarray, run: _Run) -> None:
+    def _convert(self, group: list[list | str], nums: np.ndarray, run: _Run) -> None:
+        """Queued rows the worker did not convert: Arrow's CSV reader on their CSV form (or,
+        when a row holds a comma of its own, Arrow's whitespace split on their text), with the
+        layout and then without its redop column, then the whitespace split, then
+        :meth:`_slow_block`."""
         layout = self._layout
+        lines = _texts(group) if (form := _csv_of(group)) is None else None
         if layout is None:
-            for text, num in zip(data.decode("utf-8", "replace").split("\n"), nums.tolist()):
+            for text, num in zip(lines if lines is not None else _texts(group), nums.tolist()):
                 self._annotation(text.strip(), num)
             return
-        lines = None
-        cols = textblock.csv_rows(data, len(nums), layout.prefix, layout.sides, layout.suffix)
+
+        def convert(lay: Layout) -> dict[str, Any] | None:
+            if form is not None:
+                return textblock.csv_rows(form, len(nums), lay.prefix, lay.sides, lay.suffix)
+            return textblock.convert_rows(pa.array(lines, pa.large_string()), lay.prefix, lay.sides, lay.suffix)
+
+        cols = convert(layout)
         if cols is None and (blank := layout.without_redop()) is not None:
             # A redop column in the header that the rows leave blank (field builds print none
             # for collectives without a reduction): the rows fit the header minus redop.
-            cols = textblock.csv_rows(data, len(nums), blank.prefix, blank.sides, blank.suffix)
+            cols = convert(blank)
             if cols is not None:
                 self._layout = layout = blank
-        if cols is None:
-            lines = data.decode("utf-8", "replace").split("\n")[: len(nums)]
+        if cols is None and form is not None:
+            lines = _texts(group)
             cols = textblock.convert_rows(pa.array(lines, pa.large_string()), layout.prefix, layout.sides,
                                           layout.suffix)
         if cols is None:
@@ -649,26 +669,31 @@ class TextParser:
             run.inferred = self._infer(cols, layout, run) or False
         consts = self._row_constants(run)
         const = textblock.constant
+
+        def col(name: str, typ: pa.DataType) -> pa.Array:
+            return cols[name] if name in cols else const(None, n, typ)
+
         shared: dict[str, Any] = {
             "run_id": const(consts["run_id"], n, pa.string()),
             "size_bytes": cols["size"],
-            "count": cols.get("count", pa.nulls(n, pa.int64())),
-            "dtype": cols.get("type", pa.nulls(n, pa.string())),
-            "redop": cols.get("redop", pa.nulls(n, pa.string())),
-            "root": cols["root"].cast(pa.int32()) if "root" in cols else pa.nulls(n, pa.int32()),
+            "count": col("count", pa.int64()),
+            "dtype": col("type", pa.string()),
+            "redop": col("redop", pa.string()),
+            "root": cols["root"].cast(pa.int32()) if "root" in cols else const(None, n, pa.int32()),
             "cycle": pa.array(cycle),
             # With -n 1 every printed row is one measured iteration: -N cycles are then the
             # per-iteration series (architecture section 4), indexed by cycle.
-            "iteration": pa.array(cycle) if run.header.get("iters") == 1 else pa.nulls(n, pa.int32()),
+            "iteration": pa.array(cycle) if run.header.get("iters") == 1 else const(None, n, pa.int32()),
             "n_iters": const(run.header.get("iters"), n, pa.int32()),
             "timestamp": (pc.binary_join_element_wise(cols["ts_date"], cols["ts_time"], " ")
-                          if "ts_date" in cols and "ts_time" in cols else pa.nulls(n, pa.string())),
+                          if "ts_date" in cols and "ts_time" in cols else const(None, n, pa.string())),
             "line": pa.array(nums),
         }
         for key in ("fabric", "collective", "arm", "policy", "source_path", "source_sha256"):
             shared[key] = const(consts[key], n, pa.string())
         for key in ("nodes", "ranks"):
             shared[key] = const(consts[key], n, pa.int32())
+        sides = []
         for side_index in range(len(layout.sides)):
             pre = f"s{side_index}."
             data = dict(shared)
@@ -676,9 +701,11 @@ class TextParser:
             time_col = cols[pre + "time"]
             data["time_us"] = pc.multiply(time_col, layout.time_scale) if layout.time_scale != 1.0 else time_col
             for name, out in (("algbw", "algbw_gbs"), ("busbw", "busbw_gbs"), ("error", "error")):
-                data[out] = cols.get(pre + name, pa.nulls(n, pa.float64()))
-            data["wrong"] = cols.get(pre + "wrong", pa.nulls(n, pa.int64()))
-            self._on_rows(pa.table(data))
+                data[out] = col(pre + name, pa.float64())
+            data["wrong"] = col(pre + "wrong", pa.int64())
+            sides.append(pa.table(data))
+        # One batch for both sides (the columns they share are not copied).
+        self._on_rows(sides[0] if len(sides) == 1 else pa.concat_tables(sides))
 
     def _infer(self, cols: dict[str, Any], layout: Layout, run: _Run) -> tuple[str, int | None] | None:
         """The collective of rows that name no binary (the first batch of the run decides)."""
@@ -754,24 +781,86 @@ class TextParser:
 class _Prepared:
     """One chunk after the worker thread's pass (see :meth:`TextParser._prepare`)."""
 
-    chunk: bytes
+    #: The chunk in CSV form (:func:`~ncclbot_sweep.parsers.textblock.csv_form`), and where
+    #: its lines start and end (the same lines as the chunk's).
+    form: bytearray
     starts: np.ndarray
     ends: np.ndarray
     is_row: np.ndarray
+    #: Line index of each table row.
+    row_lines: np.ndarray
+    #: Lines that hold a comma of their own (their CSV form is not their text), and the
+    #: chunk's text and line ends for them; None when no line does.
+    own: np.ndarray | None = None
+    text: bytes | None = None
+    text_ends: np.ndarray | None = None
     #: NCCL INFO lines that neither this parser nor the NCCL log parser would use.
-    skip: np.ndarray
+    skip: np.ndarray | None = None
+    #: All rows converted with ``layout`` (None when the layout was unknown or did not fit).
     layout: Layout | None = None
     cols: dict[str, Any] | None = None
-    row_index: np.ndarray | None = None
+
+    @property
+    def csv_ok(self) -> bool:
+        """No row holds a comma of its own: the rows may go to the CSV reader."""
+        return self.own is None or not self.own[self.row_lines].any()
+
+    def csv(self, first: int, stop: int) -> bytes:
+        """Rows ``first``..``stop`` in CSV form, one after the other."""
+        return textblock.join_lines(self.form, self.starts, self.ends, self.row_lines[first:stop])
+
+    def line(self, index: int) -> str:
+        """Line ``index`` of the chunk as the parser reads it (blanks collapsed)."""
+        if self.own is not None and self.own[index]:
+            start = int(self.text_ends[index - 1]) + 1 if index else 0
+            return textblock.collapse_line(self.text[start:int(self.text_ends[index])].decode("utf-8", "replace"))
+        return self.form[self.starts[index]:self.ends[index]].decode("utf-8", "replace").replace(",", " ")
+
+
+_COMMA = 44
+_INTERESTING = re.compile(INFO_OF_INTEREST)
+
+
+def _converted(block: list | str) -> bool:
+    return isinstance(block, list) and block[3]
 
 
 def _slice_columns(blocks: list[list]) -> dict[str, Any]:
-    """Columns of queued rows the worker already converted: slices of each chunk's arrays."""
+    """Columns of queued rows the worker already converted: slices of each chunk's arrays
+    (chunked, not copied, when the rows span chunks)."""
     out = {}
     for name in blocks[0][0].cols:
-        parts = [prep.cols[name].slice(first, count) for prep, first, count in blocks]
-        out[name] = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+        parts = [prep.cols[name].slice(first, stop - first) for prep, first, stop, _ in blocks]
+        out[name] = parts[0] if len(parts) == 1 else pa.chunked_array(parts)
     return out
+
+
+def _texts(group: list[list | str]) -> list[str]:
+    """The text of queued rows, one line each, blanks collapsed."""
+    out: list[str] = []
+    for block in group:
+        if isinstance(block, str):
+            out.append(block)
+        else:
+            prep, first, stop, _ = block
+            out.extend(prep.line(i) for i in prep.row_lines[first:stop].tolist())
+    return out
+
+
+def _csv_of(group: list[list | str]) -> bytes | None:
+    """Queued rows in CSV form; None when a row holds a comma of its own."""
+    parts: list[bytes] = []
+    for block in group:
+        if isinstance(block, str):
+            if "," in block:
+                return None
+            parts.append((block.replace(" ", ",") + "\n").encode("utf-8"))
+        else:
+            prep, first, stop, _ = block
+            if not prep.csv_ok:
+                return None
+            parts.append(prep.csv(first, stop))
+    return b"".join(parts)
 
 
 def _scale(run: _Run) -> tuple[int | None, int | None, list[str]]:
