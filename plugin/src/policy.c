@@ -72,9 +72,15 @@ double nb_ucb_total(const nb_arm_stat *st, int narms) {
   return total;
 }
 
-double nb_ucb_index(const nb_arm_stat *st, double total, double alpha) {
-  double ln = log(total > 1.0 ? total : 1.0);
+/* The index from ln(max(N, 1)), which every arm of a context shares: one log per selection. */
+static double ucb_index_ln(const nb_arm_stat *st, double ln, double alpha) {
   return st->mean + alpha * sqrt(2.0 * ln / st->n);
+}
+
+static double ucb_log(double total) { return log(total > 1.0 ? total : 1.0); }
+
+double nb_ucb_index(const nb_arm_stat *st, double total, double alpha) {
+  return ucb_index_ln(st, ucb_log(total), alpha);
 }
 
 /* Masked arms with n == 0 ("unpulled"). */
@@ -113,9 +119,9 @@ static int pick_uniform(uint32_t mask, double u) {
 static int select_ucb1(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask) {
   uint32_t cold = unpulled(st, narms, mask);
   if (cold) return __builtin_ctz(cold); /* derandomised cold start: lowest unpulled arm */
-  double total = nb_ucb_total(st, narms), v[NCCLBOT_MAX_ARMS];
+  double ln = ucb_log(nb_ucb_total(st, narms)), v[NCCLBOT_MAX_ARMS];
   for (int i = 0; i < narms; i++)
-    if (mask >> i & 1u) v[i] = nb_ucb_index(&st[i], total, cfg->alpha);
+    if (mask >> i & 1u) v[i] = ucb_index_ln(&st[i], ln, cfg->alpha);
   return argmax(v, narms, mask);
 }
 
