@@ -39,21 +39,24 @@ class DemoResult:
     report: Path
     live_campaign: Path
     live_dataset: Path
+    live_analysis: Path
 
 
 def run_demo(out: Path | str, *, progress: Progress | None = None,
              on_stage: Callable[[str], None] | None = None) -> DemoResult:
     """Sweep, ingest and analyse into ``out/{campaign,dataset,report}``, then run the live
-    campaign into ``out/{live-campaign,live-dataset}``; return the paths.
+    campaign into ``out/{live-campaign,live-dataset}`` and analyse it into ``out/live``; return
+    the paths.
 
     ``on_stage(name)`` is called as each stage starts (the CLI prints it).
     """
+    from ncclbot_sweep.analysis.live import analyze_live
     from ncclbot_sweep.analysis.report import build_report
     from ncclbot_sweep.ingest import ingest
 
     out = Path(out)
     result = DemoResult(out / "campaign", out / "dataset", out / "report", out / "live-campaign",
-                        out / "live-dataset")
+                        out / "live-dataset", out / "live")
     _stage(on_stage, "sweep")
     summary = submit(resource_path("campaigns", DEMO_CAMPAIGN), resource_path("inventories", DEMO_INVENTORY),
                      workdir=result.campaign, wait=True, progress=progress)
@@ -67,6 +70,8 @@ def run_demo(out: Path | str, *, progress: Progress | None = None,
                   workdir=result.live_campaign, wait=True, progress=progress)
     log.info("demo live campaign in %s: %d/%d steps ok", result.live_campaign, live.steps_ok, live.total_steps)
     ingest([result.live_campaign], result.live_dataset)
+    _stage(on_stage, "live analysis")
+    analyze_live(result.live_dataset, out=result.live_analysis)
     return dataclasses.replace(result, report=index)
 
 

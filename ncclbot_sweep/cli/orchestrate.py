@@ -302,7 +302,8 @@ def demo_cmd(out: str) -> None:
     click.echo(f"demo: campaign folder {result.campaign}")
     click.echo(f"demo: dataset {result.dataset}")
     click.echo(f"demo: report {result.report}")
-    click.echo(f"demo: live campaign folder {result.live_campaign}, dataset {result.live_dataset}")
+    click.echo(f"demo: live campaign folder {result.live_campaign}, dataset {result.live_dataset}, "
+               f"analysis {result.live_analysis}")
 
 
 COMMANDS = [inventory_group, campaign_group, plan_cmd, render_cmd, submit_cmd, status_cmd, resume_cmd, cancel_cmd, demo_cmd]
