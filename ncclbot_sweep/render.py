@@ -22,6 +22,9 @@ The script contract (architecture section 4; read by the executors and the parse
   skipped when the script runs again, so resuming never re-runs a finished step;
 * provenance (hosts, GPUs, driver, versions, effective environment, NCCL config files,
   plugin checksum) is captured once per job into ``provenance.json``.
+
+A tuning job (:func:`render_tune_script`, ``analyze tune -i``) follows the same rules with
+one ``srun`` of ``ncclbot-sweep analyze tune`` per node instead of steps.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ Where things are:
 
 * local access (ncclbot-sweep on the login node): the job reads the dataset and writes the
   tuning folder where they are, so both must be on the file system the nodes share;
-* SSH access: the tuning folder lives in ``<access.remote_workdir>/tune-<folder name>`` and
+* SSH access: the tuning folder lives in ``<access.remote_workdir>/tune-<folder name>`` (the
+  folder's name as it is when it starts with ``tune``; the job has the same name) and
   is mirrored back into the local folder once the job has ended (``--wait``); the dataset is
   uploaded to ``<remote_workdir>/datasets/<name>-<digest>``, named by its content, so an
   unchanged dataset is sent once and two datasets never mix.
@@ -97,14 +98,13 @@ def plan_tune_job(inventory: Inventory, out: Path, dataset: Path, tune_args: Seq
     jobs belong to it) and the command (which job this is).
     """
     _check(inventory)
-    if nodes < 1 or workers < 1:
-        raise InventoryError("a tuning job needs at least one node and one worker", hint="pass --nodes and --workers >= 1")
     out = Path(os.path.abspath(out))
     dataset = Path(os.path.abspath(dataset))
+    label = out.name if out.name.startswith("tune") else f"tune-{out.name}"
     files: tuple[RemoteFile, ...] = ()
     if inventory.access.kind == "ssh":
         base = PurePosixPath(inventory.access.remote_workdir or "")
-        run_dir: PurePath = base / f"tune-{out.name}"
+        run_dir: PurePath = base / label
         files = tuple(local_listing(dataset))
         if not files:
             raise DatasetError("the dataset has no files to upload", path=dataset,
@@ -115,9 +115,9 @@ def plan_tune_job(inventory: Inventory, out: Path, dataset: Path, tune_args: Seq
     command = (*inventory.ncclbot_sweep.command, "analyze", "tune", "-d", str(dataset_run), "-o", str(run_dir),
                *tune_args)
     folder_key = "tune-" + content_key({"folder": str(run_dir), "fabric": inventory.name})
-    spec = JobSpec(campaign_key=folder_key, job_key=content_key({"command": command, "nodes": nodes, "workers": workers}),
-                   local_dir=out, remote_dir=run_dir, nodes=nodes, time_limit_s=60 * inventory.scheduler.time_limit_min,
-                   name=f"tune-{out.name}")
+    job_key = content_key({"command": command, "nodes": nodes, "workers": workers})
+    spec = JobSpec(campaign_key=folder_key, job_key=job_key, local_dir=out, remote_dir=run_dir, nodes=nodes,
+                   time_limit_s=60 * inventory.scheduler.time_limit_min, name=label)
     return TuneJob(inventory=inventory, spec=spec, command=command, workers=workers, dataset=dataset,
                    dataset_run=dataset_run, dataset_files=files)
 
@@ -162,7 +162,8 @@ def submit_tune_job(job: TuneJob, executor: SlurmExecutor) -> tuple[str, bool]:
         return running[job.spec.tag], True
     if job.dataset_files:
         sent = push_tree(executor.transport, job.dataset, PurePosixPath(job.dataset_run), list(job.dataset_files))
-        log.info("dataset %s: %d of %d files uploaded to %s", job.dataset, sent, len(job.dataset_files), job.dataset_run)
+        log.info("dataset %s: %d of %d files uploaded to %s", job.dataset, sent, len(job.dataset_files),
+                 job.dataset_run)
     _render(job)
     return executor.submit(job.spec), False
 

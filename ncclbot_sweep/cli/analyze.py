@@ -289,7 +289,8 @@ def _tune_progress():
 @click.option("--wait/--no-wait", default=False, show_default=True,
               help="With -i: stay until the job has ended, fetch the folder and report each study's trials.")
 @click.option("--cancel", is_flag=True, default=False,
-              help="With -i: cancel this folder's tuning job instead of submitting one (the studies keep their trials).")
+              help="With -i: cancel this folder's tuning job instead of submitting one (the studies keep their "
+                   "trials).")
 @click.pass_context
 def tune(ctx, dataset, fabric, window, rho_max, keep_warmup, out, families, trials, startup_trials, seed, objective,
          horizon, seeds, split, split_seed, storage, workers, cold, inventory_path, nodes, wait, cancel):
@@ -360,7 +361,8 @@ def _tune_on_slurm(ctx: click.Context, options, inventory_path: str, *, nodes: i
     try:
         if cancel:
             ids = cancel_tune_jobs(job, executor)
-            click.echo(f"Cancelled tuning job(s) {', '.join(ids)}" if ids else f"No tuning job of {job.run_dir} is open.")
+            click.echo(f"Cancelled tuning job(s) {', '.join(ids)}" if ids
+                       else f"No tuning job of {job.run_dir} is open.")
             return
         problem = _problem(params["dataset"], params["fabric"], params["window"], params["rho_max"],
                            params["keep_warmup"])

@@ -65,7 +65,8 @@ def _studies(out: Path) -> dict:
 
 def _squeue(cluster, job_id: str) -> tuple[str, str, str]:
     """(name, comment, state) of one job as Slurm lists it."""
-    name, comment, state = cluster.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%j|%k|%T").stdout.strip().split("|")
+    listed = cluster.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%j|%k|%T").stdout.strip()
+    name, comment, state = listed.split("|")
     return name, comment, state
 
 
@@ -83,7 +84,7 @@ def test_a_tuning_job_shares_the_studies_over_nodes_and_matches_one_process(tmp_
     job_id = _job_id(output)
     assert "ended COMPLETED" in output and f"| {FAMILIES[0]}" in output
     name, comment, state = _squeue(slurm_cluster, job_id)
-    assert (name, state) == ("tune-tune", "COMPLETED") and comment.startswith("ncclbot:tune-")  # readable name, tag
+    assert (name, state) == ("tune", "COMPLETED") and comment.startswith("ncclbot:tune-")  # readable name, tag
     studies = _studies(out)
     assert {family: len(trials) for family, trials in studies.items()} == {f: TRIALS for f in FAMILIES}
     hosts = {family: {t.user_attrs["host"] for t in trials} for family, trials in studies.items()}
@@ -108,7 +109,7 @@ def test_over_ssh_the_dataset_goes_up_once_and_the_folder_comes_back(tmp_path, s
     code, output = _tune(dataset, out, inv, *LIGHT, "--nodes", "2")  # no --wait: submit and return
     assert code == 0, output
     job_id = _job_id(output)
-    assert f"Submitted: tuning job {job_id} (2 node(s) x 1 worker(s)), folder {remote / 'tune-tune'}" in output
+    assert f"Submitted: tuning job {job_id} (2 node(s) x 1 worker(s)), folder {remote / 'tune'}" in output
     uploaded = list((remote / "datasets").iterdir())
     assert len(uploaded) == 1 and uploaded[0].name.startswith("ds-")
     assert sorted(p.relative_to(uploaded[0]) for p in uploaded[0].rglob("*.parquet")) == \
@@ -116,10 +117,11 @@ def test_over_ssh_the_dataset_goes_up_once_and_the_folder_comes_back(tmp_path, s
     # The same command again adopts the job: one job, never two.
     code, output = _tune(dataset, out, inv, *LIGHT, "--nodes", "2", "--wait")
     assert code == 0, output
-    assert f"Already queued or running: tuning job {job_id}" in output and f"Tuning job {job_id} ended COMPLETED" in output
+    assert f"Already queued or running: tuning job {job_id}" in output
+    assert f"Tuning job {job_id} ended COMPLETED" in output
     assert {family: len(trials) for family, trials in _studies(out).items()} == {f: TRIALS for f in FAMILIES}
     for name in ("champions.yaml", "job.sh", "job.log", "provenance.json", "tables/table16.csv", "trials.csv"):
-        assert (out / name).is_file() and (remote / "tune-tune" / name).read_bytes() == (out / name).read_bytes(), name
+        assert (out / name).is_file() and (remote / "tune" / name).read_bytes() == (out / name).read_bytes(), name
     # Once more after the end: a new job finds every study complete; the dataset is not sent again.
     sent = {p: p.stat().st_mtime_ns for p in uploaded[0].rglob("*") if p.is_file()}
     code, output = _tune(dataset, out, inv, *LIGHT, "--nodes", "2", "--wait")
