@@ -3,7 +3,8 @@
 An inventory says how to reach a cluster (``access``), how to ask it for nodes
 (``scheduler``, ``node_sets``), how to launch ranks (``launcher``), what the fabric needs in
 its environment (``environment``), where nccl-tests, NCCL and the plugin live, and which
-algorithm families the fabric offers (``algorithms``, feeding :class:`names.FabricOffer`).
+algorithm families the fabric offers (``algorithms``, feeding :class:`names.FabricOffer`),
+and how its nodes run ncclbot-sweep itself (``ncclbot_sweep``, for tuning jobs).
 It is read by ``plan`` (validity, estimate), ``render`` (job scripts) and the executors.
 
 Loading never shows a traceback for a bad file: :func:`load_inventory` raises
@@ -39,6 +40,7 @@ __all__ = [
     "Plugin",
     "Scheduler",
     "SIM_BIN_DIR",
+    "SweepTool",
     "describe_inventory",
     "env_mapping",
     "load_inventory",
@@ -283,6 +285,24 @@ def _resolve_bundled(value: str | None, name: str, what: str) -> str | None:
     return str(pluginbuild.bundled_file(name, what=what))
 
 
+class SweepTool(SpecModel):
+    """ncclbot-sweep itself as the cluster's nodes run it: the command of a tuning job (``analyze tune -i``).
+
+    The nodes need ncclbot-sweep installed (a virtual environment on the shared file system,
+    say); the job does not inherit the submitting shell's ``PATH`` over SSH, so a full path
+    is the safe choice.
+    """
+
+    #: The command's words: ``/shared/ncclbot/venv/bin/ncclbot-sweep``, or a list such as
+    #: ``[apptainer, exec, /shared/ncclbot.sif, ncclbot-sweep]``; a string is one word.
+    command: list[str] = Field(default_factory=lambda: ["ncclbot-sweep"], min_length=1)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _words(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
 class Algorithms(SpecModel):
     """Which algorithm families and protocols the fabric offers, and how NCCL sees its nodes."""
 
@@ -334,6 +354,7 @@ class Inventory(SpecModel):
     nccl_tests: NcclTests
     nccl: NcclInstall = Field(default_factory=NcclInstall)
     plugin: Plugin = Field(default_factory=Plugin)
+    ncclbot_sweep: SweepTool = Field(default_factory=SweepTool)
     algorithms: Algorithms = Field(default_factory=Algorithms)
     estimate: Estimate = Field(default_factory=Estimate)
 
@@ -454,6 +475,8 @@ def describe_inventory(inventory: Inventory, path: str | Path | None = None) -> 
         f"  nccl         {inventory.nccl.version or 'unknown version'}"
         + (f", plugin {inventory.plugin.path}" if inventory.plugin.path else ", no plugin")
         + (f", coordinator {inventory.plugin.coordinator}" if inventory.plugin.coordinator else ""),
+        *([f"  tuning jobs  {' '.join(inventory.ncclbot_sweep.command)} (analyze tune -i)"]
+          if sched.kind == "slurm" else []),
         f"  environment  {len(inventory.environment)} variables"
         + (": " + ", ".join(sorted(inventory.environment)) if inventory.environment else ""),
     ]

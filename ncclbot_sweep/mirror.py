@@ -11,11 +11,16 @@ transport the executor already holds:
 * while a job may still run, only its finished ``steps/`` folders (with an ``exit``
   marker) are copied, so a step still running is never half-collected; once the job has
   ended its whole folder is mirrored (see :func:`sync_tree`).
+
+The other direction, :func:`push_tree`, uploads a local folder (a dataset a tuning job
+reads) into a folder on the cluster, skipping the files already there with the same checksum;
+:func:`local_listing` and :func:`listing_digest` name such a folder by its content.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 from pathlib import Path, PurePosixPath
@@ -24,7 +29,7 @@ from ncclbot_sweep.errors import TransportError
 from ncclbot_sweep.paths import PART_SUFFIX, CampaignPaths, StepFiles
 from ncclbot_sweep.transport import RemoteFile, Transport, sha256_file
 
-__all__ = ["CollectReport", "sync_tree"]
+__all__ = ["CollectReport", "listing_digest", "local_listing", "push_tree", "sync_tree"]
 
 log = logging.getLogger(__name__)
 
@@ -140,3 +145,53 @@ def _fetch_one(transport: Transport, remote: PurePosixPath, local: Path, f: Remo
     os.replace(part, target)
     report.files_fetched += 1
     report.bytes_fetched += f.size - offset
+
+
+def local_listing(local: Path) -> list[RemoteFile]:
+    """Every file below ``local`` with size and SHA-256, as the remote listing gives them.
+
+    Hidden files (a dataset's ``.ingest.lock``) and downloads in progress are left out: they
+    are not content.
+    """
+    files = []
+    for path in sorted(local.rglob("*")):
+        rel = path.relative_to(local).as_posix()
+        if not path.is_file() or path.name.endswith(PART_SUFFIX) or any(p.startswith(".") for p in rel.split("/")):
+            continue
+        files.append(RemoteFile(rel=rel, size=path.stat().st_size, sha256=sha256_file(path)))
+    return files
+
+
+def listing_digest(files: list[RemoteFile]) -> str:
+    """A 16-hex-digit name for a folder's content: the same files and bytes give the same digest."""
+    digest = hashlib.sha256()
+    for f in sorted(files, key=lambda f: f.rel):
+        digest.update(f"{f.rel}\0{f.size}\0{f.sha256}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def push_tree(transport: Transport, local: Path, remote: PurePosixPath,
+              files: list[RemoteFile] | None = None) -> int:
+    """Upload the files of ``local`` (:func:`local_listing`, or ``files``) into ``remote``.
+
+    A file whose remote copy already has the same size and checksum is skipped (one listing
+    command), so pushing again sends nothing; an upload cut short is sent again next time.
+    Returns the number of files sent. Remote files that ``local`` lacks are left alone.
+    """
+    if transport.same_path(local, remote):
+        return 0
+    files = local_listing(local) if files is None else files
+    there = {f.rel: f for f in transport.list_files(remote)}
+    sent = 0
+    made: set[PurePosixPath] = set()
+    for f in files:
+        if there.get(f.rel) == f:
+            continue
+        target = remote / f.rel
+        if target.parent not in made:
+            transport.makedirs(target.parent)
+            made.add(target.parent)
+        transport.put_file(local / f.rel, target)
+        sent += 1
+    log.info("pushed %d of %d files of %s to %s", sent, len(files), local, remote)
+    return sent

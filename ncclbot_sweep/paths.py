@@ -6,6 +6,10 @@
 <campaign>/jobs/<job-key>/steps/<step-key>/{step.json, stdout.txt, stderr.txt, nccl.log, result.json, exit, trace/}
 ```
 
+A tuning job (``analyze tune -i``) runs in the tuning folder itself (:class:`TuneJobFiles`):
+``<tune>/job.sh  job.log  provenance.json  slurm-<id>.out  workers/<id>-<task>-<host>.log`` beside
+the studies and outputs the analysis writes there.
+
 ``.runner.lock`` is held by the one ``submit``/``resume`` that runs the campaign
 (:mod:`ncclbot_sweep.campaign_folder`); ``.executor/`` is the local executor's state. A
 download in progress is ``<file>.ncclbot-part`` (:data:`PART_SUFFIX`). ``step.json`` is
@@ -22,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import PurePath, Path
 
-__all__ = ["COORDINATOR_LOG", "JOB_SCRIPT", "PART_SUFFIX", "SLURM_OUTPUT", "STEP_META", "CampaignPaths",
-           "StepFiles"]
+__all__ = ["COORDINATOR_LOG", "JOB_LOG", "JOB_SCRIPT", "PART_SUFFIX", "PROVENANCE", "SLURM_OUTPUT", "STEP_META",
+           "CampaignPaths", "StepFiles", "TuneJobFiles"]
 
 #: The job script, in every job folder (the executors submit it).
 JOB_SCRIPT = "job.sh"
@@ -35,6 +39,10 @@ PART_SUFFIX = ".ncclbot-part"
 COORDINATOR_LOG = "coordinator.log"
 #: Slurm's own output of a batch job (``sbatch --output``; ``%j`` is the job id).
 SLURM_OUTPUT = "slurm-%j.out"
+#: The job script's own log (step starts and ends, provenance warnings).
+JOB_LOG = "job.log"
+#: What the job ran on (hosts, GPUs, versions, environment), captured once per job.
+PROVENANCE = "provenance.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +127,7 @@ class CampaignPaths:
 
     def job_log(self, job_key: str) -> PurePath:
         """The job script's own log (step starts and ends, provenance warnings)."""
-        return self.job_dir(job_key) / "job.log"
+        return self.job_dir(job_key) / JOB_LOG
 
     def coordinator_log(self, job_key: str) -> PurePath:
         return self.job_dir(job_key) / COORDINATOR_LOG
@@ -128,10 +136,34 @@ class CampaignPaths:
         return self.job_dir(job_key) / SLURM_OUTPUT
 
     def provenance(self, job_key: str) -> PurePath:
-        return self.job_dir(job_key) / "provenance.json"
+        return self.job_dir(job_key) / PROVENANCE
 
     def step_dir(self, job_key: str, step_key: str) -> PurePath:
         return self.job_dir(job_key) / "steps" / step_key
 
     def step_files(self, job_key: str, step_key: str) -> StepFiles:
         return StepFiles(self.step_dir(job_key, step_key))
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneJobFiles:
+    """The files a tuning job writes into the tuning folder ``root`` (local or remote)."""
+
+    root: PurePath
+
+    @property
+    def job_script(self) -> PurePath:
+        return self.root / JOB_SCRIPT
+
+    @property
+    def job_log(self) -> PurePath:
+        return self.root / JOB_LOG
+
+    @property
+    def provenance(self) -> PurePath:
+        return self.root / PROVENANCE
+
+    @property
+    def workers_dir(self) -> PurePath:
+        """One log per task of each job: ``<job id>-<task>-<host>.log`` (srun's ``--output``)."""
+        return self.root / "workers"

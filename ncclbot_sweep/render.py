@@ -22,6 +22,9 @@ The script contract (architecture section 4; read by the executors and the parse
   skipped when the script runs again, so resuming never re-runs a finished step;
 * provenance (hosts, GPUs, driver, versions, effective environment, NCCL config files,
   plugin checksum) is captured once per job into ``provenance.json``.
+
+A tuning job (:func:`render_tune_script`, ``analyze tune -i``) follows the same rules with
+one ``srun`` of ``ncclbot-sweep analyze tune`` per node instead of steps.
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ import jinja2
 from ncclbot_sweep import __version__, pluginbuild
 from ncclbot_sweep.campaign import Job, Plan, Step
 from ncclbot_sweep.errors import RenderError
-from ncclbot_sweep.inventory import sbatch_value_problem
+from ncclbot_sweep.inventory import Inventory, NodeSet, sbatch_value_problem
 from ncclbot_sweep.jobspec import job_tag
-from ncclbot_sweep.paths import CampaignPaths, StepFiles
+from ncclbot_sweep.paths import CampaignPaths, StepFiles, TuneJobFiles
 from ncclbot_sweep.resources import resource_dir
 
-__all__ = ["DEBUG_ENV", "render_campaign", "render_job_script", "step_metadata", "template_name"]
+__all__ = ["DEBUG_ENV", "TUNE_TEMPLATE", "render_campaign", "render_job_script", "render_tune_script", "step_metadata",
+           "template_name"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +101,10 @@ def _environment() -> jinja2.Environment:
     )
 
 
+#: The template of a tuning job (``analyze tune -i``): one ``analyze tune`` per node.
+TUNE_TEMPLATE = "job-tune.sh.j2"
+
+
 def template_name(kind: str) -> str:
     """The template of a campaign kind: ``forced``, ``live``, ``stock`` or ``overhead``."""
     return f"job-{kind}.sh.j2"
@@ -111,6 +119,19 @@ def _sbatch_lines(plan: Plan, job: Job) -> list[_Raw]:
     if sched.request_gpus:
         lines.append(f"--gpus-per-node={inv.gpus_per_node}")
     lines.append(f"--time={job.time_limit_min}")
+    lines += _placement_lines(inv, node_set)
+    segment = node_set.segment(job.nodes)
+    if segment:
+        lines.append(f"--segment={segment}")
+    for extra in sched.extra_sbatch:
+        lines.append(str(_sbatch(extra, "scheduler.extra_sbatch")))
+    return [_Raw(line) for line in lines]
+
+
+def _placement_lines(inv: Inventory, node_set: NodeSet) -> list[str]:
+    """Where a job may run: partition, account, QOS, reservation, constraints, exclusions, node list."""
+    sched = inv.scheduler
+    lines = []
     for option, value in (("partition", sched.partition), ("account", sched.account), ("qos", sched.qos),
                           ("reservation", sched.reservation)):
         if value:
@@ -124,12 +145,7 @@ def _sbatch_lines(plan: Plan, job: Job) -> list[_Raw]:
         lines.append(f"--exclude={_sbatch(','.join(excluded), 'exclude')}")
     if node_set.nodelist:
         lines.append(f"--nodelist={_sbatch(node_set.nodelist, 'node_sets.nodelist')}")
-    segment = node_set.segment(job.nodes)
-    if segment:
-        lines.append(f"--segment={segment}")
-    for extra in sched.extra_sbatch:
-        lines.append(str(_sbatch(extra, "scheduler.extra_sbatch")))
-    return [_Raw(line) for line in lines]
+    return lines
 
 
 def _launch_words(plan: Plan, job: Job) -> list[str]:
@@ -239,6 +255,36 @@ def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
         return _environment().get_template(template_name(plan.campaign.kind)).render(context)
     except jinja2.TemplateError as exc:
         raise RenderError(f"template {template_name(plan.campaign.kind)} failed: {exc}",
+                          hint="the templates ship with the package; reinstall or report a bug") from exc
+
+
+def render_tune_script(inventory: Inventory, *, name: str, campaign_key: str, job_key: str, run_dir: PurePath,
+                       nodes: int, workers: int, command: list[str]) -> str:
+    """The text of a tuning job's ``job.sh``: ``command`` once per node (``srun``), in ``run_dir``.
+
+    The job asks for ``nodes`` nodes, one task each with ``workers`` CPUs, the inventory's
+    time limit (its upper bound: tuning has no estimate) and placement (partition, account,
+    QOS, reservation, the default node set, extra ``#SBATCH`` lines), and no GPUs. Every word
+    of ``command`` is shell-quoted like any other value.
+    """
+    sched = inventory.scheduler
+    tag = job_tag(campaign_key, job_key)
+    lines = [f"--job-name={_sbatch(name, 'job name')}", f"--comment={_sbatch(tag, 'job tag')}", f"--nodes={nodes}",
+             "--ntasks-per-node=1", f"--cpus-per-task={workers}", f"--time={sched.time_limit_min}",
+             *_placement_lines(inventory, inventory.node_set(None)),
+             *(str(_sbatch(extra, "scheduler.extra_sbatch")) for extra in sched.extra_sbatch)]
+    files = TuneJobFiles(PurePath("."))
+    names = {"job_log": files.job_log, "provenance": files.provenance, "workers": files.workers_dir}
+    context = {
+        "sbatch": [_Raw(line) for line in lines], "job_dir": str(run_dir), "name": name, "campaign_key": campaign_key,
+        "job_key": job_key, "fabric": inventory.name, "version": __version__, "nodes": nodes, "workers": workers,
+        "command": list(command), "nccl_version": "", "nccl_tests_version": "", "plugin_path": "", "plugin_version": "",
+        "f": {key: _Raw(path.name) for key, path in names.items()},
+    }
+    try:
+        return _environment().get_template(TUNE_TEMPLATE).render(context)
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template {TUNE_TEMPLATE} failed: {exc}",
                           hint="the templates ship with the package; reinstall or report a bug") from exc
 
 

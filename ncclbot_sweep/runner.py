@@ -30,7 +30,8 @@ from typing import Any
 from ncclbot_sweep import campaign_folder
 from ncclbot_sweep.campaign_folder import CampaignFolder
 from ncclbot_sweep.errors import ExecutorError
-from ncclbot_sweep.executors import Executor, JobSpec, JobState, JobStatus, StepOutcome, make_executor
+from ncclbot_sweep.executors import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
+                                     make_executor)
 from ncclbot_sweep.manifest import JobPhase
 from ncclbot_sweep.outcomes import last_error_line, step_outcome
 from ncclbot_sweep.step_output import step_output_usable
@@ -42,8 +43,6 @@ log = logging.getLogger(__name__)
 
 #: Called after every poll with (steps finished, steps total, a short message).
 Progress = Callable[[int, int, str], None]
-
-_UNKNOWN_LIMIT = 20  # polls in a row a job may be unknown to the scheduler before it counts as lost
 
 
 @dataclasses.dataclass
@@ -180,7 +179,7 @@ def reconcile(camp: _Campaign, unknown_polls: dict[str, int] | None = None) -> b
         st = statuses.get(job.executor_job_id, JobStatus(JobState.UNKNOWN))
         if st.state is JobState.UNKNOWN:
             unknown_polls[job.job_key] = unknown_polls.get(job.job_key, 0) + 1
-            if unknown_polls[job.job_key] < _UNKNOWN_LIMIT:
+            if unknown_polls[job.job_key] < UNKNOWN_POLL_LIMIT:
                 continue
             st = JobStatus(JobState.FAILED, reason="the scheduler lost track of the job")
         unknown_polls.pop(job.job_key, None)

@@ -5,7 +5,8 @@
   family the study's record (best trial, train TRLT default and best, trials);
 * ``table16.csv`` / ``table16.md``: best trial, train TRLT default -> best (with the
   speed-up factor), knobs changed from trial 0;
-* ``trials.csv``: every complete trial (family, number, objective, both prices, spec);
+* ``trials.csv``: every complete trial (family, number, objective, both prices, spec, the node
+  that ran it);
 * ``search_progress.png``: best-so-far per family for the five strongest, and the global
   best-so-far staircase across families (Figure 9).
 """
@@ -46,8 +47,9 @@ def trials_frame(storage, options) -> pd.DataFrame:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             rows.append({"family": name, "number": t.number, "value": t.value,
                          "selection": t.user_attrs.get("selection"), "realized": t.user_attrs.get("realized"),
-                         "spec": t.user_attrs.get("spec"), "params": t.user_attrs.get("params")})
-    return pd.DataFrame(rows, columns=["family", "number", "value", "selection", "realized", "spec", "params"])
+                         "spec": t.user_attrs.get("spec"), "host": t.user_attrs.get("host"),
+                         "params": t.user_attrs.get("params")})
+    return pd.DataFrame(rows, columns=["family", "number", "value", "selection", "realized", "spec", "host", "params"])
 
 
 def table16(trials: pd.DataFrame) -> pd.DataFrame:

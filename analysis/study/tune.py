@@ -15,7 +15,11 @@ never interrupted. A study is worked on by one process at a time (a lock file pe
 the output folder; the lock dies with its process), so trials left RUNNING by a killed
 process are marked failed when the next process takes the study. ``workers`` processes on
 one machine take studies in turn; on a cluster, start ``analyze tune`` on several nodes with
-the same ``--out`` (shared) and ``--storage`` and they share the studies the same way.
+the same ``--out`` (shared) and ``--storage`` and they share the studies the same way
+(``analyze tune -i INVENTORY --nodes N`` submits such a job). Each trial records the node
+that ran it (user attribute ``host``: Slurm's node name inside a job, else the host name),
+and every process rewrites the outputs when its work ends, one at a time (a lock in the
+output folder), so the last one to end leaves the outputs of every finished study.
 
 Optuna is imported inside the functions that use it.
 """
@@ -27,7 +31,9 @@ import dataclasses
 import fcntl
 import logging
 import multiprocessing
+import os
 import queue
+import socket
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,6 +52,7 @@ log = logging.getLogger(__name__)
 #: The journal file the studies live in when no ``--storage`` is given.
 JOURNAL = "studies.journal"
 _LOCKS = "locks"
+_OUTPUTS_LOCK = "_outputs.lock"  # beside the per-study locks; no family starts with '_'
 
 Progress = Callable[[str, int, int], None]
 
@@ -175,6 +182,24 @@ def _score(train: ReplayProblem, name: str, params: dict, options: TuneOptions) 
     return attrs[options.objective], attrs
 
 
+def _host() -> str:
+    """Where a trial runs: Slurm's name of the node inside a job (several may share a host name), else the host's."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+@contextlib.contextmanager
+def _outputs_lock(out: Path):
+    """Wait for, then hold, the lock that lets one process at a time rewrite the outputs."""
+    folder = out / _LOCKS
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / _OUTPUTS_LOCK, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def _study_lock(out: Path, name: str):
     """An exclusive, non-blocking lock on one study (None if another process holds it)."""
@@ -234,7 +259,7 @@ def run_study(storage, train: ReplayProblem, name: str, options: TuneOptions, *,
         study.sampler = _sampler(options, complete)
         trial = study.ask()
         value, attrs = _score(train, name, suggest(trial, name, cold=options.cold), options)
-        for key, item in attrs.items():
+        for key, item in {**attrs, "host": _host()}.items():
             trial.set_user_attr(key, item)
         study.tell(trial, value)
         complete += 1
@@ -282,7 +307,8 @@ def tune(problem: ReplayProblem, out: str | Path, *, options: TuneOptions = Tune
         if dataset_args is None:
             raise AnalysisError("workers > 1 needs dataset_args to reload the dataset in each worker")
         _run_workers(out, dataset_args, options, progress)
-    return write_outputs(storage, out, options)
+    with _outputs_lock(out):
+        return write_outputs(storage, out, options)
 
 
 def _run_workers(out: Path, dataset_args: dict, options: TuneOptions, progress: Progress | None) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from ncclbot_sweep.cli.jsonout import echo_json
-from ncclbot_sweep.cli.options import dataset_option, json_option, out_option
+from ncclbot_sweep.cli.options import dataset_option, inventory_option, json_option, out_option
 
 __all__ = ["analyze"]
 
@@ -276,18 +276,33 @@ def _tune_progress():
 @click.option("--split", default="scale", show_default=True,
               help="Whose train partition the studies see: scale, reverse, largest, random, loco:<Collective>.")
 @click.option("--split-seed", type=int, default=42, show_default=True, help="Seed of the random split.")
-@click.option("--storage", default=None, help="Optuna storage URL (an RDB; default: the journal file in --out).")
-@click.option("--workers", type=int, default=1, show_default=True, help="Processes on this machine.")
+@click.option("--storage", default=None,
+              help="Optuna storage URL (an RDB; default: the journal file in --out). With -i every node uses it.")
+@click.option("--workers", type=int, default=1, show_default=True,
+              help="Processes on this machine (with -i: on each node).")
 @click.option("--cold", is_flag=True, default=False,
               help="Pin the warm start off in every study (Table 42's cold-tuned champions, for 'analyze ablate "
                    "--cold-study'); tune into its own --out.")
-def tune(dataset, fabric, window, rho_max, keep_warmup, out, families, trials, startup_trials, seed, objective,
-         horizon, seeds, split, split_seed, storage, workers, cold):
+@inventory_option("Submit the tuning as one Slurm job on this inventory's cluster: one 'analyze tune' per node "
+                  "(the nodes run the inventory's ncclbot_sweep.command).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="With -i: nodes of the tuning job (default 1).")
+@click.option("--wait/--no-wait", default=False, show_default=True,
+              help="With -i: stay until the job has ended, fetch the folder and report each study's trials.")
+@click.option("--cancel", is_flag=True, default=False,
+              help="With -i: cancel this folder's tuning job instead of submitting one (the studies keep their "
+                   "trials).")
+@click.pass_context
+def tune(ctx, dataset, fabric, window, rho_max, keep_warmup, out, families, trials, startup_trials, seed, objective,
+         horizon, seeds, split, split_seed, storage, workers, cold, inventory_path, nodes, wait, cancel):
     """Tune every learning family with Optuna TPE (resumable) and write champions.yaml and Table 16.
+
+    With -i INVENTORY the tuning runs as one Slurm job of --nodes nodes instead, each node
+    running 'analyze tune' with --workers processes on the same --out and --storage.
 
     \b
     Example:
         ncclbot-sweep analyze tune -d demo-out/dataset -o tune/ --families UCB1,GBM+cost --trials 40
+        ncclbot-sweep analyze tune -d ds -o /shared/tune -i h100-spectrumx --nodes 4 --workers 8 --wait
     """
     from ncclbot_sweep.analysis.study import FAMILIES, TuneOptions
     from ncclbot_sweep.analysis.study import tune as run_tune
@@ -296,6 +311,12 @@ def tune(dataset, fabric, window, rho_max, keep_warmup, out, families, trials, s
     options = TuneOptions(families=names, trials=trials, startup=startup_trials, seed=seed, objective=objective,
                           horizon=horizon, seeds=seeds, split=split, split_seed=split_seed, storage=storage,
                           workers=workers, cold=cold)
+    if inventory_path is not None:
+        _tune_on_slurm(ctx, options, inventory_path, nodes=nodes or 1, wait=wait, cancel=cancel)
+        return
+    given = [flag for flag, value in (("--nodes", nodes), ("--wait", wait), ("--cancel", cancel)) if value]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} only apply to a Slurm job: add -i INVENTORY")
     dataset_args = {"dataset": dataset, "fabric": fabric, "window": tuple(window), "rho_max": rho_max,
                     "keep_warmup": keep_warmup}
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
@@ -304,6 +325,91 @@ def tune(dataset, fabric, window, rho_max, keep_warmup, out, families, trials, s
         path = run_tune(problem, out, options=options, dataset_args=dataset_args, progress=update)
     _echo_table(_read_table16(out), "Search summary (Table 16), train TRLT %")
     click.echo(f"Champions: {path} (replay with --policies @{path})")
+
+
+#: Options of 'analyze tune' that say where and how the Slurm job runs, not what it tunes.
+_SLURM_ONLY = ("dataset", "out", "inventory_path", "nodes", "wait", "cancel")
+
+
+def _tune_args(ctx: click.Context) -> list[str]:
+    """This command's tuning options, spelled for the job's own 'analyze tune' (every one, explicitly)."""
+    words: list[str] = []
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or not param.expose_value or param.name in _SLURM_ONLY:
+            continue
+        value, flag = ctx.params[param.name], next(o for o in param.opts if o.startswith("--"))
+        if param.is_flag:
+            words += [flag] if value else []
+        elif isinstance(value, tuple):
+            words += [flag, *map(str, value)]
+        elif value is not None:
+            words += [flag, str(value)]
+    return words
+
+
+def _tune_on_slurm(ctx: click.Context, options, inventory_path: str, *, nodes: int, wait: bool, cancel: bool) -> None:
+    """Submit (or adopt, or cancel) the tuning job; with ``wait``, report the studies once it has ended."""
+    from ncclbot_sweep.analysis.study import train_partition
+    from ncclbot_sweep.inventory import load_inventory
+    from ncclbot_sweep.tunejob import cancel_tune_jobs, plan_tune_job, submit_tune_job, tune_executor, wait_tune_job
+
+    params = ctx.params
+    inventory = load_inventory(inventory_path)
+    job = plan_tune_job(inventory, params["out"], params["dataset"], _tune_args(ctx), nodes=nodes,
+                        workers=options.workers)
+    executor = tune_executor(job)
+    try:
+        if cancel:
+            ids = cancel_tune_jobs(job, executor)
+            click.echo(f"Cancelled tuning job(s) {', '.join(ids)}" if ids
+                       else f"No tuning job of {job.run_dir} is open.")
+            return
+        problem = _problem(params["dataset"], params["fabric"], params["window"], params["rho_max"],
+                           params["keep_warmup"])
+        train_partition(problem, options.split, seed=options.split_seed)  # refuse here what every node would refuse
+        job_id, adopted = submit_tune_job(job, executor)
+        where = f"{job.run_dir} on {executor.transport.where}"
+        click.echo(f"{'Already queued or running' if adopted else 'Submitted'}: tuning job {job_id} ({nodes} node(s) x "
+                   f"{options.workers} worker(s)), folder {where}")
+        if not wait:
+            click.echo("Run the same command with --wait to follow it and fetch the results, or --cancel to stop it.")
+            return
+        try:
+            status = wait_tune_job(job, executor, job_id,
+                                   on_state=lambda st: click.echo(f"  job {job_id}: {st.state.value}"
+                                                                  + (f" ({st.reason})" if st.reason else "")))
+        except KeyboardInterrupt:
+            click.echo(f"Job {job_id} keeps running; the same command with --wait follows it again.", err=True)
+            raise
+    finally:
+        executor.close()
+    _report_tune_job(job, job_id, status, options)
+
+
+def _report_tune_job(job, job_id: str, status, options) -> None:
+    """Each study's complete trials as the workers left them (champions.yaml), and Table 16."""
+    import pandas as pd
+
+    from ncclbot_sweep.analysis.study import CHAMPIONS, read_champions
+    from ncclbot_sweep.errors import SchedulerError
+    from ncclbot_sweep.outcomes import JobState
+
+    out = Path(job.spec.local_dir)
+    studies = read_champions(out / CHAMPIONS).get("studies", {}) if (out / CHAMPIONS).is_file() else {}
+    counts = pd.DataFrame([{"study": name, "complete trials": studies.get(name, {}).get("trials", 0),
+                            "requested": options.trials} for name in options.families])
+    _echo_table(counts, f"Tuning job {job_id} ended {status.state.value}: complete trials per study")
+    short = counts[counts["complete trials"] < options.trials]
+    if (out / "tables" / "table16.csv").is_file():
+        _echo_table(_read_table16(out), "Search summary (Table 16), train TRLT %")
+    if status.state is not JobState.COMPLETED or len(short):
+        raise SchedulerError(f"tuning job {job_id} ended {status.state.value}"
+                             + (f" ({status.reason})" if status.reason else "")
+                             + f" with {len(short)} of {len(counts)} studies short of {options.trials} trials",
+                             path=job.files.job_log,
+                             hint=f"see the job log and {job.files.workers_dir}/; the same command resumes the "
+                                  "unfinished studies")
+    click.echo(f"Champions: {out / CHAMPIONS} (replay with --policies @{out / CHAMPIONS})")
 
 
 def _read_table16(out: Path):

@@ -1,4 +1,5 @@
-"""The options every area shares, spelled once: ``-d/--dataset``, ``-o/--out``, ``-w/--workdir``, ``--json``.
+"""The options every area shares, spelled once: ``-d/--dataset``, ``-o/--out``, ``-w/--workdir``,
+``-i/--inventory``, ``--json``.
 
 A folder that older releases took as a positional argument (``status DIR``, ``datasets info
 DIR``) goes through :func:`folder_argument`: the positional form keeps working and the
@@ -13,7 +14,7 @@ from typing import Any
 
 import click
 
-__all__ = ["dataset_option", "out_option", "workdir_option", "json_option", "folder_argument"]
+__all__ = ["dataset_option", "out_option", "workdir_option", "inventory_option", "json_option", "folder_argument"]
 
 DATASET_HELP = "Dataset root written by 'ncclbot-sweep ingest'."
 
@@ -31,6 +32,14 @@ def out_option(help: str, **kwargs: Any) -> Callable:
 def workdir_option(help: str, **kwargs: Any) -> Callable:
     """``-w/--workdir``: a campaign folder."""
     return click.option("-w", "--workdir", "workdir", help=help, **kwargs)
+
+
+INVENTORY_HELP = "Inventory YAML of the fabric (a path, or a shipped name such as sim-h100)."
+
+
+def inventory_option(help: str = INVENTORY_HELP, **kwargs: Any) -> Callable:
+    """``-i/--inventory``: a fabric inventory (the command receives it as ``inventory_path``)."""
+    return click.option("-i", "--inventory", "inventory_path", help=help, **kwargs)
 
 
 def json_option(keys: str) -> Callable:

@@ -8,12 +8,11 @@ from pathlib import Path
 import click
 
 from ncclbot_sweep.cli.jsonout import echo_json
-from ncclbot_sweep.cli.options import folder_argument, json_option, out_option, workdir_option
+from ncclbot_sweep.cli.options import folder_argument, inventory_option, json_option, out_option, workdir_option
 
 __all__ = ["COMMANDS"]
 
-_INVENTORY = click.option("-i", "--inventory", "inventory_path", required=True,
-                          help="Inventory YAML of the fabric (a path, or a shipped name such as sim-h100).")
+_INVENTORY = inventory_option(required=True)
 _SUMMARY_KEYS = ("root, campaign, campaign_key, fabric, jobs and steps (counts by state), total_steps, complete, "
                  "failed (one object per failed step) and job_rows (one per job).")
 _JSON = json_option(_SUMMARY_KEYS)

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ncclbot_sweep.executors.base import Executor, JobSpec, JobState, JobStatus, StepOutcome, job_tag
+from ncclbot_sweep.executors.base import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
+                                         job_tag)
 
 if TYPE_CHECKING:
     from ncclbot_sweep.inventory import Inventory
 
-__all__ = ["Executor", "JobSpec", "JobState", "JobStatus", "StepOutcome", "job_tag", "make_executor"]
+__all__ = ["UNKNOWN_POLL_LIMIT", "Executor", "JobSpec", "JobState", "JobStatus", "StepOutcome", "job_tag",
+           "make_executor"]
 
 
 def make_executor(inventory: Inventory, *, state_dir: Path) -> Executor:

@@ -15,7 +15,10 @@ from ncclbot_sweep.jobspec import JobSpec, job_tag
 from ncclbot_sweep.mirror import CollectReport
 from ncclbot_sweep.outcomes import JobState, StepOutcome
 
-__all__ = ["Executor", "JobSpec", "JobState", "JobStatus", "StepOutcome", "job_tag"]
+__all__ = ["UNKNOWN_POLL_LIMIT", "Executor", "JobSpec", "JobState", "JobStatus", "StepOutcome", "job_tag"]
+
+#: Polls in a row a job may be unknown to the scheduler before a watcher counts it as lost.
+UNKNOWN_POLL_LIMIT = 20
 
 
 @dataclasses.dataclass(frozen=True)

@@ -224,3 +224,21 @@ def test_a_cold_campaign_never_warm_starts_and_cannot_resume_a_warm_one(dataset,
     assert "warm start pinned off" in doc["objective"]
     warm = CliRunner().invoke(main, _tune_args(dataset, cold, 6))
     assert warm.exit_code == 1 and "was tuned with" in warm.output
+
+
+def test_the_slurm_options_need_a_slurm_inventory_and_say_so(dataset, tmp_path):
+    from ncclbot_sweep.resources import resource_path
+
+    base = ["analyze", "tune", "-d", str(dataset), "-o", str(tmp_path / "t"), "--families", "UCB1", "--trials", "2"]
+    alone = CliRunner().invoke(main, [*base, "--nodes", "2", "--wait"])
+    assert alone.exit_code == 2 and "--nodes, --wait only apply to a Slurm job: add -i INVENTORY" in alone.output
+    local = CliRunner().invoke(main, [*base, "-i", "sim-h100", "--nodes", "2"])
+    assert local.exit_code == 1, local.output
+    assert "Error: inventory 'sim-h100' runs jobs with the local executor, not Slurm" in local.output
+    assert "leave -i out to tune on this machine" in local.output
+    text = resource_path("inventories", "h100-spectrumx.yaml").read_text()
+    no_workdir = tmp_path / "no-workdir.yaml"
+    no_workdir.write_text("\n".join(line for line in text.splitlines() if "remote_workdir" not in line))
+    ssh = CliRunner().invoke(main, [*base, "-i", str(no_workdir)])
+    assert ssh.exit_code == 1 and "over SSH without access.remote_workdir" in ssh.output, ssh.output
+    assert not (tmp_path / "t").exists()  # nothing rendered, nothing submitted

@@ -17,7 +17,8 @@ import pytest
 
 from ncclbot_sweep.campaign import parse_campaign_text, plan_campaign
 from ncclbot_sweep.inventory import load_inventory
-from ncclbot_sweep.render import render_job_script
+from ncclbot_sweep.render import render_job_script, render_tune_script
+from ncclbot_sweep.tunejob import plan_tune_job
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -44,12 +45,7 @@ warmup: 100
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_job_script_matches_recorded_copy(name):
-    inventory, campaign = CASES[name]
-    plan = plan_campaign(parse_campaign_text(campaign), load_inventory(inventory))
-    assert len(plan.jobs) == 1
-    text = render_job_script(plan, plan.jobs[0], run_root=Path("/shared/campaigns/golden"))
+def _compare(name: str, text: str) -> None:
     path = GOLDEN / name
     if os.environ.get("NCCLSWEEP_ACCEPT_GOLDEN") == "1" or not path.exists():
         path.write_text(text)
@@ -59,3 +55,23 @@ def test_job_script_matches_recorded_copy(name):
                                             f"recorded/{name}", f"rendered/{name}"))
         pytest.fail(f"job.sh differs from {path}:\n{diff}\nIf intended: NCCLSWEEP_ACCEPT_GOLDEN=1 .venv/bin/python "
                     "-m pytest tests/orchestration/test_orch_golden.py, then review and commit the new copy.")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_job_script_matches_recorded_copy(name):
+    inventory, campaign = CASES[name]
+    plan = plan_campaign(parse_campaign_text(campaign), load_inventory(inventory))
+    assert len(plan.jobs) == 1
+    _compare(name, render_job_script(plan, plan.jobs[0], run_root=Path("/shared/campaigns/golden")))
+
+
+def test_tuning_job_script_matches_recorded_copy(tmp_path):
+    # Over SSH (the shipped inventory): the folder and the content-named dataset under remote_workdir.
+    dataset = tmp_path / "ds"
+    (dataset / "runs").mkdir(parents=True)
+    (dataset / "runs" / "_schema.parquet").write_bytes(b"golden")
+    job = plan_tune_job(load_inventory("h100-spectrumx"), tmp_path / "tune-h100", dataset,
+                        ["--families", "UCB1,GBM+cost", "--trials", "151", "--workers", "8"], nodes=4, workers=8)
+    _compare("tune-h100-spectrumx.job.sh", render_tune_script(
+        job.inventory, name=job.spec.name, campaign_key=job.spec.campaign_key, job_key=job.spec.job_key,
+        run_dir=job.run_dir, nodes=4, workers=8, command=list(job.command)))

@@ -17,7 +17,7 @@ from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import InventoryError, RenderError
 from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
 from ncclbot_sweep.names import COLLECTIVE_BINARY
-from ncclbot_sweep.render import render_campaign, render_job_script
+from ncclbot_sweep.render import render_campaign, render_job_script, render_tune_script
 from ncclbot_sweep.runner import submit
 
 EVIL = "x$(touch PWNED)`touch PWNED2`;touch PWNED3;'\"q\" && touch PWNED4 || true"
@@ -228,3 +228,38 @@ def test_only_rank_zero_writes_the_nccl_log(tmp_path: Path):
                              env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": rank, "NCCL_DEBUG": "INFO",
                                   "NCCL_DEBUG_FILE": "/s/nccl.log"}, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == expected
+
+
+FAKE_SRUN = """#!/bin/bash
+# Stands in for srun: records its arguments, one per NUL-terminated field.
+printf '%s\\0' "$@" >"$NCCLSWEEP_FAKE_SRUN"
+"""
+
+
+def test_tuning_job_passes_every_word_through_untouched(tmp_path: Path):
+    """The tuning job's command words and folders are shell-quoted: srun gets them verbatim, nothing runs."""
+    weird = tmp_path / "we'ird $(touch PWNED) `x` ;dir\"q"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    inventory = load_inventory("h100-spectrumx")
+    inventory = inventory.model_copy(update={"ncclbot_sweep": inventory.ncclbot_sweep.model_copy(
+        update={"command": [str(weird / "bin" / "ncclbot-sweep"), EVIL]})})
+    command = [*inventory.ncclbot_sweep.command, "analyze", "tune", "-d", str(weird / "ds"), "--storage", EVIL]
+    script = tmp_path / "job.sh"
+    script.write_text(render_tune_script(inventory, name="tune-x", campaign_key="tune-k", job_key="j",
+                                         run_dir=weird / "tune", nodes=3, workers=2, command=command))
+    record = tmp_path / "srun.args"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NCCLSWEEP_FAKE_SRUN": str(record)}
+    run = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, (run.stderr, (weird / "tune" / "job.log").read_text())
+    args = record.read_text().split("\0")[:-1]
+    assert args == ["--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--cpus-per-task=2",
+                    f"--output={weird / 'tune' / 'workers'}/%j-%t-%N.log", *command]
+    assert [p for p in tmp_path.rglob("PWNED*")] == []
+    prov = json.loads((weird / "tune" / "provenance.json").read_text())
+    assert prov["fabric"] == "h100-spectrumx" and prov["campaign"] == "tune-x" and prov["job_key"] == "j"
+    text = script.read_text()
+    assert "#SBATCH --nodes=3\n#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2\n" in text
+    assert "--gpus-per-node" not in text and "#SBATCH --partition=h100\n" in text

@@ -51,7 +51,8 @@ def fake_bin(folder: Path) -> Path:
 
 
 def inventory(path: Path, *, bin_dir: Path | str, access: str, environment: dict[str, str],
-              partition: str = "debug", scheduler_extra: str = "") -> Path:
+              partition: str = "debug", scheduler_extra: str = "", extra: str = "") -> Path:
+    """A loopback inventory; ``extra`` is appended as top-level YAML."""
     env = "\n".join(f'  {k}: "{v}"' for k, v in environment.items()) or "  {}"
     path.write_text(f"""\
 name: loopback
@@ -73,7 +74,7 @@ nccl_tests:
   version: "2.19.6"
 algorithms: {{families: [tree, ring]}}
 estimate: {{step_overhead_s: 5, job_overhead_s: 5, latency_us: 1, busbw_gbs: 1000}}
-""")
+{extra}""")
     return path
 
 
