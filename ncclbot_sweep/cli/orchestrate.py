@@ -64,13 +64,24 @@ def inventory_list(as_json: bool) -> None:
     rows = [{"name": name, "fabric": inv.name, "synthetic": inv.synthetic, "scheduler": inv.scheduler.kind,
              "gpus_per_node": inv.gpus_per_node, "description": inv.description}
             for name, inv in shipped_inventories()]
+    _echo_list(rows, as_json, [("scheduler", "scheduler", 9), ("gpus", "gpus_per_node", -4)])
+
+
+def _echo_list(rows: list[dict], as_json: bool, columns: list[tuple[str, str, int]]) -> None:
+    """The shipped-file lists: JSON, or a table of name, ``columns`` (header, key, width; a negative
+    width right-aligns) and description."""
     if as_json:
         echo_json(rows)
         return
     width = max(len(r["name"]) for r in rows)
-    click.echo(f"{'name':<{width}}  {'scheduler':<9}  {'gpus':>4}  description")
+
+    def line(values: dict) -> str:
+        cells = [f"{values[key]!s:{'>' if w < 0 else '<'}{abs(w)}}" for _, key, w in columns]
+        return "  ".join([f"{values['name']:<{width}}", *cells, str(values["description"])])
+
+    click.echo(line({"name": "name", "description": "description", **{key: head for head, key, _ in columns}}))
     for r in rows:
-        click.echo(f"{r['name']:<{width}}  {r['scheduler']:<9}  {r['gpus_per_node']:>4}  {r['description']}")
+        click.echo(line(r))
 
 
 @click.group("campaign")
@@ -95,13 +106,7 @@ def campaign_list(as_json: bool) -> None:
     from ncclbot_sweep.campaign import shipped_campaigns
 
     rows = [{"name": name, "kind": c.kind, "description": c.description} for name, c in shipped_campaigns()]
-    if as_json:
-        echo_json(rows)
-        return
-    width = max(len(r["name"]) for r in rows)
-    click.echo(f"{'name':<{width}}  {'kind':<8}  description")
-    for r in rows:
-        click.echo(f"{r['name']:<{width}}  {r['kind']:<8}  {r['description']}")
+    _echo_list(rows, as_json, [("kind", "kind", 8)])
 
 
 @click.command("plan")
