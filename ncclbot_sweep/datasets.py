@@ -391,15 +391,23 @@ def write_rows(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]] | 
     source already present in a partition are not written again. Raises
     :class:`DatasetError` for unknown tables or columns.
     """
-    table = to_table(name, rows)
-    written = 0
     with locked(root):
-        ensure_schema_file(root, name)
-        for key, part in _split_sources(table):
-            writer = SourceWriter(root, key)
-            writer.write(name, part)
-            written += sum(writer.commit().values())
-    return written
+        return _write_sources(root, name, to_table(name, rows))[0]
+
+
+def _write_sources(root: str | Path, name: str, table: pa.Table) -> tuple[int, set[Path]]:
+    """Under the caller's lock: ``table``'s rows through :class:`SourceWriter`, one source per
+    ``source_sha256``; returns the rows newly written and the data files that hold the rows."""
+    ensure_schema_file(root, name)
+    keys = partition_columns(name)
+    written, files = 0, set()
+    for key, part in _split_sources(table):
+        writer = SourceWriter(root, key)
+        writer.write(name, part)
+        written += sum(writer.commit().values())
+        files |= {_partition_folder(root, name, values) / data_file_name(key)
+                  for values, _ in _split_partitions(part, keys)}
+    return written, files
 
 
 def replace_table(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]] | pa.Table | Any) -> int:
@@ -415,16 +423,8 @@ def replace_table(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]]
         raise DatasetError(f"table {name!r} is not derived and cannot be replaced",
                            hint=f"replace_table writes {', '.join(DERIVED_TABLES)}; ingest writes the others")
     table = to_table(name, rows)
-    keys = partition_columns(name)
-    written, keep = 0, set()
     with locked(root):
-        ensure_schema_file(root, name)
-        for key, part in _split_sources(table):
-            writer = SourceWriter(root, key)
-            writer.write(name, part)
-            written += sum(writer.commit().values())
-            keep |= {_partition_folder(root, name, values) / data_file_name(key)
-                     for values, _ in _split_partitions(part, keys)}
+        written, keep = _write_sources(root, name, table)
         folder = table_dir(root, name)
         for path in folder.rglob(data_file_name("*")):
             if path not in keep:
