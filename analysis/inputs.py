@@ -19,7 +19,8 @@ from .pools import build_pools
 from .prior import call_params_from_runs, load_prior
 from .replay import ReplayProblem, make_problem
 
-__all__ = ["is_synthetic", "load_problem", "load_provenance", "load_first_calls", "load_workload", "with_synthetic"]
+__all__ = ["is_synthetic", "load_problem", "load_provenance", "load_first_calls", "load_workload",
+           "read_dataset_table", "with_synthetic"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,14 @@ def _root(dataset: str | Path) -> Path:
         raise AnalysisError("dataset folder does not exist", path=root,
                             hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
     return root
+
+
+def read_dataset_table(dataset: str | Path, name: str, *, filters=None) -> pd.DataFrame:
+    """One table of ``dataset`` as a frame (``filters`` as :func:`ncclbot_sweep.datasets.read_table`'s),
+    for the analysis stages that read more than a replay problem (the live analysis)."""
+    from ncclbot_sweep.datasets import read_table
+
+    return read_table(Path(dataset), name, filters=filters)
 
 
 def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tuple[int, int] = (11, 99),

@@ -1,10 +1,11 @@
 """Read the live side of a dataset: runs, their nccl-tests iterations and plugin traces.
 
-The one place :mod:`ncclbot_sweep.analysis.live` touches Parquet (through
-:func:`ncclbot_sweep.datasets.read_table`). It also names the runs (``label``), tells
-stock runs and plugin runs apart, reads the overhead-ladder rung off the ``variant``
-column, and collects :class:`LiveIssue` records for inputs that are missing, so that a
-part that cannot be computed says why while the others still are.
+The live analysis's view of a dataset, read through
+:func:`~ncclbot_sweep.analysis.inputs.read_dataset_table` (the analysis's one reader). It
+also names the runs (``label``), tells stock runs and plugin runs apart, reads the
+overhead-ladder rung off the ``variant`` column, and collects :class:`LiveIssue` records for
+inputs that are missing, so that a part that cannot be computed says why while the others
+still are.
 
 A *scenario* of the live analysis is ``(campaign, fabric, collective, nodes, ranks)``: the
 runs that share a communicator shape and were planned together.
@@ -21,6 +22,8 @@ import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError, did_you_mean
 from ncclbot_sweep.names import AUTO
+
+from ..inputs import read_dataset_table
 
 __all__ = ["STOCK_POLICY", "LIVE_KINDS", "SCENARIO_KEYS", "LiveIssue", "LiveData", "load_live", "sync_every",
            "issues_frame"]
@@ -94,12 +97,6 @@ class LiveData:
         return same.sort_values("started_at", na_position="last").iloc[0] if len(same) else None
 
 
-def _read(root: Path, name: str, filters=None) -> pd.DataFrame:
-    from ncclbot_sweep.datasets import read_table
-
-    return read_table(root, name, filters=filters)
-
-
 def _label_runs(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.copy()
     policy = runs["policy"].fillna(AUTO).astype(str)
@@ -128,7 +125,7 @@ def load_live(dataset: str | Path, *, campaign: str | None = None) -> LiveData:
     if not root.is_dir():
         raise AnalysisError("dataset folder does not exist", path=root,
                             hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
-    runs = _read(root, "runs")
+    runs = read_dataset_table(root, "runs")
     live = runs[runs["kind"].isin(LIVE_KINDS)]
     if campaign is not None:
         if not (live["campaign"] == campaign).any():
@@ -157,7 +154,7 @@ def load_live(dataset: str | Path, *, campaign: str | None = None) -> LiveData:
                             | ((stock_like["kind"] == "forced") & stock_like["arm"].isna())].assign(companion=True)
     frame = _label_runs(pd.concat([live, stock_like], ignore_index=True))
     ids = sorted(frame["run_id"])
-    iterations = _read(root, "iterations", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
-    events = _read(root, "live_events", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
+    iterations = read_dataset_table(root, "iterations", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
+    events = read_dataset_table(root, "live_events", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
     log.info("live analysis: %d runs, %d iterations, %d live events", len(frame), len(iterations), len(events))
     return LiveData(root, frame, iterations, events, issues)
