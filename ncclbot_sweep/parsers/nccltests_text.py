@@ -9,8 +9,10 @@ INFO/WARN lines and shell noise may be interleaved anywhere; lines whose leading
 stripped by a document renderer are recognised too.
 
 The table layout comes from the column header when there is one, else it is inferred from
-the first data row. Rows are converted in blocks by :mod:`~ncclbot_sweep.parsers.textblock`
-(each chunk put in CSV form with numpy, the rows read by Arrow's CSV reader; with
+the first data row. Rows are converted in blocks: those printed with fixed widths by byte
+arithmetic (:mod:`~ncclbot_sweep.parsers.fixedwidth`), the others by
+:mod:`~ncclbot_sweep.parsers.textblock` (each chunk put in CSV form with numpy, the rows read
+by Arrow's CSV reader; with
 :meth:`TextParser.feed_all` worker threads do this for the next chunks while the main
 thread handles the few other lines and the batches); a block that does not fit the layout
 falls back to Arrow's whitespace split, then to row-by-row parsing, and a row that still
@@ -36,7 +38,7 @@ import pyarrow.compute as pc
 
 from ncclbot_sweep.names import BINARY_COLLECTIVE, collective_in_text
 from ncclbot_sweep.outcomes import mentions_invalid_arm
-from ncclbot_sweep.parsers import textblock
+from ncclbot_sweep.parsers import fixedwidth, textblock
 from ncclbot_sweep.parsers.common import (
     FLOAT_RE,
     PREFIX_RE_B,
@@ -311,19 +313,25 @@ class TextParser:
     @staticmethod
     def _prepare(chunk: bytes, prefixed: bool, layout: Layout | None) -> _Prepared:
         """Pure, thread-safe: strip prefixes, put the lines in CSV form, mark table rows;
-        with a known ``layout``, also convert all of the chunk's rows at once."""
+        with a known ``layout``, also convert all of the chunk's rows at once (rows printed
+        with fixed widths by byte arithmetic, the others by Arrow's CSV reader)."""
         if prefixed:
             chunk = PREFIX_RE_B.sub(b"", chunk)
         if not chunk.isascii():
             chunk = chunk.decode("utf-8", "replace").encode("utf-8")
-        form, starts, ends = textblock.csv_form(chunk)
+        fixed = None
+        if layout is not None and b"," not in chunk:
+            fixed = fixedwidth.fixed_rows(chunk, _column_names(layout))
+        form, starts, ends = textblock.csv_form(chunk if fixed is None else fixed.rest())
         buf = np.frombuffer(form, dtype=np.uint8)
         first = buf[starts]
         second = buf[np.minimum(starts + 1, len(buf) - 1)]
         # A row starts with its size; a negative size ("-8") is a row too, so that it reaches
         # the impossible-value check with its line instead of vanishing as a comment.
         is_row = ((first >= 48) & (first <= 57)) | ((first == 45) & (second >= 48) & (second <= 57))
-        prepared = _Prepared(form, starts, ends, is_row, np.flatnonzero(is_row))
+        if fixed is not None:
+            is_row[fixed.lines] = True
+        prepared = _Prepared(form, starts, ends, is_row, np.flatnonzero(is_row), fixed=fixed)
         if b"," in chunk:
             text = np.frombuffer(chunk, dtype=np.uint8)
             prepared.text, prepared.text_ends = chunk, np.flatnonzero(text == 10)
@@ -338,8 +346,13 @@ class TextParser:
         row_lines = prepared.row_lines
         if layout is not None and len(row_lines) and prepared.csv_ok:
             # Rows holding commas of their own never reach the CSV reader.
-            csv = textblock.join_lines(form, starts, ends, row_lines, transient=True)
-            cols = textblock.csv_rows(csv, len(row_lines), layout.prefix, layout.sides, layout.suffix)
+            rest = row_lines if fixed is None else row_lines[~fixed.mask[row_lines]]
+            cols: dict[str, Any] | None = None
+            if len(rest):
+                csv = textblock.join_lines(form, starts, ends, rest, transient=True)
+                cols = textblock.csv_rows(csv, len(rest), layout.prefix, layout.sides, layout.suffix)
+            if fixed is not None and (cols is not None or not len(rest)):
+                cols = fixed.merged((rest, cols) if len(rest) else None)
             if cols is not None:
                 prepared.layout, prepared.cols = layout, cols
         return prepared
@@ -799,6 +812,8 @@ class _Prepared:
     #: All rows converted with ``layout`` (None when the layout was unknown or did not fit).
     layout: Layout | None = None
     cols: dict[str, Any] | None = None
+    #: Rows converted by their fixed widths (their lines are empty in ``form``), or None.
+    fixed: fixedwidth.FixedRows | None = None
 
     @property
     def csv_ok(self) -> bool:
@@ -807,14 +822,28 @@ class _Prepared:
 
     def csv(self, first: int, stop: int) -> bytes:
         """Rows ``first``..``stop`` in CSV form, one after the other."""
-        return textblock.join_lines(self.form, self.starts, self.ends, self.row_lines[first:stop])
+        lines = self.row_lines[first:stop]
+        if self.fixed is not None and self.fixed.mask[lines].any():
+            fixed = self.fixed
+            return bytes(textblock.csv_form(textblock.join_lines(fixed.text, fixed.starts, fixed.ends, lines))[0])
+        return textblock.join_lines(self.form, self.starts, self.ends, lines)
 
     def line(self, index: int) -> str:
         """Line ``index`` of the chunk as the parser reads it (blanks collapsed)."""
+        if self.fixed is not None and self.fixed.mask[index]:
+            fixed = self.fixed
+            text = fixed.text[int(fixed.starts[index]):int(fixed.ends[index])]
+            return textblock.collapse_line(text.decode("utf-8", "replace"))
         if self.own is not None and self.own[index]:
             start = int(self.text_ends[index - 1]) + 1 if index else 0
             return textblock.collapse_line(self.text[start:int(self.text_ends[index])].decode("utf-8", "replace"))
         return self.form[self.starts[index]:self.ends[index]].decode("utf-8", "replace").replace(",", " ")
+
+
+def _column_names(layout: Layout) -> list[str]:
+    """A layout's columns as ``textblock.csv_rows`` names them."""
+    return (list(layout.prefix) + [f"s{s}.{c}" for s, side in enumerate(layout.sides) for c in side]
+            + list(layout.suffix))
 
 
 _COMMA = 44

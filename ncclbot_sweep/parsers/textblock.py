@@ -1,4 +1,5 @@
-"""Vectorised handling of nccl-tests table rows (the ingest hot path).
+"""Vectorised handling of nccl-tests table rows that are not read by their fixed widths
+(:mod:`~ncclbot_sweep.parsers.fixedwidth` reads most rows of a clean table).
 
 A chunk of text becomes *CSV form* in a few C passes (:func:`csv_form`): the first blank
 after every token turns into a comma and every other blank goes, so each line is its tokens
