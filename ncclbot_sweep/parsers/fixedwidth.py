@@ -6,7 +6,9 @@ viewed as a 2-D byte array (rows x line length) and each column is converted at 
 numbers from their digit bytes, eight at a time as one 64-bit word; a fixed-point number as
 the integer of its digits divided by a power of ten (both exact, so the quotient is the
 correctly rounded double of the text, which is what a decimal parser returns); names as the
-few distinct byte strings of their column.
+few distinct byte strings of their column; a number column that holds ``N/A`` in the
+template row (``-c 0`` runs print it in every row's error column) as nulls, in the rows that
+hold exactly what the template holds there.
 
 A row is converted here only when it has the shape of a template row of its group: its
 values end exactly where the template's do (so each lies in its field, right-aligned), its
@@ -44,6 +46,7 @@ _INT_DIGITS, _FLOAT_DIGITS = 18, 15
 _SPACE, _MINUS, _DOT, _NEWLINE = 32, 45, 46, 10
 #: Tabs and carriage returns separate values as spaces do (as in ``textblock.csv_form``).
 _BLANKS = bytes.maketrans(b"\t\r", b"  ")
+_NULL_TOKENS = {text.encode() for text in textblock.NULL_TEXT}
 _INT_TOKEN = re.compile(rb"-?\d+")
 _FLOAT_TOKEN = re.compile(rb"-?\d+(?:\.\d+)?")
 #: Rows per tile: a tile's bytes and flags stay in the CPU's cache between passes.
@@ -212,6 +215,10 @@ def _plan(row: bytes, names: list[str]) -> tuple[list[_Field], list[_Word]] | No
     for (start, last, token), name in zip(tokens, names):
         kind, first, dot = _kind(name), prev + 2, -1
         prev = last
+        if kind in ("int", "float") and token in _NULL_TOKENS:
+            if name == "size":  # a row without a size is no row (the CSV path says so too)
+                return None
+            kind = "null"
         if kind == "int" and (not _INT_TOKEN.fullmatch(token) or last - first + 1 > _INT_DIGITS):
             return None
         if kind == "float":
@@ -226,7 +233,7 @@ def _plan(row: bytes, names: list[str]) -> tuple[list[_Field], list[_Word]] | No
         while end >= first:  # words from the right, eight bytes each
             begin = max(end - 7, 0)
             used = [c for c in range(max(begin, first), end + 1) if c != dot]
-            byte = 0x0F if kind != "str" else 0xFF
+            byte = 0x0F if kind in ("int", "float") else 0xFF
             keep = sum(byte << (8 * (c - begin)) for c in used)
             field.words.append(len(words))
             words.append(_Word(begin, keep, dot - begin if begin <= dot <= end else -1, 7 - (end - begin), len(used)))
@@ -279,6 +286,8 @@ def _convert(buf: np.ndarray, line_starts: np.ndarray, length: int,
         if field.kind in ("int", "float"):
             cols[field.name] = _number(field, [loaded[i] for i in field.words], [words[i] for i in field.words],
                                        negative.get(k), bad)
+        elif field.kind == "null":  # N/A in the template: the same text in every row read here
+            bad |= ~_as_template(field, [loaded[i] for i in field.words], words, template)
     good = np.flatnonzero(~bad)
     if len(good) == 0:
         return None
@@ -287,6 +296,8 @@ def _convert(buf: np.ndarray, line_starts: np.ndarray, length: int,
     for field in fields:  # names last: only the rows that fit count
         if field.kind == "str":
             cols[field.name] = _names(block, field, [loaded[i] for i in field.words], words, template, good)
+        elif field.kind == "null":
+            cols[field.name] = pa.nulls(len(good), pa.int64() if _kind(field.name) == "int" else pa.float64())
     return good, cols
 
 
@@ -427,16 +438,21 @@ def _number(field: _Field, loaded: list[np.ndarray], words: list[_Word], negativ
     return out
 
 
-def _names(block: np.ndarray, field: _Field, loaded: list[np.ndarray], words: list[_Word], template: int,
-           good: np.ndarray) -> pa.Array:
-    """A name field's values in rows ``good``, dictionary-encoded when ``textblock.csv_rows``
-    gives them so."""
-    m = len(block)
+def _as_template(field: _Field, loaded: list[np.ndarray], words: list[_Word], template: int) -> np.ndarray:
+    """Rows whose field holds the same bytes as the template row's."""
     same = None
     for value, index in zip(loaded, field.words):
         np.bitwise_and(value, _U(words[index].keep), out=value)
         equal = value == value[template]
         same = equal if same is None else same & equal
+    return same
+
+
+def _names(block: np.ndarray, field: _Field, loaded: list[np.ndarray], words: list[_Word], template: int,
+           good: np.ndarray) -> pa.Array:
+    """A name field's values in rows ``good``, dictionary-encoded when ``textblock.csv_rows``
+    gives them so."""
+    same = _as_template(field, loaded, words, template)
     dictionary = field.name in _DICTIONARY
     if same[good].all():
         text = block[template, field.first:field.last + 1].tobytes().lstrip(b" ").decode("utf-8", "replace")

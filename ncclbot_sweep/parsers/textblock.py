@@ -21,12 +21,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["csv_form", "collapse_line", "join_lines", "csv_rows", "boring_info_lines", "convert_rows", "constant"]
+__all__ = ["NULL_TEXT", "csv_form", "collapse_line", "join_lines", "csv_rows", "boring_info_lines", "convert_rows", "constant"]
 
 #: What nccl-tests prints for "no value" (``-c 0``, in-place of SendRecv). ``nan`` is not one of
 #: them: a NaN time is an impossible measurement that ingest must see and quarantine.
-_NULL_TEXT = ("N/A", "-")
-_NULL_TOKENS = pa.array(list(_NULL_TEXT), pa.large_string())
+NULL_TEXT = ("N/A", "-")
+_NULL_TOKENS = pa.array(list(NULL_TEXT), pa.large_string())
 _INT = {"size", "count", "root"}
 _FLOAT = {"time", "algbw", "busbw", "error"}
 _STR = {"type", "redop", "ts_date", "ts_time"}
@@ -171,7 +171,7 @@ def csv_rows(data: bytes | np.ndarray, n: int, prefix: list[str], sides: list[li
             pa.BufferReader(pa.py_buffer(data)),
             read_options=pcsv.ReadOptions(column_names=names, use_threads=False, block_size=len(data) + 1),
             parse_options=pcsv.ParseOptions(delimiter=",", quote_char=False, double_quote=False),
-            convert_options=pcsv.ConvertOptions(column_types=types, null_values=list(_NULL_TEXT), check_utf8=False,
+            convert_options=pcsv.ConvertOptions(column_types=types, null_values=list(NULL_TEXT), check_utf8=False,
                                                 strings_can_be_null=False, include_columns=list(types)),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
