@@ -223,6 +223,14 @@ def test_cli_killed_right_after_sbatch_adopts_the_job(tmp_path, sshd, slurm_clus
     assert set(s.starts().values()) == {1}  # no step ran twice
 
 
+def _size(path: Path) -> int:
+    """Size of a file that may be renamed away meanwhile (0 then)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 # paramiko's SFTP prefetch thread dies with the cut connection and pytest reports that thread's
 # EOFError; the download itself fails cleanly in the main thread, which is what is tested.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
@@ -237,9 +245,11 @@ def test_ssh_cut_during_collect_then_collect_again(tmp_path, sshd, slurm_cluster
     assert len(list(s.remote.rglob("exit"))) == 2
     stop = threading.Event()
 
-    def cutter() -> None:  # cut the connection as soon as a download is under way
+    def cutter() -> None:
+        """Cut the connection a few MB into a 48 MB file: a small file (or the big one's last
+        bytes) could finish and be renamed before the kill lands, leaving nothing to resume."""
         while not stop.is_set():
-            if any(p.stat().st_size > 0 for p in s.workdir.rglob("*.ncclbot-part")):
+            if any(_size(p) >= 4 << 20 for p in s.workdir.rglob("*.ncclbot-part")):
                 sshd.kill_sessions()
                 return
             time.sleep(0.02)
