@@ -5,10 +5,12 @@ a table usually have one length and every column at the same byte offsets. Such 
 viewed as a 2-D byte array (rows x line length) and each column is converted at once:
 numbers from their digit bytes, eight at a time as one 64-bit word; a fixed-point number as
 the integer of its digits divided by a power of ten (both exact, so the quotient is the
-correctly rounded double of the text, which is what a decimal parser returns); names as the
-few distinct byte strings of their column; a number column that holds ``N/A`` in the
-template row (``-c 0`` runs print it in every row's error column) as nulls, in the rows that
-hold exactly what the template holds there.
+correctly rounded double of the text, which is what a decimal parser returns); an exponent
+form (``%e``: the error column of 2019-2022 builds) as the integer of its digits times or
+divided by an exact power of ten (at most 10^22), one rounding again; names as the few
+distinct byte strings of their column; a number column that holds ``N/A`` in the template
+row (``-c 0`` runs print it in every row's error column) as nulls, in the rows that hold
+exactly what the template holds there.
 
 A row is converted here only when it has the shape of a template row of its group: its
 values end exactly where the template's do (so each lies in its field, right-aligned), its
@@ -49,6 +51,10 @@ _BLANKS = bytes.maketrans(b"\t\r", b"  ")
 _NULL_TOKENS = {text.encode() for text in textblock.NULL_TEXT}
 _INT_TOKEN = re.compile(rb"-?\d+")
 _FLOAT_TOKEN = re.compile(rb"-?\d+(?:\.\d+)?")
+_EXP_TOKEN = re.compile(rb"-?\d+(?:\.\d+)?[eE][+-]\d{2,3}")
+#: Powers of ten a double holds exactly (10^22 is the largest).
+_EXACT_POWERS = np.array([float(10 ** k) for k in range(23)])
+_PLUS = 43
 #: Rows per tile: a tile's bytes and flags stay in the CPU's cache between passes.
 _TILE_BYTES = 256 << 10
 
@@ -201,6 +207,11 @@ class _Field:
     dot: int
     #: Index of each of its words in the loaded words, right to left.
     words: list[int] = dataclasses.field(default_factory=list)
+    #: An exponent form: the byte of its ``e`` (``last`` is then the mantissa's last byte),
+    #: the exponent's last byte and words; -1 otherwise.
+    exp: int = -1
+    exp_last: int = -1
+    exp_words: list[int] = dataclasses.field(default_factory=list)
 
 
 def _plan(row: bytes, names: list[str]) -> tuple[list[_Field], list[_Word]] | None:
@@ -221,24 +232,40 @@ def _plan(row: bytes, names: list[str]) -> tuple[list[_Field], list[_Word]] | No
             kind = "null"
         if kind == "int" and (not _INT_TOKEN.fullmatch(token) or last - first + 1 > _INT_DIGITS):
             return None
+        exp = -1
         if kind == "float":
-            dot = row.find(b".", start, last + 1)
-            if not _FLOAT_TOKEN.fullmatch(token) or last - first + (dot < 0) > _FLOAT_DIGITS:
+            if _EXP_TOKEN.fullmatch(token):
+                exp = start + token.lower().index(b"e")
+            elif not _FLOAT_TOKEN.fullmatch(token):
                 return None
-        field = _Field(name, kind, first, last, dot)
+            dot = row.find(b".", start, last + 1)
+            if (exp if exp >= 0 else last + 1) - first - (dot >= 0) > _FLOAT_DIGITS:
+                return None
+        field = _Field(name, kind, first, last if exp < 0 else exp - 1, dot)
         fields.append(field)
         if kind == "skip":
             continue
-        end = last
-        while end >= first:  # words from the right, eight bytes each
-            begin = max(end - 7, 0)
-            used = [c for c in range(max(begin, first), end + 1) if c != dot]
-            byte = 0x0F if kind in ("int", "float") else 0xFF
-            keep = sum(byte << (8 * (c - begin)) for c in used)
-            field.words.append(len(words))
-            words.append(_Word(begin, keep, dot - begin if begin <= dot <= end else -1, 7 - (end - begin), len(used)))
-            end = begin - 1
+        byte = 0x0F if kind in ("int", "float") else 0xFF
+        field.words = _words(words, field.first, field.last, dot, byte)
+        if exp >= 0:
+            field.exp, field.exp_last = exp, last
+            field.exp_words = _words(words, exp + 2, last, -1, byte)
     return fields, words
+
+
+def _words(words: list[_Word], first: int, last: int, dot: int, byte: int) -> list[int]:
+    """Append the words that hold bytes ``first``..``last`` (eight each, from the right) to
+    ``words``; return their indices."""
+    added = []
+    end = last
+    while end >= first:
+        begin = max(end - 7, 0)
+        used = [c for c in range(max(begin, first), end + 1) if c != dot]
+        keep = sum(byte << (8 * (c - begin)) for c in used)
+        added.append(len(words))
+        words.append(_Word(begin, keep, dot - begin if begin <= dot <= end else -1, 7 - (end - begin), len(used)))
+        end = begin - 1
+    return added
 
 
 _local = threading.local()
@@ -286,6 +313,9 @@ def _convert(buf: np.ndarray, line_starts: np.ndarray, length: int,
         if field.kind in ("int", "float"):
             cols[field.name] = _number(field, [loaded[i] for i in field.words], [words[i] for i in field.words],
                                        negative.get(k), bad)
+            if field.exp >= 0:
+                _scale(cols[field.name], field, block, _digits([loaded[i] for i in field.exp_words],
+                                                               [words[i] for i in field.exp_words], bad), bad)
         elif field.kind == "null":  # N/A in the template: the same text in every row read here
             bad |= ~_as_template(field, [loaded[i] for i in field.words], words, template)
     good = np.flatnonzero(~bad)
@@ -321,6 +351,9 @@ def _scan(block: np.ndarray, template: int, fields: list[_Field],
             field_of[f.first:f.last + 1] = k
             if f.dot >= 0:
                 digit_cols[f.dot] = False
+            if f.exp >= 0:
+                digit_cols[f.exp + 2:f.exp_last + 1] = True
+                field_of[f.exp + 2:f.exp_last + 1] = k
     # Minus signs are looked for where the template has them (``-1`` roots) first.
     signs = [c for c in np.flatnonzero(row == _MINUS).tolist() if digit_cols[c]]
     rows = min(tile, m)
@@ -400,7 +433,42 @@ def _signs(part: np.ndarray, odd: np.ndarray, signs: list[int], fields: list[_Fi
 
 def _number(field: _Field, loaded: list[np.ndarray], words: list[_Word], negative: np.ndarray | None,
             bad: np.ndarray) -> np.ndarray:
-    """A number field's values from its words (right to left): int64 or float64."""
+    """A number field's values from its words (right to left): int64 or float64 (for an
+    exponent form, its mantissa's digits as an integer, scaled by :func:`_scale`)."""
+    total = _digits(loaded, words, bad)
+    if field.kind == "int":
+        out = total.astype(np.int64)
+    else:
+        out = total.astype(np.float64)
+        if field.dot >= 0 and field.exp < 0:
+            out /= float(10 ** (field.last - field.dot))
+    if negative is not None:
+        # A sign flip: exact, and "-0.00" gives -0.0 as a decimal parser does.
+        np.negative(out, out=out, where=negative)
+    return out
+
+
+def _scale(values: np.ndarray, field: _Field, block: np.ndarray, exponent: np.ndarray, bad: np.ndarray) -> None:
+    """Values of an exponent form from their mantissa digits (in place): times or divided by
+    one exact power of ten, so one rounding, as a decimal parser does; rows whose power is
+    beyond 10^22, whose ``e`` and exponent sign are not where the template has them, or
+    whose mantissa is missing, are ``bad``."""
+    e = block[:, field.exp]
+    sign = block[:, field.exp + 1]
+    bad |= ((e != ord("e")) & (e != ord("E"))) | ((sign != _PLUS) & (sign != _MINUS))
+    bad |= block[:, field.exp - 1] == _SPACE  # "e-07" has no mantissa
+    power = np.where(sign == _MINUS, -exponent.astype(np.int64), exponent.astype(np.int64))
+    if field.dot >= 0:
+        power -= field.last - field.dot
+    bad |= np.abs(power) > len(_EXACT_POWERS) - 1
+    exact = _EXACT_POWERS[np.clip(np.abs(power), 0, len(_EXACT_POWERS) - 1)]
+    np.multiply(values, exact, out=values, where=power >= 0)
+    np.divide(values, exact, out=values, where=power < 0)
+
+
+def _digits(loaded: list[np.ndarray], words: list[_Word], bad: np.ndarray) -> np.ndarray:
+    """The digits of a number's words (right to left) as one uint64 per row; rows whose dot
+    is not where the template has it are ``bad``."""
     total = None
     scale = 1
     for value, word in zip(loaded, words):
@@ -426,16 +494,7 @@ def _number(field: _Field, loaded: list[np.ndarray], words: list[_Word], negativ
             np.multiply(value, _U(scale), out=value)
             np.add(total, value, out=total)
         scale *= 10 ** word.digits
-    if field.kind == "int":
-        out = total.astype(np.int64)
-    else:
-        out = total.astype(np.float64)
-        if field.dot >= 0:
-            out /= float(10 ** (field.last - field.dot))
-    if negative is not None:
-        # A sign flip: exact, and "-0.00" gives -0.0 as a decimal parser does.
-        np.negative(out, out=out, where=negative)
-    return out
+    return total
 
 
 def _as_template(field: _Field, loaded: list[np.ndarray], words: list[_Word], template: int) -> np.ndarray:

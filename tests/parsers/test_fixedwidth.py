@@ -26,8 +26,11 @@ _LAYOUTS = [
 ]
 _NAMES = ["float", "half", "bfloat16", "int8", "sum", "prod", "none", "N/A"]
 # What nccl-tests prints for no value or something odd, and other texts a number column may hold.
-_ODD = ["N/A", "-", "nan", "-nan", "inf", "-inf", "1e+06", "12.", ".5", "-.5", "+5", "x", "0x1f", "--1", "1-2",
-        "-0", "-0.00", "007", "0.000", "\u0661\u0662", "1\t2"]
+_ODD = [
+    "N/A", "-", "nan", "-nan", "inf", "-inf", "1e+06", "1e+300", "5e-324", "2E-07", "1e+6", "1e06",
+    "e-07", "-e+00", ".5e+00", "1.e-07", "1e-0", "12.", ".5", "-.5", "+5", "x", "0x1f", "--1", "1-2",
+    "-0", "-0.00", "007", "0.000", "\u0661\u0662", "1\t2",
+]
 
 
 def _names(prefix, side, sides, suffix):
@@ -38,12 +41,16 @@ def _names(prefix, side, sides, suffix):
 def _table(draw, odd: bool = True):
     """A table printed with fixed widths: (column names, lines). With ``odd``, some values do
     not fit their width or are not plain numbers, some rows lack a value or hold a tab. Some
-    number columns print N/A in every row (``-c 0`` runs, in-place SendRecv)."""
+    number columns print N/A in every row (``-c 0`` runs, in-place SendRecv), some print their
+    values in exponent form."""
     prefix, side, sides, suffix = draw(st.sampled_from(_LAYOUTS))
     names = _names(prefix, side, sides, suffix)
     numbers = [n for n in names if n != "size" and n.split(".")[-1] in ("count", "root", "wrong", "time", "algbw",
                                                                       "busbw", "error")]
     absent = draw(st.sets(st.sampled_from(numbers), max_size=3))
+    # Columns printed in exponent form (the error column of 2019-2022 builds is "%6.0e").
+    exponent = draw(st.sets(st.sampled_from([n for n in names if n.split(".")[-1] in ("time", "algbw", "busbw",
+                                                                                      "error")]), max_size=2))
     formats = []
     for name in names:
         kind = name.split(".")[-1]
@@ -68,8 +75,11 @@ def _table(draw, odd: bool = True):
                              if odd else st.integers(0, 10 ** width - 1))
                 text = str(value)
             elif kind == "float":
-                value = draw(st.floats(-fits if odd else 0, fits * (10 if odd else 1), allow_nan=False))
-                text = f"{value:.{decimals}f}"
+                if name in exponent and not odd:  # powers of ten a double holds exactly
+                    value = draw(st.one_of(st.just(0.0), st.floats(1e-12, fits)))
+                else:
+                    value = draw(st.floats(-fits if odd else 0, fits * (10 if odd else 1), allow_nan=False))
+                text = f"{value:.{decimals}e}" if name in exponent else f"{value:.{decimals}f}"
             elif name in ("ts_date", "ts_time"):
                 text = draw(st.sampled_from(["2024-07-18", "15:41:05", "x"]))
             else:
@@ -153,6 +163,24 @@ def test_the_values_of_a_clean_table():
     assert cols["s0.time"].to_pylist() == [0.0, 1.5, 3.0, 4.5, 6.0, 7.5]
     assert cols["s0.algbw"].to_pylist() == [-0.2, 0.8, 1.8, 2.8, 3.8, 4.8]  # -0.25 prints -0.2
     assert cols["type"].type == pa.dictionary(pa.int32(), pa.string()) and cols["type"].to_pylist() == ["float"] * 6
+
+
+
+def test_the_values_of_an_exponent_column():
+    """The error column of 2019-2022 builds ("%6.0e"): each value the correctly rounded
+    double of its text, signs and negative zero kept; an exponent past 10^22, or one without
+    a mantissa, falls back."""
+    errors = ["0e+00", "1e-07", "2e+05", "-3e-01", "-0e+00", "7E-22", "9e-23", "5e+00", "e-07", "1e*07"]
+    rows = [f"{8 << k:12d}  {2 << k:12d}     float     sum  {k * 1.5:7.2f}  {e:>6s}" for k, e in enumerate(errors)]
+    names = _names(["size", "count", "type", "redop"], ["time", "error"], 1, [])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fixedwidth, "MIN_ROWS", 1)
+        got = fixedwidth.fixed_rows("".join(r + "\n" for r in rows).encode(), names)
+    assert got.lines.tolist() == [0, 1, 2, 3, 4, 5, 7]  # 9e-23: 10^23 is no exact double
+    assert _reference(rows[8:9], names) is None and _reference(rows[9:], names) is None
+    values = got.merged()["s0.error"].to_pylist()
+    assert values == [0.0, 1e-07, 2e+05, -0.3, -0.0, 7e-22, 5.0]
+    assert np.signbit(values[4]) and not np.signbit(values[0])
 
 
 HEADER = ("# nThread 1 nGpus 8 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 "
@@ -293,9 +321,8 @@ def test_outputs_from_the_field_read_the_same_with_or_without_fixed_widths(path)
 
 def test_most_rows_from_the_field_take_the_fast_path(monkeypatch):
     """The fast path is not only correct but used: rows that print ``N/A`` for the error
-    column (``-c 0``), negative roots, in-place N/A of SendRecv and launcher prefixes all take
-    it; the exponent error column of 2019-2022 builds and a blank redop are left to the CSV
-    path."""
+    column (``-c 0``), the exponent error column of 2019-2022 builds, negative roots, in-place
+    N/A of SendRecv and launcher prefixes all take it; a blank redop is left to the CSV path."""
     fixed_rows = fixedwidth.fixed_rows
     converted = []
 
@@ -310,4 +337,4 @@ def test_most_rows_from_the_field_take_the_fast_path(monkeypatch):
     for path in _text_fixtures():
         result = parse_nccltests_text(iter(_chunks(path, 1)), source(path.name))
         lines += len({r["line"] for r in result.rows("iterations")})
-    assert lines > 300 and sum(converted) >= 0.85 * lines, (sum(converted), lines)
+    assert lines > 300 and sum(converted) >= 0.95 * lines, (sum(converted), lines)
