@@ -305,7 +305,17 @@ def test_auto_through_the_plugin_prices_as_the_offline_audit(analysed):
     # while the audit prices one forced process's steady mean: the time ratios agree within a few %.
     ratio = (1 + both["live_selection_trlt_pct"] / 100) / (1 + both["audit_selection_trlt_pct"] / 100)
     assert (ratio - 1).abs().max() < 0.08, both.to_string()
-    assert (both["live_selection_trlt_pct"] > 10).sum() == (both["audit_selection_trlt_pct"] > 10).sum()
+    # Both measure what the simulator's ground truth says stock's arm costs: 0 where AUTO is right,
+    # 8-57 % at 16-64 MiB. Each side is one draw of job placement (0.8 % per job) and per-call noise,
+    # so a fixed threshold near a true value (64 MiB: 7.9 %) may fall on either side; the time ratio
+    # to the truth may not.
+    truth = [sim.steady_latency_us(r.collective, r.nodes, Arm.parse(r.live_auto_arm), r.size_bytes)
+             / sim.steady_latency_us(r.collective, r.nodes, sim.best_arm(r.collective, r.nodes, r.size_bytes), r.size_bytes)
+             for r in both.itertuples()]
+    assert min(t for t in truth if t > 1) > 1.05, "the campaign covers contexts where AUTO is clearly wrong"
+    for side in ("live_selection_trlt_pct", "audit_selection_trlt_pct"):
+        measured = 1 + both[side] / 100
+        assert ((measured / truth - 1).abs() < 0.05).all(), both.assign(truth_pct=[100 * (t - 1) for t in truth]).to_string()
 
 
 def test_live_tables_order_learners_and_the_ladder(analysed):
