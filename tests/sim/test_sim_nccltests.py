@@ -19,12 +19,13 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 A = Arm.parse
 
 
-def run(binary: str, *args: str, nodes: int = 4, tasks: int | None = None, **env: str) -> tuple[int, str]:
+def run(binary: str, *args: str, nodes: int = 4, tasks: int | None = None, folder: str = "/opt/nccl-tests/build",
+        **env: str) -> tuple[int, str]:
     base = {"SLURM_NNODES": str(nodes), "SLURM_NTASKS": str(tasks if tasks is not None else 8 * nodes),
             "NCCLBOT_SIM_FABRIC": "sim-h100"}
     base.update(env)
     out = io.StringIO()
-    status = main([f"/opt/nccl-tests/build/{binary}", *args], env=base, stdout=out)
+    status = main([f"{folder}/{binary}", *args], env=base, stdout=out)
     return status, out.getvalue()
 
 
@@ -236,6 +237,19 @@ def test_same_step_same_numbers_and_the_seed_changes_them():
     assert table(run(*args)[1]) == table(run(*args)[1])
     assert table(run(*args)[1]) != table(run(*args, NCCLBOT_SIM_SEED="42")[1])
     assert table(run(*args, NCCLBOT_SIM_SEED="42")[1]) == table(run(*args, NCCLBOT_SIM_SEED="42")[1])
+
+
+def test_where_the_binary_is_installed_does_not_change_the_numbers():
+    """The launchers live in a per-interpreter cache folder; a sweep rerun from another venv or
+    cache location must draw the same noise (only the measurement's own arguments seed it)."""
+    args = ("all_reduce_perf", "-b", "1M", "-e", "4M", "-f", "2", "-w", "1", "-n", "20")
+
+    def table(text):
+        return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+    here = table(run(*args)[1])
+    assert here == table(run(*args, folder="/tmp/pytest-of-someone/pytest-7/simbin0/sim-bin-0.1.0-0123")[1])
+    assert here != table(run(*args, "-c", "0")[1]), "a measuring argument still changes them"
 
 
 def test_busbw_factors_follow_nccl_tests():

@@ -365,9 +365,10 @@ def _seed(env: dict[str, str], name: str, binary: str, layout: JobLayout, ranks:
 
 
 def _seed_args(argv: list[str]) -> list[str]:
-    """Arguments that define the measurement (output file names do not)."""
+    """Arguments that define the measurement: not the program's path (where the launchers are
+    installed) nor output file names, so a rerun from another folder draws the same noise."""
     kept, skip = [], False
-    for word in argv:
+    for word in argv[1:]:
         if skip:
             skip = False
             continue
