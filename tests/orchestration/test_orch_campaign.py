@@ -13,7 +13,7 @@ from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import CampaignError, PlanError
 from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
 from ncclbot_sweep.resources import resource_dir
-from conftest import local_inventory_text
+from orch_support import local_inventory_text
 
 INV = """\
 name: sim-test

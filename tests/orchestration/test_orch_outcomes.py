@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import local_inventory_text
+from orch_support import local_inventory_text
 from ncclbot_sweep import campaign_folder, datasets, runner, sim
 from ncclbot_sweep.executors import JobState, JobStatus, make_executor
 from ncclbot_sweep.ingest import ingest

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAKE, SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
+from orch_support import FAKE, SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
 from ncclbot_sweep.campaign import load_campaign, parse_campaign_text, plan_campaign
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import InventoryError, RenderError

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
+from orch_support import SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import ExecutorError, ManifestError
 from ncclbot_sweep.executors import make_executor

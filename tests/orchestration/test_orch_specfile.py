@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import SMALL_CAMPAIGN, local_inventory_text
+from orch_support import SMALL_CAMPAIGN, local_inventory_text
 from ncclbot_sweep.campaign import load_campaign, parse_campaign_text, plan_campaign
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import CampaignError, InventoryError, PlanError
