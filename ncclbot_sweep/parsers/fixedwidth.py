@@ -38,9 +38,8 @@ __all__ = ["FixedRows", "fixed_rows", "MIN_ROWS"]
 #: of the vector passes would not be paid back).
 MIN_ROWS = 512
 
-_INT = {"size", "count", "root", "wrong"}
-_FLOAT = {"time", "algbw", "busbw", "error"}
-_STR = {"type", "redop", "ts_date", "ts_time"}
+#: Column kind by type, from the one table of column types (``textblock.COLUMN_TYPES``).
+_KINDS = {pa.int64(): "int", pa.float64(): "float", pa.string(): "str"}
 #: Name columns that come dictionary-encoded (as ``textblock.csv_rows`` gives them).
 _DICTIONARY = {"type", "redop"}
 #: Widest number fields read here: 18 digits fit an int64; 15 digits are exact in a double.
@@ -67,8 +66,8 @@ _STEPS = ((None, _U(10 * 256 + 1), _U(8)), (_U(0x00FF00FF00FF00FF), _U(100 * 655
 
 
 def _kind(name: str) -> str:
-    kind = name.split(".", 1)[-1]
-    return "int" if kind in _INT else "float" if kind in _FLOAT else "str" if kind in _STR else "skip"
+    column_type = textblock.COLUMN_TYPES.get(name.split(".", 1)[-1])
+    return "skip" if column_type is None else _KINDS[column_type]
 
 
 @dataclasses.dataclass

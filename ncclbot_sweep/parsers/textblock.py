@@ -21,15 +21,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["NULL_TEXT", "csv_form", "collapse_line", "join_lines", "csv_rows", "boring_info_lines", "convert_rows", "constant"]
+__all__ = ["COLUMN_TYPES", "NULL_TEXT", "csv_form", "collapse_line", "join_lines", "csv_rows", "boring_info_lines", "convert_rows", "constant"]
 
 #: What nccl-tests prints for "no value" (``-c 0``, in-place of SendRecv). ``nan`` is not one of
 #: them: a NaN time is an impossible measurement that ingest must see and quarantine.
 NULL_TEXT = ("N/A", "-")
 _NULL_TOKENS = pa.array(list(NULL_TEXT), pa.large_string())
-_INT = {"size", "count", "root"}
-_FLOAT = {"time", "algbw", "busbw", "error"}
-_STR = {"type", "redop", "ts_date", "ts_time"}
+#: The type of every table column the parsers keep, by its name (a side's columns are
+#: prefixed ``s0.``, ``s1.``); the CSV path and :mod:`.fixedwidth` both read it.
+COLUMN_TYPES = {"size": pa.int64(), "count": pa.int64(), "root": pa.int64(), "type": pa.string(),
+                "redop": pa.string(), "ts_date": pa.string(), "ts_time": pa.string(), "time": pa.float64(),
+                "algbw": pa.float64(), "busbw": pa.float64(), "error": pa.float64(), "wrong": pa.int64()}
+_INT = {name for name, kind in COLUMN_TYPES.items() if kind == pa.int64()}
+_FLOAT = {name for name, kind in COLUMN_TYPES.items() if kind == pa.float64()}
 
 #: Tabs and carriage returns separate tokens as spaces do (``bytes.translate`` table).
 _BLANKS = bytes.maketrans(b"\t\r", b"  ")
@@ -146,11 +150,6 @@ def collapse_line(line: str) -> str:
     return _BLANK_RUN.sub(" ", line).strip(" ")
 
 
-_CSV_TYPES = {"size": pa.int64(), "count": pa.int64(), "root": pa.int64(), "type": pa.string(),
-              "redop": pa.string(), "ts_date": pa.string(), "ts_time": pa.string(), "time": pa.float64(),
-              "algbw": pa.float64(), "busbw": pa.float64(), "error": pa.float64(), "wrong": pa.int64()}
-
-
 def csv_rows(data: bytes | np.ndarray, n: int, prefix: list[str], sides: list[list[str]],
              suffix: list[str] = ()) -> dict[str, Any] | None:
     """``n`` rows in CSV form (:func:`csv_form`, newline-terminated, valid UTF-8) to columns
@@ -165,7 +164,7 @@ def csv_rows(data: bytes | np.ndarray, n: int, prefix: list[str], sides: list[li
     names = list(prefix) + [f"s{s}.{c}" for s, side in enumerate(sides) for c in side] + list(suffix)
     if len(set(names)) != len(names):
         return None
-    types = {name: _CSV_TYPES[name.split(".", 1)[-1]] for name in names if name.split(".", 1)[-1] in _CSV_TYPES}
+    types = {name: COLUMN_TYPES[name.split(".", 1)[-1]] for name in names if name.split(".", 1)[-1] in COLUMN_TYPES}
     try:
         table = pcsv.read_csv(
             pa.BufferReader(pa.py_buffer(data)),
@@ -251,10 +250,10 @@ def convert_rows(rows: pa.Array, prefix: list[str], sides: list[list[str]],
     try:
         for k, name in enumerate(names):
             kind = name.split(".", 1)[-1]
-            if kind not in _INT | _FLOAT | _STR | {"wrong"}:
+            if kind not in COLUMN_TYPES:
                 continue
             col = pc.list_element(tokens, k)
-            if kind in _INT or kind == "wrong":
+            if kind in _INT:
                 cols[name] = _numeric(col, pa.int64())
             elif kind in _FLOAT:
                 cols[name] = _numeric(col, pa.float64())
