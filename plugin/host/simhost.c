@@ -3,10 +3,13 @@
  *
  * The simulator (ncclbot_sweep/sim/pluginhost.py, through ctypes) owns the latency model and
  * the nccl-tests output; this host owns what must be honest C: loading the library the way
- * NCCL does, calling it in NCCL's order from NCCL's threads, and measuring with
- * CLOCK_MONOTONIC the host time really spent inside the plugin's calls, so that the
- * simulator can add it to each iteration (plugin and synchronisation overhead are then the
- * real plugin's cost, not a constant). Facts: docs/nccl-plugin-abi.md.
+ * NCCL does, calling it in NCCL's order from NCCL's threads, and measuring the host time
+ * really spent inside the plugin's per-collective calls, so that the simulator can add it
+ * to each iteration (plugin and synchronisation overhead are then the real plugin's cost,
+ * not a constant). The simulated ranks share a few cores and are not coupled as a collective
+ * couples real ones, so wall time alone would charge the plugin for other ranks' time
+ * slices and for waits that are the simulation's: a short call is charged its wall time, a
+ * long one its CPU time (span_close). Facts: docs/nccl-plugin-abi.md.
  *
  *   open      dlopen NCCL_PROFILER_PLUGIN and NCCL_TUNER_PLUGIN (one file through both gives
  *             one handle), profiler init (v6, else v5), then tuner init (v6, else v5) with
@@ -153,6 +156,62 @@ static uint64_t mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The caller thread's CPU time: what a plugin call costs, whatever else shares the cores. */
+static uint64_t thread_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* What reading the thread clock adds to an interval (a system call, ~0.5 us on a VM): the
+ * median of back-to-back readings. */
+static uint64_t g_clock_cost_ns;
+
+static void calibrate_clock(void) {
+  enum { N = 257 };
+  uint64_t d[N];
+  for (int i = 0; i < N; i++) {
+    uint64_t a = thread_ns();
+    d[i] = thread_ns() - a;
+  }
+  qsort(d, N, sizeof *d, cmp_u64);
+  g_clock_cost_ns = d[N / 2];
+}
+
+/*
+ * The host time of one plugin call. A call that returns within NBH_SHORT_NS of wall time
+ * ran on its CPU throughout (a time slice lost to another rank process lasts milliseconds,
+ * and a warm call takes well under a microsecond):
+ * it is charged its wall time, read from the cheap monotonic clock. A longer one may have
+ * been preempted or have blocked for a round result (the simulated ranks are not coupled
+ * the way a collective couples real ones): it is charged its CPU time instead, less the
+ * thread clock's own cost. Open a span before the call, close it after.
+ */
+#define NBH_SHORT_NS 5000ull
+typedef struct {
+  uint64_t cpu, wall;
+} nbh_span;
+
+static nbh_span span_open(void) {
+  nbh_span s;
+  s.cpu = thread_ns();
+  s.wall = mono_ns();
+  return s;
+}
+
+static uint64_t span_close(nbh_span s) {
+  uint64_t wall = mono_ns() - s.wall;
+  if (wall < NBH_SHORT_NS) return wall;
+  uint64_t cpu = thread_ns() - s.cpu;
+  cpu = cpu > g_clock_cost_ns ? cpu - g_clock_cost_ns : 0;
+  return cpu < wall ? cpu : wall;
 }
 
 static uint64_t wall_ns(void) {
@@ -321,6 +380,7 @@ EXPORT nbh_host *nbh_open(const char *tuner_path, const char *profiler_path, con
   if (!h) return NULL;
   h->rank = c->rank;
   h->gpu_ns = wall_ns();
+  calibrate_clock();
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->work, NULL);
   pthread_cond_init(&h->space, NULL);
@@ -356,7 +416,7 @@ static int first_minimum(float table[7][3]) {
 /*
  * nbh_choose: one collective's algorithm and protocol. table: 21 floats [algo][proto], -1
  * unavailable (not modified). *arm = algo*3+proto, or -1 when nothing is available. *nch =
- * the tuner's channel request (0 = NCCL decides). *host_ns += ns inside getCollInfo.
+ * the tuner's channel request (0 = NCCL decides). *host_ns += host ns of getCollInfo (span_close).
  * Returns getCollInfo's result (non-zero fails the collective, as NCCLCHECK does).
  */
 EXPORT int nbh_choose(nbh_host *h, int coll, uint64_t nbytes, const float *table, int *arm,
@@ -366,9 +426,9 @@ EXPORT int nbh_choose(nbh_host *h, int coll, uint64_t nbytes, const float *table
   int channels = 0;
   ncclResult_t rc = ncclSuccess;
   if (h->get_coll_info && h->tctx) {
-    uint64_t t0 = mono_ns();
+    nbh_span sp = span_open();
     rc = h->get_coll_info(h->tctx, coll, (size_t)nbytes, 1, (float **)copy, 7, 3, 0, &channels);
-    uint64_t dt = mono_ns() - t0;
+    uint64_t dt = span_close(sp);
     h->stats.host_ns += dt;
     if (host_ns) *host_ns += dt;
   }
@@ -382,8 +442,8 @@ EXPORT int nbh_choose(nbh_host *h, int coll, uint64_t nbytes, const float *table
  * nbh_played: the profiler events of one collective that ran `arm` on `nch` channels and
  * took lat_us on the GPU. The Coll event starts and stops here; its kernel-channel events
  * go to the proxy thread (this waits only when NBH_RING collectives are still undelivered).
- * count and dtype are the Coll descriptor's (per-rank count, "ncclFloat32"). *host_ns += ns
- * inside startEvent/stopEvent. The simulated GPU clock advances by the latency plus that.
+ * count and dtype are the Coll descriptor's (per-rank count, "ncclFloat32"). *host_ns += host
+ * ns of startEvent/stopEvent (span_close). The simulated GPU clock advances by the latency plus that.
  */
 EXPORT void nbh_played(nbh_host *h, int coll, uint64_t count, const char *dtype, int arm, int nch,
                        double lat_us, uint64_t *host_ns) {
@@ -405,10 +465,10 @@ EXPORT void nbh_played(nbh_host *h, int coll, uint64_t count, const char *dtype,
     d.coll.algo = k_algos[arm / 3];
     d.coll.proto = k_protos[arm % 3];
     void *eh = NULL;
-    uint64_t t0 = mono_ns();
+    nbh_span sp = span_open();
     h->prof->startEvent(h->pctx, &eh, &d);
     if (eh) h->prof->stopEvent(eh); /* "enqueued" */
-    spent = mono_ns() - t0;
+    spent = span_close(sp);
     h->stats.collectives++;
     if (eh && (h->mask & NCCLBOT_PROF_KERNEL_CH) && h->proxy_started) {
       pthread_mutex_lock(&h->mu);

@@ -94,6 +94,13 @@ static const nb_setting k_settings[] = {
         "shared secret, required whenever a coordinator address is set (the coordinator checks it)"),
     INT(T_U32, "NCCLBOT_SYNC_EVERY", sync_every, "64", 1, 4096,
         "m: timed pulls per synchronisation round"),
+    INT(T_U32, "NCCLBOT_SYNC_LAG", sync_lag, "1", 1, 8,
+        "A: round r's merged rewards apply at the boundary that starts round r+1+A; a rank sends "
+        "round r once every sample is in, at the latest A*m/2 pulls after its end (a GPU up to "
+        "that many collectives behind its host loses no sample)"),
+    INT(T_U32, "NCCLBOT_PROBE", probe, "1", 1, 1000000,
+        "hold rule: an arm may have at most PROBE + 2 x (its pulls already applied) pulls whose "
+        "rewards are not applied yet; a held arm is left out of the choice (see \"Hold\")"),
     INT(T_U32, "NCCLBOT_SYNC_TIMEOUT_MS", sync_timeout_ms, "30000", 1, 86400000,
         "how long a rank waits for a round's merged result"),
     INT(T_U32, "NCCLBOT_SYNC_INIT_TIMEOUT_MS", sync_init_timeout_ms, "60000", 1, 86400000,

@@ -23,9 +23,19 @@ typedef struct {
   int fd;
   int session; /* -1 until HELLO */
   int bye;     /* said BYE: a clean end, not a crash */
+  int64_t next_round; /* the round this rank submits next (they come in order) */
   size_t len;
   char buf[BUF_CAP];
 } client;
+
+/* One round being merged: every rank's latencies, the maximum kept per pull. */
+typedef struct {
+  int64_t round;
+  uint32_t submitted;
+  uint64_t checksum;
+  int checksum_bad;
+  float *acc;
+} merge;
 
 typedef struct {
   int used;
@@ -35,11 +45,8 @@ typedef struct {
   uint32_t seen;     /* HELLOs seen, refused ones included */
   int rejected;      /* refused: every rank of it, present or late, gets REJECT at once */
   char why[160];     /* ... with this reason */
-  int64_t round; /* submission being merged */
-  uint32_t submitted;
-  uint64_t checksum;
-  int checksum_bad;
-  float *acc;
+  uint32_t nslots;   /* rounds merging at once: lag + 1 (a slot per round, by round % nslots) */
+  merge *slot;
   int64_t last_completed;
   int frozen;
   uint32_t verdict;  /* NB_MSG_FREEZE or NB_MSG_FAIL, once frozen */
@@ -97,7 +104,7 @@ static void to_session(int s, uint32_t type, int64_t round, const void *pl, uint
 
 /*
  * Stops a started communicator after its last completed round L (the verdict: every rank
- * acts at boundary L+2, which none can have passed). FREEZE: after a clean leave or when
+ * acts at boundary L+lag+2, which none can have passed: that boundary needs round L+1). FREEZE: after a clean leave or when
  * a freeze-mode rank asks; FAIL: a crash, a fail-mode rank's timeout, diverging pulls.
  */
 static void stop_session(int s, uint32_t verdict) {
@@ -131,6 +138,12 @@ static int token_ok(const char *a, size_t alen, const char *b) {
   return diff == 0;
 }
 
+static void free_session(session *ss) {
+  for (uint32_t k = 0; ss->slot && k < ss->nslots; k++) free(ss->slot[k].acc);
+  free(ss->slot);
+  memset(ss, 0, sizeof *ss);
+}
+
 static int find_session(const nb_hello *h) {
   for (size_t i = 0; i < g_nss; i++)
     if (g_ss[i].used && g_ss[i].comm_id == h->comm_id && !g_ss[i].started) return (int)i;
@@ -148,9 +161,14 @@ static int find_session(const nb_hello *h) {
   g_ss[i].fp = h->fingerprint;
   g_ss[i].nranks = h->nranks;
   g_ss[i].m = h->m;
-  g_ss[i].last_completed = 1;
-  g_ss[i].acc = calloc(h->m, sizeof(float));
-  return g_ss[i].acc ? (int)i : -1;
+  g_ss[i].last_completed = -1;
+  g_ss[i].nslots = h->lag + 1;
+  g_ss[i].slot = calloc(g_ss[i].nslots, sizeof(merge));
+  int ok = g_ss[i].slot != NULL;
+  for (uint32_t k = 0; ok && k < g_ss[i].nslots; k++)
+    ok = (g_ss[i].slot[k].acc = calloc(h->m, sizeof(float))) != NULL;
+  if (!ok) free_session(&g_ss[i]);
+  return ok ? (int)i : -1;
 }
 
 /* Returns -1 to drop the client. */
@@ -158,7 +176,8 @@ static int on_hello(client *c, const nb_wire_hdr *h, const char *pl, const char 
   if (c->session >= 0 || h->len < sizeof(nb_hello)) return -1;
   nb_hello hello;
   memcpy(&hello, pl, sizeof hello);
-  if (hello.m == 0 || hello.m > 4096 || hello.nranks == 0) return -1;
+  if (hello.m == 0 || hello.m > 4096 || hello.nranks == 0 || hello.lag == 0 || hello.lag > 64)
+    return -1;
   int bad_token = hello.token_len != h->len - sizeof hello ||
                   !token_ok(pl + sizeof hello, hello.token_len, token);
   int s = find_session(&hello);
@@ -172,7 +191,8 @@ static int on_hello(client *c, const nb_wire_hdr *h, const char *pl, const char 
     reject_session(s, "a rank presented a bad token (NCCLBOT_SYNC_TOKEN differs between ranks)");
     return -1;
   }
-  if (hello.fingerprint != ss->fp || hello.m != ss->m || hello.nranks != ss->nranks)
+  if (hello.fingerprint != ss->fp || hello.m != ss->m || hello.nranks != ss->nranks ||
+      hello.lag + 1 != ss->nslots)
     reject_session(s, "ranks disagree on NCCLBOT_* settings or saved state");
   else if (!hello.can_learn)
     reject_session(s, "a rank cannot learn (no profiler)");
@@ -194,30 +214,37 @@ static void on_submit(client *c, const nb_wire_hdr *h, const char *pl) {
     return;
   }
   if (h->len != ss->m * sizeof(float)) return;
-  const float *lat = (const float *)(const void *)pl;
-  if (ss->submitted == 0) {
-    ss->round = h->round;
-    ss->checksum = h->a;
-    ss->checksum_bad = 0;
-    memcpy(ss->acc, lat, h->len);
-  } else {
-    if (h->a != ss->checksum || h->round != ss->round) ss->checksum_bad = 1;
-    for (uint32_t i = 0; i < ss->m; i++) {
-      float a = ss->acc[i], b;
-      memcpy(&b, pl + i * sizeof(float), sizeof b);
-      ss->acc[i] = (a < 0 || b < 0 || a != a || b != b) ? -1.0f : (a > b ? a : b);
-    }
-  }
-  if (++ss->submitted < ss->nranks) return;
-  ss->submitted = 0;
-  if (ss->checksum_bad) {
-    fprintf(stderr, "ncclbot-coordinator: ranks logged different pulls in round %lld\n",
-            (long long)ss->round);
+  merge *mg = &ss->slot[(uint64_t)h->round % ss->nslots];
+  if (h->round != c->next_round || (mg->submitted > 0 && mg->round != h->round)) {
+    fprintf(stderr, "ncclbot-coordinator: a rank sent round %lld out of order\n", (long long)h->round);
     stop_session(c->session, NB_MSG_FAIL);
     return;
   }
-  ss->last_completed = ss->round;
-  to_session(c->session, NB_MSG_RESULT, ss->round, ss->acc, h->len);
+  c->next_round++;
+  const float *lat = (const float *)(const void *)pl;
+  if (mg->submitted == 0) {
+    mg->round = h->round;
+    mg->checksum = h->a;
+    mg->checksum_bad = 0;
+    memcpy(mg->acc, lat, h->len);
+  } else {
+    if (h->a != mg->checksum) mg->checksum_bad = 1;
+    for (uint32_t i = 0; i < ss->m; i++) {
+      float a = mg->acc[i], b;
+      memcpy(&b, pl + i * sizeof(float), sizeof b);
+      mg->acc[i] = (a < 0 || b < 0 || a != a || b != b) ? -1.0f : (a > b ? a : b);
+    }
+  }
+  if (++mg->submitted < ss->nranks) return;
+  mg->submitted = 0;
+  if (mg->checksum_bad) {
+    fprintf(stderr, "ncclbot-coordinator: ranks logged different pulls in round %lld\n",
+            (long long)mg->round);
+    stop_session(c->session, NB_MSG_FAIL);
+    return;
+  }
+  ss->last_completed = mg->round;
+  to_session(c->session, NB_MSG_RESULT, mg->round, mg->acc, h->len);
 }
 
 static void drop_client(size_t i) {
@@ -231,8 +258,7 @@ static void drop_client(size_t i) {
   for (size_t k = 0; k < g_ncl; k++) left += g_cl[k]->session == s;
   session *ss = &g_ss[s];
   if (left == 0 && (!ss->rejected || ss->seen >= ss->nranks)) {
-    free(ss->acc);
-    memset(ss, 0, sizeof *ss);
+    free_session(ss);
     return;
   }
   if (ss->rejected) return;

@@ -1,28 +1,29 @@
 /*
  * learn.c: the per-communicator decision loop (paper Algorithm 1, Appendix F).
  *
- * Rank consistency. Every decision is a deterministic function of statistics
- * that all ranks hold identically. Timed pulls are logged in call order (the
- * same on every rank); every m pulls is a round boundary b. At boundary b a rank
- *   1. waits for the merged result of submission b-1 (sent one round earlier,
- *      so normally already there),
- *   2. applies the result of submission b-2 (safe: holding b-1 proves every
- *      rank holds b-2),
- *   3. submits its local latencies for pulls of round b-2 (one round of slack so
- *      no rank waits for a GPU; pulls still unmeasured are sent as missing).
- * The coordinator merges per pull the maximum latency over ranks (missing if
- * any rank misses it).
+ * Rank consistency. Every decision is a deterministic function of statistics that all
+ * ranks hold identically. Timed pulls are logged in call order (the same on every
+ * rank); round r is pulls [r*m, (r+1)*m). With lag A (NCCLBOT_SYNC_LAG):
+ *   - a rank sends round r (its local latencies; pulls still unmeasured go as missing)
+ *     once each of them has its sample, at the latest A*m/2 pulls after the round's end;
+ *     the sync thread does the sending (sync.c), never the collective's call;
+ *   - the coordinator merges per pull the maximum latency over ranks (missing if any rank
+ *     misses it) and sends the result to every rank, where the sync thread publishes it;
+ *   - at boundary b (the call that starts round b) a rank applies the result of round
+ *     b-1-A. It is normally already in memory; a rank waits only when it is not.
+ * So a reward reaches the statistics between m and (A+1)*m pulls after its call, on every
+ * rank at the same call.
  *
- * Stopping. Holding result s proves every rank submitted s, so no rank can pass
- * boundary L+2, L being the last round the coordinator completed. When a rank times
- * out it asks the coordinator to stop the communicator; the coordinator's verdict
- * (FREEZE(L) or FAIL(L), also sent when a rank leaves or crashes) reaches every rank,
- * and every rank acts at the same boundary L+2: freeze keeps the state with rounds up
- * to L applied, fail fails that call and every later one. Until a rank holds its first
- * result (proof that every rank started) it plays NCCL's own choice, so a rank that
- * missed START, or a stop before any round completed, changes nothing. A rank that
- * loses the coordinator without a verdict cannot know which rounds the others hold:
- * fail mode fails at once, freeze mode plays NCCL's choice from then on.
+ * Stopping. Boundary b needs result b-1-A, so when the coordinator has completed round L
+ * (and no later one) no rank can pass boundary L+2+A, and every rank can reach it (results
+ * up to L were sent to all). The coordinator's verdict FREEZE(L) or FAIL(L) (after a
+ * rank's leave or crash, a rank's timeout, or diverging pull logs) reaches every rank, and
+ * every rank acts at the same boundary L+2+A: freeze keeps the state with rounds up to L
+ * applied, fail fails that call and every later one. Until a rank holds result 0 (proof
+ * that every rank started) it plays NCCL's own choice, so a rank that missed START, or a
+ * stop before any round completed, changes nothing. A rank that loses the coordinator
+ * without a verdict cannot know which rounds the others hold: fail mode fails at once,
+ * freeze mode plays NCCL's choice from then on.
  */
 #include "learn.h"
 
@@ -46,7 +47,7 @@
 static int alloc_learning(nb_comm *c) {
   if (nb_tab_init(&c->tab, c->cfg.max_contexts) != 0) return -1;
   uint64_t cap = 2 * NB_NREC; /* local mode gives up on a pull after cap/2 later ones */
-  while (cap < 8ULL * c->cfg.sync_every) cap *= 2;
+  while (cap < 2ULL * (c->cfg.sync_lag + 3) * c->cfg.sync_every) cap *= 2; /* unapplied pulls */
   c->log = calloc(cap, sizeof *c->log);
   if (!c->log) return -1;
   c->log_mask = cap - 1;
@@ -105,7 +106,14 @@ static void setup_learning(nb_comm *c) {
       go_inert(c, "learning needs the profiler: set NCCL_PROFILER_PLUGIN to this same library");
       return;
     }
-    if (c->sync) c->mode = NB_MODE_LEARN_SYNC;
+    if (c->sync) {
+      c->sub_buf = malloc(c->cfg.sync_every * sizeof *c->sub_buf);
+      if (!c->sub_buf) {
+        go_inert(c, "out of memory");
+        return;
+      }
+      c->mode = NB_MODE_LEARN_SYNC;
+    }
   }
   if (c->cfg.trace_dir[0]) nb_trace_open(c);
 }
@@ -139,16 +147,40 @@ void nb_learn_setup(nb_comm *c, int have_comm_id) {
 
 /* ---------- applying rewards ---------- */
 
+/* Most of a context's samples never reach its statistics: say once what to change. */
+static void warn_drops(nb_comm *c, const nb_ctx *x) {
+  c->warned_drops = 1;
+  char ctx[64];
+  snprintf(ctx, sizeof ctx, "%s %llu bytes", nb_coll_name(NB_KEY_COLL(x->key)),
+           (unsigned long long)NB_KEY_BYTES(x->key));
+  if (c->mode == NB_MODE_LEARN_SYNC)
+    NB_WARN("%s: %u of %u samples dropped (their latency was not measured when their round was "
+            "sent, %u pulls after its end): the GPU runs that far behind the host; raise "
+            "NCCLBOT_SYNC_LAG (up to 8) or NCCLBOT_SYNC_EVERY so that NCCLBOT_SYNC_LAG x "
+            "NCCLBOT_SYNC_EVERY / 2 exceeds it",
+            ctx, x->n_missing, x->n_missing + x->n_rewarded,
+            c->cfg.sync_lag * c->cfg.sync_every / 2);
+  else
+    NB_WARN("%s: %u of %u samples dropped: the profiler reports no usable kernel timers for "
+            "them (is NCCL_PROFILER_PLUGIN this same library?)",
+            ctx, x->n_missing, x->n_missing + x->n_rewarded);
+}
+
 static void apply_entry(nb_comm *c, nb_pull *e, float merged_us, int64_t round) {
   nb_ctx *x = &c->tab.ctx[e->ctx];
+  nb_arm_stat *st = &c->tab.stat[x->arm_off + e->arm_idx];
   double reward = merged_us >= 0.0f ? nb_reward(x->mu_min, merged_us) : -1.0;
+  nb_resolve(st);
   if (reward >= 0.0) {
-    nb_update(&c->cfg, &c->tab.stat[x->arm_off + e->arm_idx], reward);
-    x->sel_ok = 0;
+    nb_update(&c->cfg, st, reward);
     c->n_applied++;
+    x->n_rewarded++;
   } else {
     c->n_missing++;
+    x->n_missing++;
+    if (!c->warned_drops && x->n_missing >= 64 && x->n_missing > x->n_rewarded) warn_drops(c, x);
   }
+  x->sel_ok = 0;
   if (c->trace) nb_trace_pull(c, e, x, reward, round);
 }
 
@@ -191,6 +223,9 @@ static void drain(nb_comm *c) {
     if (c->mode == NB_MODE_LEARN_LOCAL) { /* one rank: learn at once */
       apply_entry(c, e, m.lat_us, -1);
       e->state = NB_PULL_APPLIED;
+    } else if ((int64_t)(m.pull / c->cfg.sync_every) == c->sync->submitted + 1 &&
+               c->sync->closed > c->sync->submitted) {
+      c->sync->open_pending--; /* a sample of the closed round waiting to be sent */
     }
     while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
       c->match_lo++;
@@ -199,22 +234,23 @@ static void drain(nb_comm *c) {
 
 /* ---------- synchronised rounds ---------- */
 
-static void apply_result(nb_comm *c, int64_t s) {
-  const float *res = nb_sync_result(c->sync, s);
-  uint64_t m = c->cfg.sync_every, first = (uint64_t)(s - 2) * m;
+static void apply_result(nb_comm *c, int64_t r) {
+  const float *res = nb_sync_result(c->sync, r);
+  uint64_t m = c->cfg.sync_every, first = (uint64_t)r * m;
   for (uint64_t i = 0; i < m; i++) {
     nb_pull *e = &c->log[(first + i) & c->log_mask];
-    apply_entry(c, e, res ? res[i] : -1.0f, s);
+    apply_entry(c, e, res ? res[i] : -1.0f, r);
+    e->state = NB_PULL_APPLIED;
   }
-  c->sync->applied = s;
+  c->sync->applied = r;
 }
 
 static void fail_comm(nb_comm *c, const char *why) {
   c->failed = 1;
-  snprintf(c->fail_why, sizeof c->fail_why, "%.200s", why);
+  snprintf(c->fail_why, sizeof c->fail_why, "%.200s", why[0] ? why : "no reason given");
   NB_WARN("synchronisation failed (%s); failing collectives of communicator %016llx so that "
           "ranks cannot choose differently (NCCLBOT_SYNC_ON_FAILURE=fail)",
-          why, (unsigned long long)c->comm_id);
+          c->fail_why, (unsigned long long)c->comm_id);
 }
 
 /* From now on NCCL decides on this rank, as on every other (see the top of this file). */
@@ -226,11 +262,14 @@ static int play_nccl(nb_comm *c, const char *why) {
   return 1;
 }
 
-/* The coordinator's verdict: stop after round f, at boundary f+2 (fail: fail mode fails). */
-static void take_verdict(nb_comm *c, int64_t f, int fail, const char *why) {
+/* The boundary at which a verdict after round L takes effect on every rank. */
+static int64_t stop_boundary(const nb_comm *c, int64_t L) { return L + 2 + (int64_t)c->cfg.sync_lag; }
+
+/* The coordinator's verdict: stop after round L (fail: fail mode fails). */
+static void take_verdict(nb_comm *c, int64_t L, int fail, const char *why) {
   nb_sync *s = c->sync;
-  if (s->stop_at) return;
-  s->stop_at = f + 2;
+  if (s->stop_at >= 0) return;
+  s->stop_at = stop_boundary(c, L);
   s->stop_fail = fail && c->cfg.on_failure == NB_FAIL_ABORT;
   snprintf(c->fail_why, sizeof c->fail_why, "%.200s", why);
 }
@@ -238,9 +277,9 @@ static void take_verdict(nb_comm *c, int64_t f, int fail, const char *why) {
 /* Boundary stop_at: act on the verdict. Returns 1 (no more learning) or -1 (failed). */
 static int stop_now(nb_comm *c) {
   nb_sync *s = c->sync;
-  int64_t f = s->stop_at - 2;
+  int64_t L = s->stop_at - 2 - (int64_t)c->cfg.sync_lag;
   char why[300];
-  if (f < 2) {
+  if (L < 0) {
     snprintf(why, sizeof why, "%.200s, before any round completed", c->fail_why);
     return play_nccl(c, why);
   }
@@ -248,17 +287,15 @@ static int stop_now(nb_comm *c) {
     fail_comm(c, c->fail_why);
     return -1;
   }
-  for (int64_t k = s->applied + 1; k <= f; k++) {
-    if (!nb_sync_result(s, k)) { /* cannot happen: result f came before the verdict */
-      snprintf(why, sizeof why, "%.200s, but round %lld is not held here", c->fail_why, (long long)k);
-      return play_nccl(c, why);
-    }
-    apply_result(c, k);
+  if (s->applied != L) { /* cannot happen: boundary L+1+A applied round L */
+    snprintf(why, sizeof why, "%.200s, but round %lld is the last applied here", c->fail_why,
+             (long long)s->applied);
+    return play_nccl(c, why);
   }
   s->frozen = 1;
   NB_WARN("synchronisation stopped (%s); communicator %016llx keeps its bandit state frozen at "
           "round %lld and stops learning (NCCLBOT_SYNC_ON_FAILURE=freeze)",
-          c->fail_why, (unsigned long long)c->comm_id, (long long)f);
+          c->fail_why, (unsigned long long)c->comm_id, (long long)L);
   return 1;
 }
 
@@ -271,9 +308,10 @@ static int lost(nb_comm *c, const char *why) {
   return play_nccl(c, why);
 }
 
-static void submit_round(nb_comm *c, int64_t b) {
-  uint64_t m = c->cfg.sync_every, first = (uint64_t)(b - 2) * m;
-  float *lat = c->sync->res[(b + 2) % NB_RES_RING]; /* slot of b-2, already applied */
+/* Hands round r's local latencies to the sync thread (pulls still unmeasured go as missing). */
+static void submit_round(nb_comm *c, int64_t r) {
+  uint64_t m = c->cfg.sync_every, first = (uint64_t)r * m;
+  float *lat = c->sub_buf;
   uint64_t h = 1469598103934665603ULL;
   for (uint64_t i = 0; i < m; i++) {
     nb_pull *e = &c->log[(first + i) & c->log_mask];
@@ -282,10 +320,28 @@ static void submit_round(nb_comm *c, int64_t b) {
     uint64_t k = c->tab.ctx[e->ctx].key ^ ((uint64_t)e->arm << 50);
     h = (h ^ k) * 1099511628211ULL;
   }
-  c->sync->have[(b + 2) % NB_RES_RING] = -1;
   while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
     c->match_lo++;
-  (void)nb_sync_submit(c->sync, b, h, lat); /* a failed send shows up as the next wait's failure */
+  nb_sync_submit(c->sync, r, h, lat);
+  c->sync->submitted = r;
+}
+
+/* Round r's pulls are all issued: count those still waiting for their sample. */
+static void close_round(nb_comm *c, int64_t r) {
+  uint64_t m = c->cfg.sync_every, first = (uint64_t)r * m;
+  uint32_t pending = 0;
+  for (uint64_t i = 0; i < m; i++) pending += c->log[(first + i) & c->log_mask].state == NB_PULL_PENDING;
+  c->sync->closed = r;
+  c->sync->open_pending = pending;
+}
+
+/* Sends the closed round once its samples are in, or at its deadline (A*m/2 pulls late). */
+static void maybe_submit(nb_comm *c) {
+  nb_sync *s = c->sync;
+  if (s->closed <= s->submitted || s->stop_at >= 0) return;
+  int64_t r = s->submitted + 1;
+  uint64_t deadline = (uint64_t)(r + 1) * c->cfg.sync_every + c->cfg.sync_lag * c->cfg.sync_every / 2;
+  if (s->open_pending == 0 || c->head >= deadline) submit_round(c, r);
 }
 
 static uint64_t cpu_ns(void) {
@@ -297,38 +353,52 @@ static uint64_t cpu_ns(void) {
 /* How long a rank that timed out waits for the coordinator's verdict. */
 #define NB_VERDICT_MS 5000u
 
+/* Waits for result r (normally already held). 0 = held, 1 = a verdict, -1 = lost (why). */
+static int await_result(nb_comm *c, int64_t r, char *why, size_t whylen) {
+  nb_sync *s = c->sync;
+  int64_t L = 0;
+  int fail = 0;
+  uint64_t w0 = nb_now_ns();
+  int rc = nb_sync_wait(s, r, c->cfg.sync_timeout_ms, &L, &fail, why, whylen);
+  if (rc == NB_WAIT_TIMEOUT) { /* ask the coordinator to stop everyone, take its verdict */
+    nb_sync_send(s, c->cfg.on_failure == NB_FAIL_ABORT ? NB_MSG_FAIL : NB_MSG_FREEZE, r);
+    uint32_t ms = c->cfg.sync_timeout_ms < NB_VERDICT_MS ? c->cfg.sync_timeout_ms : NB_VERDICT_MS;
+    char why2[160];
+    if (nb_sync_verdict(s, ms, &L, &fail, why2, sizeof why2) == NB_WAIT_FREEZE) {
+      snprintf(why + strlen(why), whylen - strlen(why), "; %s", why2);
+      rc = NB_WAIT_FREEZE;
+    } else {
+      snprintf(why + strlen(why), whylen - strlen(why), "; %s", why2);
+    }
+  }
+  c->sync_wait_us_total += (double)(nb_now_ns() - w0) / 1000.0;
+  if (rc == NB_WAIT_OK) return 0;
+  if (rc == NB_WAIT_FREEZE) {
+    take_verdict(c, L, fail, why);
+    return 1;
+  }
+  return -1;
+}
+
 /* Round boundary b (see the top of this file). Returns 0 to go on learning, 1 when frozen
  * or NCCL decides from now on, -1 when failed (fail mode). */
 static int boundary(nb_comm *c, int64_t b) {
   uint64_t t0 = nb_now_ns(), c0 = cpu_ns();
   nb_sync *s = c->sync;
-  char why[256];
-  if (!s->stop_at && b - 1 >= 2) {
-    int64_t f = 0;
-    int fail = 0;
-    uint64_t w0 = nb_now_ns();
-    int r = nb_sync_wait(s, b - 1, c->cfg.sync_timeout_ms, &f, &fail, why, sizeof why);
-    if (r == NB_WAIT_TIMEOUT) { /* ask the coordinator to stop everyone, take its verdict */
-      nb_sync_send(s, c->cfg.on_failure == NB_FAIL_ABORT ? NB_MSG_FAIL : NB_MSG_FREEZE, b - 2);
-      uint32_t ms = c->cfg.sync_timeout_ms < NB_VERDICT_MS ? c->cfg.sync_timeout_ms : NB_VERDICT_MS;
-      char why2[128];
-      if (nb_sync_verdict(s, ms, &f, &fail, why2, sizeof why2) == NB_WAIT_FREEZE)
-        r = NB_WAIT_FREEZE;
-      else
-        snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", why2);
+  char why[400] = "";
+  int64_t r = b - 1 - (int64_t)c->cfg.sync_lag;
+  if (s->stop_at >= 0 && b >= s->stop_at) return stop_now(c);
+  if (r >= 0) { /* before a verdict's boundary the results it covers are all on their way */
+    int got = await_result(c, r, why, sizeof why);
+    if (got < 0) return lost(c, why);
+    if (got > 0 && b >= s->stop_at) return stop_now(c);
+    if (got == 0) {
+      apply_result(c, r);
+      s->confirmed = 1; /* result 0 is held: every rank started; all leave NCCL's choice now */
     }
-    c->sync_wait_us_total += (double)(nb_now_ns() - w0) / 1000.0;
-    if (r == NB_WAIT_FREEZE)
-      take_verdict(c, f, fail, why);
-    else if (r != NB_WAIT_OK)
-      return lost(c, why);
-    /* Result b-1 is held here (also when a verdict names it, it came first), so on every
-     * rank that plays round b: all started, and all leave NCCL's choice together. */
-    if (nb_sync_result(s, b - 1)) s->confirmed = 1;
   }
-  if (s->stop_at && b >= s->stop_at) return stop_now(c);
-  if (b - 2 >= 2) apply_result(c, b - 2);
-  if (b >= 2 && !s->stop_at) submit_round(c, b);
+  close_round(c, b - 1);
+  maybe_submit(c);
   double us = (double)(nb_now_ns() - t0) / 1000.0;
   c->n_rounds++;
   c->sync_us_total += us;
@@ -417,14 +487,17 @@ static uint32_t available_mask(const nb_comm *c, const nb_ctx *x, const float *t
 }
 
 /*
- * The policy's choice (index into the context's arms). A deterministic decision depends
- * only on the statistics and the mask: between two updates of this context (in
- * synchronised mode, a whole round) it is reused instead of recomputed. A stochastic one
+ * The policy's choice (index into the context's arms) among the available arms the hold
+ * rule leaves (policy.h, nb_held). A deterministic decision depends only on the
+ * statistics and that mask: between two updates of this context it is reused instead of
+ * recomputed. A stochastic one
  * draws afresh each call from the shared stream (rng.h), so it is never reused. Timed
  * AUTO has its one slot: NCCL's arm.
  */
 static int select_arm(nb_comm *c, nb_ctx *x, uint64_t key, uint32_t mask) {
   if (c->cfg.policy == NB_POLICY_AUTO) return 0;
+  uint32_t free_arms = mask & ~nb_held(&c->tab.stat[x->arm_off], x->narms, c->cfg.probe);
+  if (free_arms) mask = free_arms; /* every arm held: the policy chooses among all */
   int cacheable = nb_policy_cacheable(&c->cfg);
   if (cacheable && x->sel_ok && x->sel_mask == mask) return x->sel_idx;
   uint64_t stream = cacheable ? 0 : nb_rng_stream(c->cfg.seed, c->comm_id, key);
@@ -461,6 +534,7 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
   }
   drain(c);
   if (c->mode == NB_MODE_LEARN_LOCAL) apply_local(c);
+  else if (!c->sync->frozen) maybe_submit(c);
   uint64_t key = NB_KEY(coll, nBytes);
   int64_t ci = nb_tab_find(&c->tab, key);
   if (ci < 0) ci = create_ctx(c, key, table, numAlgo, numProto);
@@ -497,6 +571,7 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
   e->auto_arm = (uint8_t)auto_arm;
   e->state = NB_PULL_PENDING;
   e->bound = 0;
+  nb_issue(&c->tab.stat[x->arm_off + idx]);
   c->head++;
   c->n_timed++;
   return ncclSuccess;
@@ -558,6 +633,8 @@ void nb_learn_teardown(nb_comm *c) {
   nb_tab_free(&c->tab);
   free(c->log);
   c->log = NULL;
+  free(c->sub_buf);
+  c->sub_buf = NULL;
   nb_static_free(c->stat_tab);
   c->stat_tab = NULL;
   nb_saved_free(c->saved);

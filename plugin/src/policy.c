@@ -56,7 +56,7 @@ void nb_warm_start(const double *mu, double mu_min, int narms, double pseudo_cou
                    nb_arm_stat *st, nb_policy_state *ps) {
   for (int i = 0; i < narms; i++) {
     int warm = pseudo_count > 0.0 && mu[i] > 0.0;
-    st[i] = (nb_arm_stat){warm ? mu_min / mu[i] : 0.0, warm ? pseudo_count : 0.0, 0.0, 0, 0};
+    st[i] = (nb_arm_stat){warm ? mu_min / mu[i] : 0.0, warm ? pseudo_count : 0.0, 0.0, 0, 0, 0, 0};
   }
   *ps = (nb_policy_state){0, 0, NB_NO_COMMIT};
 }
@@ -203,6 +203,13 @@ int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t m
       return select_etc(cfg, st, narms, mask, ps, nb_rng_uniform(nb_rng_at(stream, t), 0));
     default: return argmax_mean(st, narms, mask); /* greedy */
   }
+}
+
+uint32_t nb_held(const nb_arm_stat *st, int narms, uint32_t probe) {
+  uint32_t held = 0;
+  for (int i = 0; i < narms; i++)
+    held |= (uint32_t)((uint64_t)st[i].inflight >= (uint64_t)probe + 2ULL * st[i].resolved) << i;
+  return held;
 }
 
 /* estimators.BanditState.update with discount 1, after skip-first-k. */

@@ -21,6 +21,8 @@ typedef struct {
   double n;      /* learned pulls, including the warm-start pseudo-count */
   double s2;     /* m2 (sample mean) or variance (sgd, gain) of the rewards */
   uint32_t seen; /* rewards received, learned or skipped (skip-first-k) */
+  uint32_t inflight; /* pulls issued whose reward (or its absence) is not applied yet */
+  uint32_t resolved; /* pulls whose reward (or its absence) was applied */
   uint32_t pad_;
 } nb_arm_stat;
 
@@ -67,6 +69,20 @@ int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t m
 double nb_ucb_total(const nb_arm_stat *st, int narms);
 /* UCB1's index of one arm: mean + alpha * sqrt((2 ln max(N, 1)) / n). */
 double nb_ucb_index(const nb_arm_stat *st, double total, double alpha);
+
+/*
+ * The hold rule: arms with at least probe + 2 * resolved pulls in flight (issued, reward not
+ * applied yet), as a mask. A held arm is left out of the choice, so a newly tried arm is
+ * played `probe` times and then waits for its rewards instead of being played blindly for
+ * the whole synchronisation delay; trust grows with the evidence applied.
+ */
+uint32_t nb_held(const nb_arm_stat *st, int narms, uint32_t probe);
+/* A pull of this arm was issued / its reward (or its absence) applied. */
+static inline void nb_issue(nb_arm_stat *st) { st->inflight++; }
+static inline void nb_resolve(nb_arm_stat *st) {
+  if (st->inflight) st->inflight--;
+  st->resolved++;
+}
 
 /* One reward into one arm's statistics with the configured estimator and skip-first-k. */
 void nb_update(const nb_config *cfg, nb_arm_stat *st, double reward);

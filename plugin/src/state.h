@@ -15,6 +15,7 @@
 #ifndef NCCLBOT_STATE_H
 #define NCCLBOT_STATE_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -38,6 +39,7 @@ typedef struct {
   uint8_t narms;
   uint8_t flags;
   uint8_t auto_arm;  /* NCCL's choice at first sight */
+  uint32_t n_rewarded, n_missing; /* pulls applied with a reward, and without (dropped) */
   nb_policy_state pol; /* draw counter and policy memory (policy.h) */
 } nb_ctx;
 
@@ -98,23 +100,53 @@ typedef struct {
 
 _Static_assert(sizeof(nb_rec) <= NB_REC_SIZE, "record fits its slot");
 
-/* ---- synchronisation client ---- */
+/* ---- synchronisation client (sync.c) ---- */
 
-#define NB_RES_RING 4
+#define NB_OUT_RING 8 /* messages the user thread hands the sync thread */
+
+/*
+ * Shared by the user thread and the communicator's sync thread, which alone touches the
+ * socket after START. The sync thread publishes each RESULT (its slot, then `have` with
+ * release), a verdict (`verdict_round`, then `verdict` with release) or a lost connection
+ * (`lost_why`, then `lost`); the user thread reads them with acquire loads and blocks on
+ * `cv` only when what it needs has not arrived. Fields below "user thread" are its own.
+ */
 typedef struct {
-  int fd;
+  int fd, efd; /* socket; eventfd that wakes the sync thread for the outbox or a stop */
   uint32_t m;
-  int64_t have[NB_RES_RING]; /* submission id held in each result slot, -1 none */
-  float *res[NB_RES_RING];   /* merged max latency per pull, <0 missing */
-  int64_t applied;           /* last submission id applied (starts at 1: nothing) */
-  int64_t held;              /* last submission id received */
-  int64_t stop_at;           /* boundary at which the coordinator's verdict takes effect, 0 none */
-  int stop_fail;             /* ... and it fails the communicator (fail mode, FAIL verdict) */
-  int frozen;
-  int confirmed;             /* a result is held: every rank started (until then: AUTO) */
-  int auto_only;             /* lost the coordinator without its verdict: NCCL decides */
-  char rbuf[65536];
+  uint32_t nres;  /* result slots: results r .. r+lag may be held before r is applied */
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int stop; /* under mu */
+  int64_t *have; /* [nres] submission held in each slot, -1 none (atomic) */
+  float **res;   /* [nres] merged max latency per pull, <0 missing */
+  int verdict;   /* 0, NB_MSG_FREEZE or NB_MSG_FAIL (atomic) */
+  int64_t verdict_round;
+  int lost;      /* the connection failed (atomic); lost_why says how */
+  char lost_why[160];
+  struct {
+    uint32_t type;
+    int64_t round;
+    uint64_t a;
+    uint32_t len;
+  } out_hdr[NB_OUT_RING];
+  float *out[NB_OUT_RING];
+  uint64_t out_head, out_tail; /* user thread pushes at head, sync thread pops at tail (atomic) */
+  char rbuf[65536];            /* sync thread's receive buffer */
   size_t rlen;
+  /* user thread */
+  int64_t applied;   /* last submission applied, -1 none */
+  int64_t stop_at;   /* boundary at which the coordinator's verdict takes effect, -1 none */
+  int stop_fail;     /* ... and it fails the communicator (fail mode, FAIL verdict) */
+  int frozen;
+  int confirmed;     /* result 0 is held: every rank started (until then: AUTO) */
+  int auto_only;     /* lost the coordinator without its verdict: NCCL decides */
+  int64_t submitted; /* last round submitted, -1 none */
+  int64_t closed;    /* last round whose pulls all were issued, -1 none */
+  uint32_t open_pending; /* pulls of round submitted+1 still without a local sample */
+  uint64_t waits;    /* boundaries that had to block for a result */
 } nb_sync;
 
 typedef enum {
@@ -136,6 +168,7 @@ typedef struct nb_comm {
   nb_config cfg;
   nb_mode mode;
   int failed; /* abort mode after a synchronisation failure */
+  int warned_drops; /* the "most samples dropped" WARN was given */
   char fail_why[256];
 
   nb_ctx_table tab;
@@ -148,6 +181,7 @@ typedef struct nb_comm {
 
   nb_mq mq;
   nb_sync *sync;
+  float *sub_buf; /* sync_every latencies of the round being sent */
   nb_static *stat_tab;
   nb_saved *saved;
   nb_tracer *trace;

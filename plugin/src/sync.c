@@ -1,4 +1,5 @@
 /* sync.c: see sync.h. */
+#define _GNU_SOURCE
 #include "sync.h"
 
 #include <errno.h>
@@ -9,10 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "wire.h"
+
+#define LOAD(p) __atomic_load_n(p, __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELEASE)
 
 static int send_all(int fd, const void *buf, size_t n) {
   const char *p = buf;
@@ -69,28 +75,26 @@ static int connect_to(const char *host, int port, uint32_t timeout_ms) {
   return fd;
 }
 
-/* Reads until one whole message is buffered or the deadline passes; 1 = message, 0 = timeout, -1 = closed. */
-static int read_msg(nb_sync *s, uint64_t deadline, nb_wire_hdr *h, const char **payload) {
-  for (;;) {
-    if (s->rlen >= sizeof *h) {
-      memcpy(h, s->rbuf, sizeof *h);
-      if (h->magic != NB_WIRE_MAGIC || h->len > NB_WIRE_MAX_PAYLOAD) return -1;
-      if (s->rlen >= sizeof *h + h->len) {
-        *payload = s->rbuf + sizeof *h;
-        return 1;
-      }
-    }
-    uint64_t now = nb_now_ns();
-    int ms = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
-    struct pollfd p = {s->fd, POLLIN, 0};
-    int r = poll(&p, 1, ms);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return r == 0 ? 0 : -1;
-    ssize_t k = recv(s->fd, s->rbuf + s->rlen, sizeof s->rbuf - s->rlen, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    s->rlen += (size_t)k;
-  }
+/* One whole message buffered in s->rbuf: 1 (header and payload set), 0 (not yet), -1 (bad). */
+static int buffered_msg(nb_sync *s, nb_wire_hdr *h, const char **payload) {
+  if (s->rlen < sizeof *h) return 0;
+  memcpy(h, s->rbuf, sizeof *h);
+  if (h->magic != NB_WIRE_MAGIC || h->len > NB_WIRE_MAX_PAYLOAD) return -1;
+  if (s->rlen < sizeof *h + h->len) return 0;
+  *payload = s->rbuf + sizeof *h;
+  return 1;
+}
+
+static int recv_some(nb_sync *s, int timeout_ms) {
+  struct pollfd p = {s->fd, POLLIN, 0};
+  int r = poll(&p, 1, timeout_ms);
+  if (r < 0 && errno == EINTR) return 0;
+  if (r <= 0) return r;
+  ssize_t k = recv(s->fd, s->rbuf + s->rlen, sizeof s->rbuf - s->rlen, 0);
+  if (k < 0 && errno == EINTR) return 0;
+  if (k <= 0) return -1;
+  s->rlen += (size_t)k;
+  return 1;
 }
 
 static void consume(nb_sync *s, const nb_wire_hdr *h) {
@@ -99,25 +103,134 @@ static void consume(nb_sync *s, const nb_wire_hdr *h) {
   s->rlen -= n;
 }
 
+/* ---------- the sync thread ---------- */
+
+static void publish_lost(nb_sync *s, const char *why) {
+  if (LOAD(&s->lost)) return;
+  pthread_mutex_lock(&s->mu);
+  snprintf(s->lost_why, sizeof s->lost_why, "%s", why);
+  STORE(&s->lost, 1);
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Handles one received message; -1 on a protocol error. */
+static int on_message(nb_sync *s, const nb_wire_hdr *h, const char *pl) {
+  if (h->type == NB_MSG_RESULT && h->len == s->m * sizeof(float) && h->round >= 0) {
+    uint32_t i = (uint32_t)(h->round % s->nres);
+    memcpy(s->res[i], pl, h->len);
+    pthread_mutex_lock(&s->mu);
+    STORE(&s->have[i], h->round);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+  }
+  if (h->type == NB_MSG_FREEZE || h->type == NB_MSG_FAIL) {
+    pthread_mutex_lock(&s->mu);
+    if (!LOAD(&s->verdict)) {
+      s->verdict_round = h->round;
+      STORE(&s->verdict, (int)h->type);
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+  }
+  return -1;
+}
+
+/* Sends what the user thread queued; returns -1 when the socket failed. */
+static int flush_outbox(nb_sync *s) {
+  uint64_t head = LOAD(&s->out_head);
+  int rc = 0;
+  while (s->out_tail < head) {
+    uint32_t i = (uint32_t)(s->out_tail % NB_OUT_RING);
+    if (rc == 0 && !LOAD(&s->lost) &&
+        send_msg(s->fd, s->out_hdr[i].type, s->out_hdr[i].round, s->out_hdr[i].a, s->out[i],
+                 s->out_hdr[i].len) != 0)
+      rc = -1;
+    pthread_mutex_lock(&s->mu);
+    STORE(&s->out_tail, s->out_tail + 1);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+  return rc;
+}
+
+static void *sync_main(void *arg) {
+  nb_sync *s = arg;
+  for (;;) {
+    struct pollfd p[2] = {{s->efd, POLLIN, 0}, {LOAD(&s->lost) ? -1 : s->fd, POLLIN, 0}};
+    int r = poll(p, 2, -1);
+    if (r < 0 && errno != EINTR) break;
+    if (p[0].revents & POLLIN) {
+      uint64_t n;
+      if (read(s->efd, &n, sizeof n) < 0 && errno != EAGAIN && errno != EINTR) break;
+    }
+    if (flush_outbox(s) != 0) publish_lost(s, "coordinator connection lost while sending");
+    pthread_mutex_lock(&s->mu);
+    int stopping = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    if (stopping) break;
+    if (!(p[1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    if (recv_some(s, 0) < 0) {
+      publish_lost(s, "coordinator connection lost");
+      continue;
+    }
+    nb_wire_hdr h;
+    const char *pl;
+    int k;
+    while ((k = buffered_msg(s, &h, &pl)) == 1) {
+      int bad = on_message(s, &h, pl);
+      consume(s, &h);
+      if (bad) {
+        char why[96];
+        snprintf(why, sizeof why, "unexpected message %u from the coordinator", h.type);
+        publish_lost(s, why);
+        break;
+      }
+    }
+    if (k < 0) publish_lost(s, "garbled message from the coordinator");
+  }
+  flush_outbox(s);
+  return NULL;
+}
+
+/* ---------- opening and closing ---------- */
+
+static nb_sync *alloc_sync(const nb_config *cfg) {
+  nb_sync *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->fd = s->efd = -1;
+  s->m = cfg->sync_every;
+  s->nres = cfg->sync_lag + 2;
+  s->applied = s->stop_at = s->submitted = s->closed = -1;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&s->mu, NULL);
+  s->have = malloc(s->nres * sizeof *s->have);
+  s->res = calloc(s->nres, sizeof *s->res);
+  int ok = s->have && s->res;
+  for (uint32_t i = 0; ok && i < s->nres; i++) {
+    s->have[i] = -1;
+    ok = (s->res[i] = malloc(s->m * sizeof(float))) != NULL;
+  }
+  for (int i = 0; ok && i < NB_OUT_RING; i++) ok = (s->out[i] = malloc(s->m * sizeof(float))) != NULL;
+  if (!ok) {
+    nb_sync_close(s);
+    return NULL;
+  }
+  return s;
+}
+
 nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int rank,
                       int can_learn, uint64_t fingerprint, char *why, size_t whylen) {
-  nb_sync *s = calloc(1, sizeof *s);
+  nb_sync *s = alloc_sync(cfg);
   if (!s) {
     snprintf(why, whylen, "out of memory");
     return NULL;
-  }
-  s->fd = -1;
-  s->m = cfg->sync_every;
-  s->applied = 1;
-  s->held = 1;
-  for (int i = 0; i < NB_RES_RING; i++) {
-    s->have[i] = -1;
-    s->res[i] = malloc(s->m * sizeof(float));
-    if (!s->res[i]) {
-      snprintf(why, whylen, "out of memory");
-      nb_sync_close(s);
-      return NULL;
-    }
   }
   s->fd = connect_to(cfg->sync_host, cfg->sync_port, cfg->sync_init_timeout_ms);
   if (s->fd < 0) {
@@ -129,7 +242,7 @@ nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int ra
   size_t tl = strlen(cfg->sync_token);
   char buf[sizeof(nb_hello) + 256];
   nb_hello hello = {comm_id, fingerprint, (uint32_t)nranks, (uint32_t)rank, s->m,
-                    (uint32_t)(can_learn != 0), (uint32_t)tl, 0};
+                    (uint32_t)(can_learn != 0), (uint32_t)tl, cfg->sync_lag};
   memcpy(buf, &hello, sizeof hello);
   memcpy(buf + sizeof hello, cfg->sync_token, tl);
   if (send_msg(s->fd, NB_MSG_HELLO, 0, 0, buf, (uint32_t)(sizeof hello + tl)) != 0) {
@@ -141,88 +254,160 @@ nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int ra
   nb_wire_hdr h;
   const char *pl;
   uint64_t deadline = nb_now_ns() + (uint64_t)cfg->sync_init_timeout_ms * 1000000ULL;
-  int r = read_msg(s, deadline, &h, &pl);
+  int r;
+  while ((r = buffered_msg(s, &h, &pl)) == 0) {
+    uint64_t now = nb_now_ns();
+    if (now >= deadline) break;
+    int got = recv_some(s, (int)((deadline - now + 999999) / 1000000));
+    if (got < 0) {
+      r = -1;
+      break;
+    }
+  }
   if (r == 1 && h.type == NB_MSG_START) {
     consume(s, &h);
-    return s;
-  }
-  if (r == 1 && h.type == NB_MSG_REJECT)
+    s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->efd >= 0 && pthread_create(&s->thread, NULL, sync_main, s) == 0) {
+      s->thread_started = 1;
+      return s;
+    }
+    snprintf(why, whylen, "cannot start the synchronisation thread");
+  } else if (r == 1 && h.type == NB_MSG_REJECT) {
     snprintf(why, whylen, "the coordinator refused this communicator: %.*s", (int)h.len, pl);
-  else
+  } else {
     snprintf(why, whylen, "no START from the coordinator at %s:%d within %u ms (%s)",
              cfg->sync_host, cfg->sync_port, cfg->sync_init_timeout_ms,
              r == 0 ? "timeout" : "connection closed or bad reply");
+  }
   nb_sync_close(s);
   return NULL;
 }
 
-int nb_sync_submit(nb_sync *s, int64_t round, uint64_t checksum, const float *lat) {
-  return send_msg(s->fd, NB_MSG_SUBMIT, round, checksum, lat, s->m * (uint32_t)sizeof(float));
+static void wake(nb_sync *s) {
+  uint64_t one = 1;
+  if (s->efd >= 0 && write(s->efd, &one, sizeof one) < 0) { /* a full counter still wakes it */
+  }
 }
+
+static struct timespec deadline_in(uint32_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+static void push(nb_sync *s, uint32_t type, int64_t round, uint64_t a, const float *lat) {
+  if (!s->thread_started || LOAD(&s->lost)) return;
+  if (s->out_head - LOAD(&s->out_tail) >= NB_OUT_RING) { /* the sync thread is stuck sending */
+    struct timespec ts = deadline_in(1000);
+    pthread_mutex_lock(&s->mu);
+    while (s->out_head - LOAD(&s->out_tail) >= NB_OUT_RING && !LOAD(&s->lost))
+      if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&s->mu);
+    if (s->out_head - LOAD(&s->out_tail) >= NB_OUT_RING) return; /* the next wait times out */
+  }
+  uint32_t i = (uint32_t)(s->out_head % NB_OUT_RING);
+  s->out_hdr[i].type = type;
+  s->out_hdr[i].round = round;
+  s->out_hdr[i].a = a;
+  s->out_hdr[i].len = lat ? s->m * (uint32_t)sizeof(float) : 0;
+  if (lat) memcpy(s->out[i], lat, s->m * sizeof(float));
+  STORE(&s->out_head, s->out_head + 1);
+  wake(s);
+}
+
+void nb_sync_submit(nb_sync *s, int64_t round, uint64_t checksum, const float *lat) {
+  push(s, NB_MSG_SUBMIT, round, checksum, lat);
+}
+
+void nb_sync_send(nb_sync *s, uint32_t type, int64_t round) {
+  if (s) push(s, type, round, 0, NULL);
+}
+
+void nb_sync_close(nb_sync *s) {
+  if (!s) return;
+  if (s->thread_started) {
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_mutex_unlock(&s->mu);
+    wake(s);
+    pthread_join(s->thread, NULL);
+  }
+  if (s->fd >= 0) close(s->fd);
+  if (s->efd >= 0) close(s->efd);
+  for (uint32_t i = 0; s->res && i < s->nres; i++) free(s->res[i]);
+  for (int i = 0; i < NB_OUT_RING; i++) free(s->out[i]);
+  free(s->res);
+  free(s->have);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+/* ---------- the user thread's view ---------- */
 
 const float *nb_sync_result(const nb_sync *s, int64_t round) {
-  int i = (int)(round % NB_RES_RING);
-  return s->have[i] == round ? s->res[i] : NULL;
+  if (round < 0) return NULL;
+  uint32_t i = (uint32_t)(round % s->nres);
+  return LOAD(&s->have[i]) == round ? s->res[i] : NULL;
 }
 
-/* Reads messages until RESULT(round) (round >= 0) or a verdict. */
+int nb_sync_polled_verdict(nb_sync *s, int64_t *freeze_f, int *fail) {
+  int v = LOAD(&s->verdict);
+  if (!v) return 0;
+  *freeze_f = s->verdict_round;
+  *fail = v == NB_MSG_FAIL;
+  return 1;
+}
+
+/* What the user thread waits for: RESULT(round) (round >= 0) or a verdict. */
+static int ready(nb_sync *s, int64_t round, int64_t *freeze_f, int *fail) {
+  if (round >= 0 && nb_sync_result(s, round)) return NB_WAIT_OK;
+  if (nb_sync_polled_verdict(s, freeze_f, fail)) /* a result published before it is seen */
+    return round >= 0 && nb_sync_result(s, round) ? NB_WAIT_OK : NB_WAIT_FREEZE;
+  if (LOAD(&s->lost)) return NB_WAIT_FAIL;
+  return NB_WAIT_TIMEOUT;
+}
+
 static int wait_for(nb_sync *s, int64_t round, uint32_t timeout_ms, int64_t *freeze_f, int *fail,
                     char *why, size_t whylen) {
-  uint64_t deadline = nb_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
-  for (;;) {
-    nb_wire_hdr h;
-    const char *pl;
-    int r = read_msg(s, deadline, &h, &pl);
-    if (r <= 0) {
-      if (round >= 0)
-        snprintf(why, whylen, "%s while waiting for round %lld",
-                 r == 0 ? "coordinator timeout" : "coordinator connection lost", (long long)round);
-      else
-        snprintf(why, whylen, "%s while waiting for its verdict",
-                 r == 0 ? "no answer from the coordinator" : "coordinator connection lost");
-      return r == 0 ? NB_WAIT_TIMEOUT : NB_WAIT_FAIL;
-    }
-    if (h.type == NB_MSG_RESULT && h.len == s->m * sizeof(float)) {
-      int i = (int)(h.round % NB_RES_RING);
-      memcpy(s->res[i], pl, h.len);
-      s->have[i] = h.round;
-      if (h.round > s->held) s->held = h.round;
-      consume(s, &h);
-      if (h.round == round) return NB_WAIT_OK;
-      continue;
-    }
-    if (h.type == NB_MSG_FREEZE || h.type == NB_MSG_FAIL) {
-      *freeze_f = h.round;
-      *fail = h.type == NB_MSG_FAIL;
-      consume(s, &h);
-      snprintf(why, whylen, "the coordinator %s this communicator after round %lld",
-               *fail ? "failed" : "froze", (long long)h.round);
-      return NB_WAIT_FREEZE;
-    }
-    snprintf(why, whylen, "unexpected message %u from the coordinator", h.type);
-    consume(s, &h);
-    return NB_WAIT_FAIL;
+  int r = ready(s, round, freeze_f, fail);
+  if (r == NB_WAIT_TIMEOUT) {
+    struct timespec ts = deadline_in(timeout_ms);
+    pthread_mutex_lock(&s->mu);
+    while ((r = ready(s, round, freeze_f, fail)) == NB_WAIT_TIMEOUT)
+      if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {
+        r = ready(s, round, freeze_f, fail);
+        break;
+      }
+    pthread_mutex_unlock(&s->mu);
   }
+  if (r == NB_WAIT_FREEZE)
+    snprintf(why, whylen, "the coordinator %s this communicator after round %lld",
+             *fail ? "failed" : "froze", (long long)*freeze_f);
+  else if (r == NB_WAIT_FAIL)
+    snprintf(why, whylen, "%s%s", s->lost_why,
+             round >= 0 ? " while waiting for a round's result" : " while waiting for its verdict");
+  else if (r == NB_WAIT_TIMEOUT && round >= 0)
+    snprintf(why, whylen, "coordinator timeout while waiting for round %lld", (long long)round);
+  else if (r == NB_WAIT_TIMEOUT)
+    snprintf(why, whylen, "no answer from the coordinator while waiting for its verdict");
+  return r;
 }
 
 int nb_sync_wait(nb_sync *s, int64_t round, uint32_t timeout_ms, int64_t *freeze_f, int *fail,
                  char *why, size_t whylen) {
   if (nb_sync_result(s, round)) return NB_WAIT_OK;
+  s->waits++;
   return wait_for(s, round, timeout_ms, freeze_f, fail, why, whylen);
 }
 
 int nb_sync_verdict(nb_sync *s, uint32_t timeout_ms, int64_t *freeze_f, int *fail, char *why,
                     size_t whylen) {
   return wait_for(s, -1, timeout_ms, freeze_f, fail, why, whylen);
-}
-
-void nb_sync_send(nb_sync *s, uint32_t type, int64_t round) {
-  if (s && s->fd >= 0) (void)send_msg(s->fd, type, round, 0, NULL, 0);
-}
-
-void nb_sync_close(nb_sync *s) {
-  if (!s) return;
-  if (s->fd >= 0) close(s->fd);
-  for (int i = 0; i < NB_RES_RING; i++) free(s->res[i]);
-  free(s);
 }

@@ -4,9 +4,10 @@
  *   client -> coordinator  HELLO   payload nb_hello + token bytes
  *   coordinator -> client  START   all ranks joined with one fingerprint
  *                          REJECT  payload: reason text (the plugin goes AUTO)
- *   client -> coordinator  SUBMIT  round = submission id s; a = checksum of the
+ *   client -> coordinator  SUBMIT  round r (its m pulls, from 0); a = checksum of the
  *                                  round's (context, arm) sequence; payload m floats
- *   coordinator -> client  RESULT  round = s; payload m floats (max over ranks, <0 missing)
+ *   coordinator -> client  RESULT  round = r; payload m floats (max over ranks, <0 missing);
+ *                                  rounds complete in order, up to lag + 1 merging at once
  *   client -> coordinator  FREEZE  this rank timed out (freeze mode): stop the communicator
  *                          FAIL    the same in fail mode
  *   coordinator -> client  FREEZE  verdict, round = L, the last completed round: stop after
@@ -23,7 +24,7 @@
 #include <stdint.h>
 
 #define NB_WIRE_MAGIC 0x544f424eu /* "NBOT" */
-#define NB_WIRE_VERSION 2
+#define NB_WIRE_VERSION 3
 
 enum { NB_MSG_HELLO = 1, NB_MSG_START, NB_MSG_REJECT, NB_MSG_SUBMIT, NB_MSG_RESULT,
        NB_MSG_FREEZE, NB_MSG_BYE, NB_MSG_FAIL };
@@ -45,7 +46,7 @@ typedef struct {
   uint32_t m;
   uint32_t can_learn; /* 0: this rank cannot learn (e.g. no profiler); all go AUTO */
   uint32_t token_len;
-  uint32_t pad;
+  uint32_t lag; /* NCCLBOT_SYNC_LAG: rounds that may be in flight at once is lag + 1 */
 } nb_hello;
 
 _Static_assert(sizeof(nb_wire_hdr) == 32, "header is 32 bytes");

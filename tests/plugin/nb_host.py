@@ -239,7 +239,7 @@ TREE_LL, TREE_LL128, TREE_SIMPLE = 0, 1, 2
 class ArmStat(C.Structure):
     """policy.h's nb_arm_stat."""
     _fields_ = [("mean", C.c_double), ("n", C.c_double), ("s2", C.c_double), ("seen", C.c_uint32),
-                ("pad", C.c_uint32)]
+                ("inflight", C.c_uint32), ("resolved", C.c_uint32), ("pad", C.c_uint32)]
 
 
 def policy_probe(path: Path) -> C.CDLL:
