@@ -14,9 +14,12 @@ one numpy operation per step per statistic.
 
 Two switches serve the ablations (:mod:`.study`), both off by default:
 
-* ``dilution=k``: every bandit still selects at every step, but the rewards it observed are
-  held and applied, each pull's own reward in pull order, only at every k-th step (the
-  plugin's sync period, ``NCCLBOT_SYNC_EVERY``); ``k = 1`` is the plain replay;
+* ``dilution=k`` and ``lag=A``: every bandit still selects at every step, but the rewards of
+  each block of ``k`` steps are held and applied, each pull's own reward in pull order, ``A``
+  blocks after the block ends (``A = 0``: at its end): the plugin's synchronisation rounds
+  with ``NCCLBOT_SYNC_EVERY=k`` and ``NCCLBOT_SYNC_LAG=A`` (a round applies at the boundary
+  that starts round ``r+1+A``). ``k = 1, A = 0`` is the plain replay. While rewards are held
+  the policy's hold rule applies (:func:`~.policies.base.held`), as in the plugin;
 * ``environment``: an object that serves each pull in place of the pull-count pools (e.g. a
   drifting pool map, :mod:`.study.drift`) and prices its own oracle; see :class:`Environment`.
 
@@ -38,6 +41,7 @@ from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import Arm
 
 from .policies import BanditState, Policy, draw_counts
+from .policies.base import safety_gate, selectable
 from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools, exclude, pool_position
 
 __all__ = ["Environment", "ReplayProblem", "ReplayRun", "Steps", "make_problem", "oracle_steps", "oracle_sums",
@@ -221,11 +225,17 @@ class _Batch:
     mu_min: np.ndarray
     rngs: list
     dilution: int = 1
+    lag: int = 0
     environment: Environment | None = None
-    pending: list = dataclasses.field(default_factory=list)  # held (rows, arms, reward) of a diluted replay
+    #: held pulls of a delayed replay, oldest first: (step after which they apply, rows, arms, reward, learn)
+    held: list = dataclasses.field(default_factory=list)
+
+    @property
+    def delayed(self) -> bool:
+        return self.dilution > 1 or self.lag > 0
 
 
-def _batch(problem: ReplayProblem, policy: Policy, seeds: list[int], share: bool, dilution: int,
+def _batch(problem: ReplayProblem, policy: Policy, seeds: list[int], share: bool, dilution: int, lag: int,
            environment: Environment | None, horizon: int) -> _Batch:
     pools = problem.pools
     n_ctx, n_arms, depth_max = pools.samples.shape
@@ -243,17 +253,41 @@ def _batch(problem: ReplayProblem, policy: Policy, seeds: list[int], share: bool
         samples=np.ascontiguousarray(pools.samples).reshape(-1), depth=pools.depth[ctx].reshape(-1),
         wrap=pools.wrap[ctx].reshape(-1),
         steady=np.nan_to_num(pools.steady[ctx]).reshape(-1), mu_min=problem.mu_min[ctx],
-        rngs=[np.random.default_rng(s) for s in seeds[:n_blocks]], dilution=dilution, environment=environment)
+        rngs=[np.random.default_rng(s) for s in seeds[:n_blocks]], dilution=dilution, lag=lag,
+        environment=environment)
 
 
 def _learn(b: _Batch, rows: np.ndarray, arms: np.ndarray, reward: np.ndarray) -> None:
     b.policy.update(b.state, rows, arms, b.state.renormalise(rows, reward, b.policy.estimator))
 
 
+def _select(b: _Batch, t: int, u, z) -> np.ndarray:
+    """The policy's arms, with the hold rule while rewards are held and the safety gate."""
+    state, policy = b.state, b.policy
+    if b.delayed and b.held:
+        state.selectable = selectable(state, policy.probe)
+    arms = policy.select(state, t, u, z)
+    state.selectable = state.offered
+    return safety_gate(state, arms, policy.gate_margin) if policy.safety_gate else arms
+
+
+def _apply_held(b: _Batch, t: int) -> None:
+    """Apply the held pulls due after step ``t``: each resolved, the learned ones learned."""
+    state = b.state
+    while b.held and b.held[0][0] <= t:
+        _due, rows, arms, reward, learn = b.held.pop(0)
+        np.subtract.at(state.pending, (rows, arms), 1)
+        np.add.at(state.resolved, (rows, arms), 1)
+        if learn is None:
+            _learn(b, rows, arms, reward)
+        elif learn.any():
+            _learn(b, rows[learn], arms[learn], reward[learn])
+
+
 def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One step of every bandit: select, serve the pull-count sample, learn. Returns arms, X, mean."""
     u, z = _draws(b.rngs, len(b.rows) // b.n_blocks, *draws)
-    arms = b.policy.select(b.state, t, u, z)
+    arms = _select(b, t, u, z)
     cell = b.cell_base + arms
     pulls_flat = b.state.pulls.reshape(-1)
     pulls = pulls_flat[cell]
@@ -264,21 +298,17 @@ def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.nda
         x, price = b.environment.serve(t, arms)
     reward = b.mu_min / x
     skip = b.policy.estimator.skip_first
-    if skip:
-        learn = pulls >= skip
-        observed = (b.rows[learn], arms[learn], reward[learn]) if learn.any() else None
+    learn = pulls >= skip if skip else None
+    if not b.delayed:
+        if learn is None:
+            _learn(b, b.rows, arms, reward)
+        elif learn.any():
+            _learn(b, b.rows[learn], arms[learn], reward[learn])
     else:
-        observed = (b.rows, arms, reward)
-    if b.dilution == 1:
-        if observed is not None:
-            _learn(b, *observed)
-    else:
-        if observed is not None:
-            b.pending.append(observed)
-        if t % b.dilution == 0:
-            for held in b.pending:
-                _learn(b, *held)
-            b.pending.clear()
+        b.state.pending.reshape(-1)[cell] += 1
+        due = ((t - 1) // b.dilution + 1 + b.lag) * b.dilution
+        b.held.append((due, b.rows, arms, reward, learn))
+        _apply_held(b, t)
     pulls_flat[cell] = pulls + 1
     return arms, x, price
 
@@ -286,7 +316,7 @@ def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.nda
 def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
                seeds: Sequence[int] = tuple(range(20)), record_arms: bool = False,
                share_deterministic: bool = True, record_steps: bool = False, dilution: int = 1,
-               environment: Environment | None = None) -> ReplayRun:
+               lag: int = 0, environment: Environment | None = None) -> ReplayRun:
     """Replay one policy on every context for ``horizon`` steps and every seed.
 
     Deterministic policies run one batch and are copied across seeds (unless
@@ -294,13 +324,15 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
     pulls). The "plays the measured-best arm at the end" share covers the last
     :data:`LAST_WINDOW` steps (paper section 6.1). ``record_arms`` keeps the arm of every step
     per seed (``ReplayRun.arms``); ``record_steps`` keeps arms and latencies per seed block
-    (``ReplayRun.steps``; pool-served replays only). ``dilution`` and ``environment``: see the
-    module docstring.
+    (``ReplayRun.steps``; pool-served replays only). ``dilution``, ``lag`` and ``environment``:
+    see the module docstring.
     """
     if int(dilution) < 1:
         raise AnalysisError(f"dilution must be a whole number of pulls >= 1, but got {dilution}")
+    if int(lag) < 0:
+        raise AnalysisError(f"lag must be a whole number of rounds >= 0, but got {lag}")
     seeds = list(seeds)
-    b = _batch(problem, policy, seeds, share_deterministic, int(dilution), environment, horizon)
+    b = _batch(problem, policy, seeds, share_deterministic, int(dilution), int(lag), environment, horizon)
     n_rows, n_arms = b.state.offered.shape
     served, selection, auto_hits, best_hits = (np.zeros(n_rows) for _ in range(4))
     played = np.zeros((n_rows, n_arms), dtype=bool)
@@ -465,7 +497,7 @@ def trajectory_frame(problem: ReplayProblem, run: ReplayRun, labels: pd.DataFram
 
 
 def _replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int, seeds: Sequence[int], split: str,
-            split_seed: int, trajectories: bool, dilution: int = 1,
+            split_seed: int, trajectories: bool, dilution: int = 1, lag: int = 0,
             environment: Environment | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     labels = split_labels(problem.contexts, split, seed=split_seed)
     frames, steps = [], []
@@ -473,7 +505,7 @@ def _replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int,
         if hasattr(policy, "prepare") and not policy.fitted:  # fit-once selectors learn from the train part only
             policy = policy.prepare(problem, labels)
         run = run_policy(problem, policy, horizon=horizon, seeds=seeds, record_steps=trajectories, dilution=dilution,
-                         environment=environment)
+                         lag=lag, environment=environment)
         frames.append(_frame(problem, run, labels))
         if trajectories:
             steps.append(trajectory_frame(problem, run, labels))
@@ -494,13 +526,13 @@ def _replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int,
 
 def run_replay(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int = 100,
                seeds: Sequence[int] = tuple(range(20)), split: str = "scale", split_seed: int = 42,
-               dilution: int = 1, environment: Environment | None = None) -> pd.DataFrame:
+               dilution: int = 1, lag: int = 0, environment: Environment | None = None) -> pd.DataFrame:
     """Replay every policy; one row per policy x context x seed, labelled with the split.
 
-    ``dilution`` and ``environment`` are passed to :func:`run_policy`.
+    ``dilution``, ``lag`` and ``environment`` are passed to :func:`run_policy`.
     """
     return _replay(problem, policies, horizon=horizon, seeds=seeds, split=split, split_seed=split_seed,
-                   trajectories=False, dilution=dilution, environment=environment)[0]
+                   trajectories=False, dilution=dilution, lag=lag, environment=environment)[0]
 
 
 def replay_with_trajectories(problem: ReplayProblem, policies: Sequence[Policy], *, horizon: int = 100,

@@ -39,15 +39,34 @@ Shared conventions (the plugin must match them bit for bit in float64):
 The reward is ``mu_hat_min / X`` with no cap, here and in the plugin, for a usable latency
 only: one that is not positive and finite gives no reward and is not counted
 (``plugin/README.md``, "A reward needs a usable latency"; :meth:`StepPolicy.update`).
-**Greedy** is ``EpsilonGreedy(eps=0)``: start as above with ``n_a = 0.892`` and the sample
-mean ``mu_a <- mu_a + (r - mu_a) / n_a``; play the lowest index maximising ``mu_a`` (no
-unpulled-first rule: with ``nu = 0`` an unpulled arm is played only on a tie).
+**Greedy** is ``EpsilonGreedy(eps=0)``: start as above with ``n_a = 0.892`` and the
+constant-gain mean ``mu_a <- mu_a + 0.1 (r - mu_a)``; play the lowest index maximising ``mu_a``
+(no unpulled-first rule: with ``nu = 0`` an unpulled arm is played only on a tie).
+
+**The first-use transient** (an arm's first calls in a process carry NCCL's lazy connection
+set-up): greedy, Softmax and Gaussian Thompson learn with the constant-gain mean, UCB1 with
+its clipped SGD (a sample moves the mean by at most ``step * 0.389``) and ETC skips each arm's
+first reward and commits after two learned ones (the champion's one commits on a single
+transient-inflated sample live: 7.3% selection TRLT on the simulated 8-node campaign against
+4.3% with two, and AUTO's 6.4%; the delayed replay rates the two alike). The delayed offline replay with the perf binary's warm-up kept
+(``docs/architecture.md`` section 6, "Live rules") chose these over skip-first-1 and the
+sample mean, family by family; the plugin's defaults are the same.
+
+**Two rules every learner of the plugin keeps** (``safety_gate``, ``probe``):
+
+* the hold rule (:func:`.base.held`): while rewards are pending (the plugin's synchronisation
+  rounds; a delayed replay), an arm with at least ``probe + 2 * resolved`` pulls pending is left
+  out of the choice, so a newly tried arm is played ``probe`` times and then waits for its
+  rewards; with no reward pending (the plain replay) nothing is held;
+* the safety gate (:func:`.base.safety_gate`, on by default for UCB1, greedy/eps-greedy,
+  Softmax, Gaussian Thompson and ETC, margin 0.1): AUTO's arm is played where the chosen arm's
+  learned mean is below ``(1 - margin)`` times AUTO's arm's, both having a learned reward.
 
 **The plugin's live policies** (``NCCLBOT_POLICY``; defaults are these families' champion
 defaults) are these families driven one call at a time, which is :class:`StepPolicy`:
 ``greedy``/``eps-greedy`` = :class:`EpsilonGreedy`, ``ucb1`` = :class:`UCB1`, ``softmax`` =
-:class:`Softmax`, ``thompson`` = :class:`GaussianThompson`, ``etc`` = :class:`ETC` (one
-learned sample per arm, the first of each skipped, explored in uniformly random order,
+:class:`Softmax`, ``thompson`` = :class:`GaussianThompson`, ``etc`` = :class:`ETC` (two
+learned samples per arm, the first of each skipped, explored in uniformly random order,
 then committed to the best mean). Their draws come from the counter-based generator of
 :mod:`.counter_rng` (``StepPolicy(..., draws=CounterDraws(...))``): keyed by the
 communicator's seed and id, the context and the decision index, so every rank draws alike

@@ -15,7 +15,8 @@ import numpy as np
 from .estimators import BanditState, Estimator
 
 __all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax",
-           "total_n", "log_n", "unpulled_first", "softmax_weights", "loss_of", "warm_losses"]
+           "total_n", "log_n", "unpulled_first", "unpulled_selectable", "held", "selectable", "safety_gate",
+           "softmax_weights", "loss_of", "warm_losses"]
 
 NEG = -np.inf
 
@@ -72,16 +73,53 @@ def log_n(state: BanditState) -> np.ndarray:
     return np.fromiter(map(math.log, n.tolist()), dtype=np.float64, count=n.size)
 
 
-def unpulled_first(state: BanditState, chosen: np.ndarray) -> np.ndarray:
-    # Counts never return to 0: once every offered arm has one, skip the check for good.
+def unpulled_selectable(state: BanditState) -> np.ndarray | None:
+    """Selectable arms with ``n == 0`` (``[B, K]``), or None when no offered arm is unpulled.
+
+    Counts never return to 0: once every offered arm has one, the check is skipped for good
+    (held arms included, so a hold never ends the cold start early).
+    """
     if state.extra.get("all_pulled"):
-        return chosen
+        return None
     unpulled = state.offered & (state.n == 0)
-    cold = unpulled.any(axis=1)
-    if not cold.any():
+    if not unpulled.any():
         state.extra["all_pulled"] = True
+        return None
+    return unpulled if state.selectable is state.offered else unpulled & state.selectable
+
+
+def unpulled_first(state: BanditState, chosen: np.ndarray) -> np.ndarray:
+    unpulled = unpulled_selectable(state)
+    if unpulled is None:
         return chosen
-    return np.where(cold, np.argmax(unpulled, axis=1), chosen)
+    return np.where(unpulled.any(axis=1), np.argmax(unpulled, axis=1), chosen)
+
+
+def held(state: BanditState, probe: int) -> np.ndarray:
+    """The hold rule (``[B, K]``): arms with at least ``probe + 2 * resolved`` pulls whose
+    reward is not applied yet (``plugin/README.md``, "Hold"; the plugin's ``nb_held``).
+
+    A held arm is left out of the choice: a newly tried arm is played ``probe`` times and
+    then waits for its rewards instead of being played blindly for the whole feedback delay;
+    the pulls an arm may have in flight grow with the evidence applied.
+    """
+    return state.pending >= probe + 2 * state.resolved
+
+
+def selectable(state: BanditState, probe: int) -> np.ndarray:
+    """``offered`` less the held arms; a row whose every offered arm is held keeps them all."""
+    free = state.offered & ~held(state, probe)
+    return np.where(free.any(axis=1, keepdims=True), free, state.offered)
+
+
+def safety_gate(state: BanditState, arms: np.ndarray, margin: float) -> np.ndarray:
+    """AUTO's arm where the chosen arm's learned mean is below ``(1 - margin)`` times AUTO's
+    (both with at least one learned reward); the chosen arm elsewhere (the plugin's gate)."""
+    rows = state.rows
+    auto = state.auto
+    worse = ((arms != auto) & (state.learned[rows, arms] >= 1) & (state.learned[rows, auto] >= 1)
+             & (state.mu[rows, arms] < (1.0 - margin) * state.mu[rows, auto]))
+    return np.where(worse, auto, arms)
 
 
 def softmax_weights(values: np.ndarray, mask: np.ndarray, tau: np.ndarray) -> np.ndarray:
@@ -126,6 +164,12 @@ class Policy:
     estimator: Estimator = Estimator()
     pseudo_count: float = 0.0
     label: str | None = None
+    #: Safety gate (:func:`safety_gate`): play AUTO's arm where the choice is measured worse
+    #: than it by ``gate_margin``. On for the families the plugin runs (their defaults).
+    safety_gate: bool = False
+    gate_margin: float = 0.1
+    #: Hold rule (:func:`held`): pulls an arm may have in flight before any reward is applied.
+    probe: int = 1
 
     @property
     def display_name(self) -> str:

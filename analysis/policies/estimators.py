@@ -88,6 +88,10 @@ class BanditState:
         n, mu, s2: effective counts, reward means, and ``m2`` (``mean``) or variance.
         pulls: ``[B, K]`` times each arm was served (drives the pull-count replay).
         learned: ``[B, K]`` learned updates per arm.
+        pending, resolved: ``[B, K]`` pulls whose reward is not applied yet (a delayed replay,
+            the plugin's synchronisation rounds), and pulls whose reward (or its absence) was.
+        selectable: ``[B, K]`` the arms a ``select`` may choose: ``offered`` less the arms the
+            hold rule holds (:func:`.base.hold`); ``offered`` itself when nothing is held.
         peak: ``[B]`` running maximum of the learned rewards (adaptive observed max), from 1.
         extra: policy-specific arrays.
     """
@@ -100,8 +104,15 @@ class BanditState:
     s2: np.ndarray
     pulls: np.ndarray
     learned: np.ndarray
+    pending: np.ndarray
+    resolved: np.ndarray
     peak: np.ndarray
     extra: dict
+    selectable: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.selectable is None:
+            self.selectable = self.offered
 
     @classmethod
     def empty(cls, offered: np.ndarray, prior: np.ndarray, auto: np.ndarray) -> BanditState:
@@ -110,6 +121,7 @@ class BanditState:
             offered=offered.copy(), prior=prior.copy(), auto=auto.copy(),
             n=np.zeros(shape), mu=np.zeros(shape), s2=np.zeros(shape),
             pulls=np.zeros(shape, dtype=np.int64), learned=np.zeros(shape, dtype=np.int64),
+            pending=np.zeros(shape, dtype=np.int64), resolved=np.zeros(shape, dtype=np.int64),
             peak=np.ones(shape[0]), extra={},
         )
 

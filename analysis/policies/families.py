@@ -17,6 +17,7 @@ from .base import log_n as _log_n
 from .base import masked_argmax as _masked_argmax
 from .base import softmax_weights as _softmax_weights
 from .base import unpulled_first as _unpulled_first
+from .base import unpulled_selectable as _unpulled_selectable
 
 __all__ = [
     "Auto", "RandomPolicy", "UCB1", "KLUCB", "Softmax", "GaussianThompson",
@@ -54,7 +55,7 @@ class RandomPolicy(Policy):
         pass
 
     def select(self, state, t, u, z):
-        return pick_uniform(state.offered, u[:, 0])
+        return pick_uniform(state.selectable, u[:, 0])
 
     def update(self, state, rows, arms, reward):
         pass
@@ -65,6 +66,7 @@ class UCB1(Policy):
     """UCB1 with tuned alpha, warm start and clipped-SGD mean (C.3; champion defaults)."""
 
     name: ClassVar[str] = "UCB1"
+    safety_gate: bool = True
     estimator: Estimator = Estimator(kind="sgd", clip=0.389, lr=0.468, decay=0.467)
     pseudo_count: float = 2.89
     alpha: float = 0.0928
@@ -83,7 +85,7 @@ class UCB1(Policy):
         return bonus
 
     def select(self, state, t, u, z):
-        return _unpulled_first(state, _masked_argmax(self.index(state), state.offered))
+        return _unpulled_first(state, _masked_argmax(self.index(state), state.selectable))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +110,7 @@ class KLUCB(Policy):
             ok = state.n * kl <= bound
             lo = np.where(ok, mid, lo)
             hi = np.where(ok, hi, mid)
-        return _unpulled_first(state, _masked_argmax(lo, state.offered))
+        return _unpulled_first(state, _masked_argmax(lo, state.selectable))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +118,9 @@ class Softmax(Policy):
     """Boltzmann exploration (C.13) with optional ``tau / sqrt(N_softmax)`` decay."""
 
     name: ClassVar[str] = "Softmax"
+    safety_gate: bool = True
     deterministic: ClassVar[bool] = False
+    estimator: Estimator = Estimator(kind="gain")
     pseudo_count: float = 1.24
     tau: float = 0.089
     decay: bool = True
@@ -129,19 +133,14 @@ class Softmax(Policy):
         state.extra["selections"] = np.zeros(state.offered.shape[0])
 
     def select(self, state, t, u, z):
-        # Counts never return to 0, so once every offered arm is pulled the check is skipped.
-        if state.extra.get("all_pulled"):
-            unpulled, cold = None, np.zeros(state.offered.shape[0], dtype=bool)
-        else:
-            unpulled = state.offered & (state.n == 0)
-            cold = unpulled.any(axis=1)
-            state.extra["all_pulled"] = not cold.any()
+        unpulled = _unpulled_selectable(state)
+        cold = np.zeros(state.offered.shape[0], dtype=bool) if unpulled is None else unpulled.any(axis=1)
         sel = state.extra["selections"]
         sel += ~cold
         tau = np.full(sel.shape, self.tau)
         if self.decay:
             tau = self.tau / np.sqrt(np.maximum(sel, 1.0))
-        arms = sample_categorical(_softmax_weights(state.mu, state.offered, tau), u[:, 0])
+        arms = sample_categorical(_softmax_weights(state.mu, state.selectable, tau), u[:, 0])
         if cold.any():
             arms = np.where(cold, pick_uniform(unpulled, u[:, 0]), arms)
         return arms
@@ -156,8 +155,9 @@ class GaussianThompson(Policy):
     """
 
     name: ClassVar[str] = "GaussianTS"
+    safety_gate: bool = True
     deterministic: ClassVar[bool] = False
-    estimator: Estimator = Estimator(skip_first=1)
+    estimator: Estimator = Estimator(kind="gain", skip_first=1)
     pseudo_count: float = 0.491
     prior_var: float = 0.000301
 
@@ -167,7 +167,7 @@ class GaussianThompson(Policy):
     def select(self, state, t, u, z):
         v = np.where(state.n < 2, self.prior_var, state.variance(self.estimator))
         scale = np.sqrt(v / np.where(state.n > 0, state.n, 1.0))
-        return _masked_argmax(state.mu + scale * z, state.offered)
+        return _masked_argmax(state.mu + scale * z, state.selectable)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +175,9 @@ class EpsilonGreedy(Policy):
     """Epsilon-greedy (C.7), ``eps_t = eps / sqrt(t)`` with decay; ``eps = 0`` is Greedy."""
 
     name: ClassVar[str] = "eps-greedy"
+    safety_gate: bool = True
     deterministic: ClassVar[bool] = False
+    estimator: Estimator = Estimator(kind="gain")
     pseudo_count: float = 0.892
     eps: float = 0.0
     decay: bool = False
@@ -188,11 +190,11 @@ class EpsilonGreedy(Policy):
         return (2, 0)
 
     def select(self, state, t, u, z):
-        greedy = _masked_argmax(state.mu, state.offered)
+        greedy = _masked_argmax(state.mu, state.selectable)
         if self.eps == 0.0:
             return greedy
         eps = self.eps / np.sqrt(t) if self.decay else self.eps
-        return np.where(u[:, 0] < eps, pick_uniform(state.offered, u[:, 1]), greedy)
+        return np.where(u[:, 0] < eps, pick_uniform(state.selectable, u[:, 1]), greedy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,9 +202,10 @@ class ETC(Policy):
     """Explore-then-commit (C.8): ``m`` learned pulls per arm at random, then argmax mean."""
 
     name: ClassVar[str] = "ETC"
+    safety_gate: bool = True
     deterministic: ClassVar[bool] = False
     estimator: Estimator = Estimator(skip_first=1)
-    m: int = 1
+    m: int = 2  # the champion m=1 commits on one transient-inflated sample live; see the package docstring
 
     def draws(self, n_arms):
         return (1, 0)
@@ -215,8 +218,17 @@ class ETC(Policy):
         exploring = eligible.any(axis=1)
         commit = state.extra["commit"]
         fresh = ~exploring & (commit < 0)
-        commit[fresh] = _masked_argmax(state.mu, state.offered)[fresh]
-        return np.where(exploring, pick_uniform(eligible, u[:, 0]), commit)
+        commit[fresh] = _masked_argmax(state.mu, state.selectable)[fresh]
+        if state.selectable is state.offered:
+            return np.where(exploring, pick_uniform(eligible, u[:, 0]), commit)
+        # Held arms wait for their rewards (the plugin's rule): explore among the free eligible
+        # arms; while every eligible arm is held play the best mean, without committing; a
+        # held committed arm gives way to the best mean among the free ones.
+        free_eligible = eligible & state.selectable
+        best = _masked_argmax(state.mu, state.selectable)
+        free_commit = state.selectable[state.rows, np.maximum(commit, 0)]
+        explore = np.where(free_eligible.any(axis=1), pick_uniform(free_eligible, u[:, 0]), best)
+        return np.where(exploring, explore, np.where(free_commit, commit, best))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +304,7 @@ class UCBV(Policy):
         with np.errstate(divide="ignore", invalid="ignore"):
             score = (state.mu + np.sqrt(2.0 * var * self.zeta * log_n / state.n)
                      + self.c * self.zeta * log_n / state.n)
-        return _unpulled_first(state, _masked_argmax(score, state.offered))
+        return _unpulled_first(state, _masked_argmax(score, state.selectable))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,6 +320,6 @@ class UCBTuned(Policy):
         with np.errstate(divide="ignore", invalid="ignore"):
             v = var + np.sqrt(2.0 * log_n / state.n)
             score = state.mu + np.sqrt(log_n / state.n * np.minimum(0.25, v))
-        return _unpulled_first(state, _masked_argmax(score, state.offered))
+        return _unpulled_first(state, _masked_argmax(score, state.selectable))
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ncclbot_sweep.errors import AnalysisError
 
-from .base import Policy
+from .base import Policy, safety_gate, selectable
 from .counter_rng import CounterDraws
 from .estimators import BanditState
 from .registry import draw_counts
@@ -56,7 +56,11 @@ class StepPolicy:
         return [bool(v) for v in self.state.offered[0]]
 
     def select(self) -> int:
-        """Choose the arm index for the next call."""
+        """Choose the arm index for the next call (its reward is pending until :meth:`update`).
+
+        Arms held by the hold rule are left out while some reward is pending, and the safety
+        gate may replace the choice by AUTO's arm, as in the plugin.
+        """
         nu, nz = draw_counts(self.policy, self.state.offered.shape[1])
         if self._draws is not None:
             u, z = self._draws.draw(self.t, nu, nz)
@@ -64,18 +68,28 @@ class StepPolicy:
             u = self._rng.random((1, nu)) if nu else None
             z = self._rng.standard_normal((1, nz)) if nz else None
         self.t += 1
-        self._last = int(self.policy.select(self.state, self.t, u, z)[0])
+        if self.state.pending.any():
+            self.state.selectable = selectable(self.state, self.policy.probe)
+        arms = self.policy.select(self.state, self.t, u, z)
+        self.state.selectable = self.state.offered
+        if self.policy.safety_gate:
+            arms = safety_gate(self.state, arms, self.policy.gate_margin)
+        self._last = int(arms[0])
+        self.state.pending[0, self._last] += 1
         return self._last
 
     def update(self, arm: int, latency_us: float) -> float | None:
-        """Feed the measured latency of the arm just played; returns the reward learned
-        (renormalised with ``observed_max``).
+        """Feed the measured latency of a pull of ``arm`` (pulls of one arm in the order they
+        were selected); returns the reward learned (renormalised with ``observed_max``).
 
         A latency that is not positive and finite gives no reward: None, and nothing changes
-        (not even the arm's pull count), as the plugin's ``nb_reward`` drops it
-        (``plugin/README.md``, "A reward needs a usable latency").
+        but the pull's resolution (not even the arm's pull count), as the plugin's
+        ``nb_reward`` drops it (``plugin/README.md``, "A reward needs a usable latency").
         """
         latency = float(latency_us)
+        if self.state.pending[0, arm] > 0:
+            self.state.pending[0, arm] -= 1
+        self.state.resolved[0, arm] += 1
         if not (latency > 0.0 and np.isfinite(latency)):
             return None
         reward = np.array([self.mu_hat_min / latency])

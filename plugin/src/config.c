@@ -75,7 +75,7 @@ static const nb_setting k_settings[] = {
         "0.033 with decay)"),
     INT(T_U64, "NCCLBOT_EPSILON_DECAY", epsilon_decay, "0", 0, 1,
         "`eps-greedy`: 1 = rate eps / sqrt(t), t the context's decision number"),
-    INT(T_U64, "NCCLBOT_ETC_M", etc_m, "1", 1, 1000000,
+    INT(T_U64, "NCCLBOT_ETC_M", etc_m, "2", 1, 1000000,
         "`etc`: learned samples per arm before it commits to the best mean"),
     INT(T_U64, "NCCLBOT_SEED", seed, "0", 0, UINT64_MAX,
         "shared randomness: with the communicator id it keys every draw "
@@ -101,6 +101,12 @@ static const nb_setting k_settings[] = {
     INT(T_U32, "NCCLBOT_PROBE", probe, "1", 1, 1000000,
         "hold rule: an arm may have at most PROBE + 2 x (its pulls already applied) pulls whose "
         "rewards are not applied yet; a held arm is left out of the choice (see \"Hold\")"),
+    INT(T_U64, "NCCLBOT_GATE", gate, "1", 0, 1,
+        "safety gate: 1 = play AUTO's arm (NCCL's choice) whenever the policy's choice has a "
+        "learned mean reward below (1 - NCCLBOT_GATE_MARGIN) times AUTO's arm's (both with a "
+        "learned reward), 0 = off"),
+    DBL("NCCLBOT_GATE_MARGIN", gate_margin, "0.1", 0.0, 1.0,
+        "safety gate margin, a fraction of AUTO's arm's mean reward"),
     INT(T_U32, "NCCLBOT_SYNC_TIMEOUT_MS", sync_timeout_ms, "30000", 1, 86400000,
         "how long a rank waits for a round's merged result"),
     INT(T_U32, "NCCLBOT_SYNC_INIT_TIMEOUT_MS", sync_init_timeout_ms, "60000", 1, 86400000,
@@ -130,6 +136,12 @@ static const struct {
     {NB_POLICY_ETC, "NCCLBOT_PSEUDO_COUNT", "0"},
     {NB_POLICY_THOMPSON, "NCCLBOT_SKIP_FIRST", "1"},
     {NB_POLICY_ETC, "NCCLBOT_SKIP_FIRST", "1"},
+    /* the first-use transient: the constant-gain mean for the mean-based learners (UCB1's
+     * clipped SGD and ETC's skip-first-1 bound it already), as the delayed offline replay shows */
+    {NB_POLICY_GREEDY, "NCCLBOT_ESTIMATOR", "gain"},
+    {NB_POLICY_EPS_GREEDY, "NCCLBOT_ESTIMATOR", "gain"},
+    {NB_POLICY_SOFTMAX, "NCCLBOT_ESTIMATOR", "gain"},
+    {NB_POLICY_THOMPSON, "NCCLBOT_ESTIMATOR", "gain"},
 };
 #define NPD (sizeof k_policy_defaults / sizeof *k_policy_defaults)
 

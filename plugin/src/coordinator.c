@@ -178,7 +178,7 @@ static int on_hello(client *c, const nb_wire_hdr *h, const char *pl, const char 
   memcpy(&hello, pl, sizeof hello);
   if (hello.m == 0 || hello.m > 4096 || hello.nranks == 0 || hello.lag == 0 || hello.lag > 64)
     return -1;
-  int bad_token = hello.token_len != h->len - sizeof hello ||
+  int bad_token = (uint64_t)hello.token_len + hello.why_len != h->len - sizeof hello ||
                   !token_ok(pl + sizeof hello, hello.token_len, token);
   int s = find_session(&hello);
   if (s < 0) return -1;
@@ -191,11 +191,18 @@ static int on_hello(client *c, const nb_wire_hdr *h, const char *pl, const char 
     reject_session(s, "a rank presented a bad token (NCCLBOT_SYNC_TOKEN differs between ranks)");
     return -1;
   }
-  if (hello.fingerprint != ss->fp || hello.m != ss->m || hello.nranks != ss->nranks ||
-      hello.lag + 1 != ss->nslots)
-    reject_session(s, "ranks disagree on NCCLBOT_* settings or saved state");
-  else if (!hello.can_learn)
-    reject_session(s, "a rank cannot learn (no profiler)");
+  char why[160];
+  if (!hello.can_learn) {
+    snprintf(why, sizeof why, "rank %u cannot learn: %.*s", hello.rank, (int)hello.why_len,
+             pl + sizeof hello + hello.token_len);
+    reject_session(s, why);
+  } else if (hello.fingerprint != ss->fp || hello.m != ss->m || hello.nranks != ss->nranks ||
+             hello.lag + 1 != ss->nslots) {
+    snprintf(why, sizeof why,
+             "rank %u's NCCLBOT_* settings or saved state differ from those of the ranks before it",
+             hello.rank);
+    reject_session(s, why);
+  }
   if (ss->rejected) {
     send_msg(c->fd, NB_MSG_REJECT, 0, ss->why, (uint32_t)strlen(ss->why));
     return -1;

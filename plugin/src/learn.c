@@ -60,6 +60,26 @@ static void go_inert(nb_comm *c, const char *why) {
   c->mode = NB_MODE_INERT;
 }
 
+/* How long a rank with an invalid setting tries to reach the coordinator to say so. */
+#define NB_REFUSE_MS 2000u
+
+/*
+ * An invalid setting on this rank: stay AUTO and, when a coordinator is set (its address and
+ * token are read even then), say so to it, so that every rank of the communicator stays AUTO
+ * at once with this rank's reason instead of waiting for its init timeout.
+ */
+static void refuse_peers(nb_comm *c, int have_comm_id) {
+  char why[400];
+  snprintf(why, sizeof why, "rank %d: %s", c->rank, c->cfg.why);
+  int told = c->nranks > 1 && have_comm_id && c->cfg.sync_configured && c->cfg.sync_token[0] &&
+             nb_sync_refuse(&c->cfg, c->comm_id, c->nranks, c->rank, c->cfg.why,
+                            c->cfg.sync_init_timeout_ms < NB_REFUSE_MS ? c->cfg.sync_init_timeout_ms
+                                                                      : NB_REFUSE_MS) == 0;
+  if (told) snprintf(why + strlen(why), sizeof why - strlen(why),
+                     "; the coordinator was told, so every rank of the communicator stays AUTO");
+  go_inert(c, why);
+}
+
 /*
  * Learners and timed AUTO. AUTO never changes an arm, so it times on one rank or on many
  * without a coordinator, and with one runs the learners' rounds (their cost is what the
@@ -122,7 +142,7 @@ void nb_learn_setup(nb_comm *c, int have_comm_id) {
   nb_config_from_env(&c->cfg);
   c->mode = NB_MODE_INERT;
   if (!c->cfg.valid) {
-    go_inert(c, c->cfg.why);
+    refuse_peers(c, have_comm_id);
     return;
   }
   if (c->rank <= 0) nb_config_announce(&c->cfg);
@@ -246,8 +266,10 @@ static void apply_result(nb_comm *c, int64_t r) {
 }
 
 static void fail_comm(nb_comm *c, const char *why) {
+  char copy[sizeof c->fail_why]; /* why may be c->fail_why itself (a verdict's reason) */
+  snprintf(copy, sizeof copy, "%.200s", why[0] ? why : "no reason given");
   c->failed = 1;
-  snprintf(c->fail_why, sizeof c->fail_why, "%.200s", why[0] ? why : "no reason given");
+  memcpy(c->fail_why, copy, sizeof copy);
   NB_WARN("synchronisation failed (%s); failing collectives of communicator %016llx so that "
           "ranks cannot choose differently (NCCLBOT_SYNC_ON_FAILURE=fail)",
           c->fail_why, (unsigned long long)c->comm_id);
@@ -451,6 +473,9 @@ static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numA
   if (ci < 0) return -1;
   nb_ctx *x = &c->tab.ctx[ci];
   x->auto_arm = (uint8_t)auto_arm;
+  x->auto_idx = NB_NO_ARM;
+  for (int i = 0; i < n; i++)
+    if (ids[i] == auto_arm) x->auto_idx = (uint8_t)i;
   if (pass) {
     x->flags = NB_CTX_PASS;
     return ci;
@@ -488,24 +513,26 @@ static uint32_t available_mask(const nb_comm *c, const nb_ctx *x, const float *t
 
 /*
  * The policy's choice (index into the context's arms) among the available arms the hold
- * rule leaves (policy.h, nb_held). A deterministic decision depends only on the
- * statistics and that mask: between two updates of this context it is reused instead of
- * recomputed. A stochastic one
+ * rule leaves (policy.h, nb_held), then the safety gate (nb_gate). A deterministic decision
+ * depends only on the statistics and that mask: between two updates of this context it is
+ * reused instead of recomputed. A stochastic one
  * draws afresh each call from the shared stream (rng.h), so it is never reused. Timed
  * AUTO has its one slot: NCCL's arm.
  */
 static int select_arm(nb_comm *c, nb_ctx *x, uint64_t key, uint32_t mask) {
   if (c->cfg.policy == NB_POLICY_AUTO) return 0;
+  uint32_t available = mask;
   uint32_t free_arms = mask & ~nb_held(&c->tab.stat[x->arm_off], x->narms, c->cfg.probe);
   if (free_arms) mask = free_arms; /* every arm held: the policy chooses among all */
   int cacheable = nb_policy_cacheable(&c->cfg);
-  if (cacheable && x->sel_ok && x->sel_mask == mask) return x->sel_idx;
-  uint64_t stream = cacheable ? 0 : nb_rng_stream(c->cfg.seed, c->comm_id, key);
-  int idx = nb_select(&c->cfg, &c->tab.stat[x->arm_off], x->narms, mask, &x->pol, stream);
-  x->sel_idx = (uint8_t)idx;
-  x->sel_mask = mask;
-  x->sel_ok = cacheable;
-  return idx;
+  const nb_arm_stat *st = &c->tab.stat[x->arm_off];
+  if (!(cacheable && x->sel_ok && x->sel_mask == mask)) {
+    uint64_t stream = cacheable ? 0 : nb_rng_stream(c->cfg.seed, c->comm_id, key);
+    x->sel_idx = (uint8_t)nb_select(&c->cfg, st, x->narms, available, mask, &x->pol, stream);
+    x->sel_mask = mask;
+    x->sel_ok = cacheable;
+  }
+  return nb_gate(&c->cfg, st, x->sel_idx, x->auto_idx, available);
 }
 
 /*

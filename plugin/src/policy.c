@@ -178,19 +178,21 @@ static int select_eps(const nb_config *cfg, const nb_arm_stat *st, int narms, ui
   return nb_rng_uniform(base, 0) < eps ? pick_uniform(mask, nb_rng_uniform(base, 1)) : greedy;
 }
 
-/* families.ETC: uniformly among arms with fewer than m learned samples, then commit. */
-static int select_etc(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
-                      nb_policy_state *ps, double u) {
+/* families.ETC: uniformly among the arms with fewer than m learned samples, then commit. While
+ * every such arm is held (its rewards pending) the best mean is played, not committed to. */
+static int select_etc(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t avail,
+                      uint32_t mask, nb_policy_state *ps, double u) {
   uint32_t eligible = 0;
   for (int i = 0; i < narms; i++)
-    if ((mask >> i & 1u) && st[i].n < (double)cfg->etc_m) eligible |= 1u << i;
-  if (eligible) return pick_uniform(eligible, u);
+    if ((avail >> i & 1u) && st[i].n < (double)cfg->etc_m) eligible |= 1u << i;
+  if (eligible & mask) return pick_uniform(eligible & mask, u);
+  if (eligible) return argmax_mean(st, narms, mask);
   if (ps->commit == NB_NO_COMMIT) ps->commit = (uint8_t)argmax_mean(st, narms, mask);
   return (mask >> ps->commit & 1u) ? ps->commit : argmax_mean(st, narms, mask);
 }
 
-int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
-              nb_policy_state *ps, uint64_t stream) {
+int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t avail,
+              uint32_t mask, nb_policy_state *ps, uint64_t stream) {
   uint32_t t = ps->t++;
   if (!mask) return -1;
   switch (cfg->policy) {
@@ -200,7 +202,7 @@ int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t m
     case NB_POLICY_THOMPSON: return select_thompson(cfg, st, narms, mask, nb_rng_at(stream, t));
     case NB_POLICY_EPS_GREEDY: return select_eps(cfg, st, narms, mask, t, nb_rng_at(stream, t));
     case NB_POLICY_ETC:
-      return select_etc(cfg, st, narms, mask, ps, nb_rng_uniform(nb_rng_at(stream, t), 0));
+      return select_etc(cfg, st, narms, avail, mask, ps, nb_rng_uniform(nb_rng_at(stream, t), 0));
     default: return argmax_mean(st, narms, mask); /* greedy */
   }
 }
@@ -210,6 +212,20 @@ uint32_t nb_held(const nb_arm_stat *st, int narms, uint32_t probe) {
   for (int i = 0; i < narms; i++)
     held |= (uint32_t)((uint64_t)st[i].inflight >= (uint64_t)probe + 2ULL * st[i].resolved) << i;
   return held;
+}
+
+/* Rewards learned from (skip-first-k: the first k received are not). */
+static uint32_t learned(const nb_config *cfg, const nb_arm_stat *st) {
+  return st->seen > cfg->skip_first ? (uint32_t)(st->seen - cfg->skip_first) : 0;
+}
+
+int nb_gate(const nb_config *cfg, const nb_arm_stat *st, int idx, int auto_idx, uint32_t mask) {
+  if (!cfg->gate || idx < 0 || idx == NB_NO_ARM || auto_idx == idx || auto_idx == NB_NO_ARM || !(mask >> auto_idx & 1u))
+    return idx;
+  if (learned(cfg, &st[idx]) >= 1 && learned(cfg, &st[auto_idx]) >= 1 &&
+      st[idx].mean < (1.0 - cfg->gate_margin) * st[auto_idx].mean)
+    return auto_idx;
+  return idx;
 }
 
 /* estimators.BanditState.update with discount 1, after skip-first-k. */

@@ -59,11 +59,12 @@ void nb_warm_start(const double *mu, double mu_min, int narms, double pseudo_cou
 int nb_policy_cacheable(const nb_config *cfg);
 
 /*
- * Index (into st[]) of the arm to play among those with mask bit set, or -1 when the
- * mask is empty. stream is nb_rng_stream(seed, commId, context key); ps->t advances.
+ * Index (into st[]) of the arm to play among those with mask bit set (the available arms the
+ * hold rule leaves; avail: all available ones, which ETC's exploration is decided on), or -1
+ * when the mask is empty. stream is nb_rng_stream(seed, commId, context key); ps->t advances.
  */
-int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
-              nb_policy_state *ps, uint64_t stream);
+int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t avail,
+              uint32_t mask, nb_policy_state *ps, uint64_t stream);
 
 /* UCB1's N: the counts of all the context's arms summed left to right (arm order). */
 double nb_ucb_total(const nb_arm_stat *st, int narms);
@@ -77,6 +78,12 @@ double nb_ucb_index(const nb_arm_stat *st, double total, double alpha);
  * the whole synchronisation delay; trust grows with the evidence applied.
  */
 uint32_t nb_held(const nb_arm_stat *st, int narms, uint32_t probe);
+/*
+ * The safety gate: `auto_idx` (AUTO's arm) instead of `idx` when both have a learned reward and
+ * idx's mean is below (1 - margin) times AUTO's; idx otherwise (or when auto_idx is not in mask).
+ */
+int nb_gate(const nb_config *cfg, const nb_arm_stat *st, int idx, int auto_idx, uint32_t mask);
+
 /* A pull of this arm was issued / its reward (or its absence) applied. */
 static inline void nb_issue(nb_arm_stat *st) { st->inflight++; }
 static inline void nb_resolve(nb_arm_stat *st) {

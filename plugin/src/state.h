@@ -39,6 +39,7 @@ typedef struct {
   uint8_t narms;
   uint8_t flags;
   uint8_t auto_arm;  /* NCCL's choice at first sight */
+  uint8_t auto_idx;  /* ... as an index into the context's arms (NB_NO_ARM: not among them) */
   uint32_t n_rewarded, n_missing; /* pulls applied with a reward, and without (dropped) */
   nb_policy_state pol; /* draw counter and policy memory (policy.h) */
 } nb_ctx;

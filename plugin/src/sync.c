@@ -225,6 +225,28 @@ static nb_sync *alloc_sync(const nb_config *cfg) {
   return s;
 }
 
+/* HELLO: header fields, the token, and (can_learn 0) why. */
+static int send_hello(int fd, const nb_config *cfg, uint64_t comm_id, int nranks, int rank,
+                      int can_learn, uint64_t fingerprint, const char *refusal) {
+  size_t tl = strlen(cfg->sync_token), wl = refusal ? strnlen(refusal, 1024) : 0;
+  char buf[sizeof(nb_hello) + 256 + 1024];
+  nb_hello hello = {comm_id, fingerprint, (uint32_t)nranks, (uint32_t)rank, cfg->sync_every,
+                    (uint32_t)(can_learn != 0), (uint32_t)tl, cfg->sync_lag, (uint32_t)wl, 0};
+  memcpy(buf, &hello, sizeof hello);
+  memcpy(buf + sizeof hello, cfg->sync_token, tl);
+  if (wl) memcpy(buf + sizeof hello + tl, refusal, wl);
+  return send_msg(fd, NB_MSG_HELLO, 0, 0, buf, (uint32_t)(sizeof hello + tl + wl));
+}
+
+int nb_sync_refuse(const nb_config *cfg, uint64_t comm_id, int nranks, int rank, const char *why,
+                   uint32_t timeout_ms) {
+  int fd = connect_to(cfg->sync_host, cfg->sync_port, timeout_ms);
+  if (fd < 0) return -1;
+  int rc = send_hello(fd, cfg, comm_id, nranks, rank < 0 ? 0 : rank, 0, 0, why);
+  close(fd);
+  return rc;
+}
+
 nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int rank,
                       int can_learn, uint64_t fingerprint, char *why, size_t whylen) {
   nb_sync *s = alloc_sync(cfg);
@@ -239,13 +261,9 @@ nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int ra
     nb_sync_close(s);
     return NULL;
   }
-  size_t tl = strlen(cfg->sync_token);
-  char buf[sizeof(nb_hello) + 256];
-  nb_hello hello = {comm_id, fingerprint, (uint32_t)nranks, (uint32_t)rank, s->m,
-                    (uint32_t)(can_learn != 0), (uint32_t)tl, cfg->sync_lag};
-  memcpy(buf, &hello, sizeof hello);
-  memcpy(buf + sizeof hello, cfg->sync_token, tl);
-  if (send_msg(s->fd, NB_MSG_HELLO, 0, 0, buf, (uint32_t)(sizeof hello + tl)) != 0) {
+  const char *no_profiler = "learning needs the profiler: NCCL_PROFILER_PLUGIN is not this library";
+  if (send_hello(s->fd, cfg, comm_id, nranks, rank, can_learn, fingerprint,
+                 can_learn ? NULL : no_profiler) != 0) {
     snprintf(why, whylen, "cannot send HELLO to the coordinator at %s:%d", cfg->sync_host,
              cfg->sync_port);
     nb_sync_close(s);

@@ -26,6 +26,14 @@ enum { NB_WAIT_OK = 0, NB_WAIT_FREEZE = 1, NB_WAIT_FAIL = -1, NB_WAIT_TIMEOUT = 
  */
 nb_sync *nb_sync_open(const nb_config *cfg, uint64_t comm_id, int nranks, int rank,
                       int can_learn, uint64_t fingerprint, char *why, size_t whylen);
+/*
+ * nb_sync_refuse: tell the coordinator that this rank cannot learn and why (an invalid
+ * setting), so that it refuses the communicator at once and every rank stays AUTO with the
+ * reason instead of waiting for its init timeout. Init thread; waits at most timeout_ms to
+ * connect. Returns 0 when the HELLO was sent.
+ */
+int nb_sync_refuse(const nb_config *cfg, uint64_t comm_id, int nranks, int rank, const char *why,
+                   uint32_t timeout_ms);
 /* nb_sync_submit: hand this rank's m latencies of round `round` to the sync thread.
  * User thread; copies lat. Waits only while NB_OUT_RING messages are unsent. */
 void nb_sync_submit(nb_sync *s, int64_t round, uint64_t checksum, const float *lat);

@@ -1,7 +1,9 @@
 /*
  * wire.h: the coordinator protocol (TCP, little-endian, fixed 32-byte header).
  *
- *   client -> coordinator  HELLO   payload nb_hello + token bytes
+ *   client -> coordinator  HELLO   payload nb_hello + token bytes + why bytes (a rank that
+ *                                  cannot learn says why: the coordinator refuses the
+ *                                  communicator at once, naming the rank and the reason)
  *   coordinator -> client  START   all ranks joined with one fingerprint
  *                          REJECT  payload: reason text (the plugin goes AUTO)
  *   client -> coordinator  SUBMIT  round r (its m pulls, from 0); a = checksum of the
@@ -46,11 +48,13 @@ typedef struct {
   uint32_t m;
   uint32_t can_learn; /* 0: this rank cannot learn (e.g. no profiler); all go AUTO */
   uint32_t token_len;
-  uint32_t lag; /* NCCLBOT_SYNC_LAG: rounds that may be in flight at once is lag + 1 */
+  uint32_t lag;     /* NCCLBOT_SYNC_LAG: rounds that may be in flight at once is lag + 1 */
+  uint32_t why_len; /* can_learn 0: why, after the token (the coordinator tells every rank) */
+  uint32_t pad;
 } nb_hello;
 
 _Static_assert(sizeof(nb_wire_hdr) == 32, "header is 32 bytes");
-_Static_assert(sizeof(nb_hello) == 40, "hello is 40 bytes");
+_Static_assert(sizeof(nb_hello) == 48, "hello is 48 bytes");
 
 #define NB_WIRE_MAX_PAYLOAD (4096 * 4 + 512)
 

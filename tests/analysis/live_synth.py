@@ -85,7 +85,8 @@ def _chooser(spec: RunSpec) -> Callable[[int], tuple[Callable[[], int], Callable
         pred = [float(costs[a.algorithm_index, a.protocol_index]) for a in arms]
         pred = [p if p >= 0 else None for p in pred]
         if spec.chooser in ("ucb1", "stubborn"):
-            policy = make_policy("UCB1") if spec.chooser == "ucb1" else make_policy("eps-greedy", pseudo_count=1e9)
+            stubborn = make_policy("eps-greedy", pseudo_count=1e9, estimator={"kind": "mean"})  # never leaves AUTO
+            policy = make_policy("UCB1") if spec.chooser == "ucb1" else stubborn
             step = StepPolicy(policy, pred)
             return step.select, step.update, arms
         rule = fab.best_arm if spec.chooser == "best" else fab.auto_arm

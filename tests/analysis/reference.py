@@ -68,6 +68,9 @@ class Bandit:
         self.s2 = [0.0] * k
         self.pulls = [0] * k
         self.learned = [0] * k
+        self.pending = [0] * k
+        self.resolved = [0] * k
+        self.mask = list(offered)  # offered less the held arms, set before each select
         self.peak = 1.0
 
     @property
@@ -127,9 +130,23 @@ class Bandit:
 
     def unpulled_first(self):
         for k in range(self.K):
-            if self.offered[k] and self.n[k] == 0:
+            if self.mask[k] and self.n[k] == 0:
                 return k
         return None
+
+    def hold(self):
+        """The hold rule: offered arms with pending >= probe + 2 * resolved are left out,
+        unless that leaves none."""
+        free = [self.offered[k] and self.pending[k] < self.p.probe + 2 * self.resolved[k] for k in range(self.K)]
+        self.mask = free if any(free) else list(self.offered)
+
+    def gate(self, k):
+        """The safety gate: AUTO's arm when ``k``'s learned mean is below (1 - margin) x AUTO's."""
+        a = self.auto
+        if (self.p.safety_gate and k != a and self.learned[k] >= 1 and self.learned[a] >= 1
+                and self.mu[k] < (1.0 - self.p.gate_margin) * self.mu[a]):
+            return a
+        return k
 
     def warm_losses(self, nu):
         return [nu * (1.0 - (self.prior[k] if math.isfinite(self.prior[k]) else 1.0)) if self.offered[k] else 0.0
@@ -164,7 +181,7 @@ class _Auto:
 class _Random(_Auto):
     @staticmethod
     def select(b, t, u, z):
-        return _pick_uniform(b.offered, u[0])
+        return _pick_uniform(b.mask, u[0])
 
 
 class _MeanBased:
@@ -186,7 +203,7 @@ class _UCB1(_MeanBased):
         ln = b.log_n()
         score = [b.mu[k] + b.p.alpha * float(np.sqrt(2.0 * ln / b.n[k])) if b.n[k] > 0 else INF
                  for k in range(b.K)]
-        return _argmax(score, b.offered)
+        return _argmax(score, b.mask)
 
 
 class _KLUCB(_MeanBased):
@@ -211,7 +228,7 @@ class _KLUCB(_MeanBased):
                 else:
                     hi = mid
             index.append(lo)
-        return _argmax(index, b.offered)
+        return _argmax(index, b.mask)
 
 
 class _Softmax(_MeanBased):
@@ -222,12 +239,12 @@ class _Softmax(_MeanBased):
 
     @staticmethod
     def select(b, t, u, z):
-        unpulled = [b.offered[k] and b.n[k] == 0 for k in range(b.K)]
+        unpulled = [b.mask[k] and b.n[k] == 0 for k in range(b.K)]
         if any(unpulled):
             return _pick_uniform(unpulled, u[0])
         b.sel += 1
         tau = b.p.tau / float(np.sqrt(max(b.sel, 1.0))) if b.p.decay else b.p.tau
-        return _categorical(_softmax(b.mu, b.offered, tau), u[0])
+        return _categorical(_softmax(b.mu, b.mask, tau), u[0])
 
 
 class _Thompson(_MeanBased):
@@ -238,17 +255,17 @@ class _Thompson(_MeanBased):
             v = b.p.prior_var if b.n[k] < 2 else b.var(k)
             scale = float(np.sqrt(v / (b.n[k] if b.n[k] > 0 else 1.0)))
             draw.append(b.mu[k] + scale * z[k])
-        return _argmax(draw, b.offered)
+        return _argmax(draw, b.mask)
 
 
 class _EpsGreedy(_MeanBased):
     @staticmethod
     def select(b, t, u, z):
-        greedy = _argmax(b.mu, b.offered)
+        greedy = _argmax(b.mu, b.mask)
         if b.p.eps == 0.0:
             return greedy
         eps = b.p.eps / float(np.sqrt(t)) if b.p.decay else b.p.eps
-        return _pick_uniform(b.offered, u[1]) if u[0] < eps else greedy
+        return _pick_uniform(b.mask, u[1]) if u[0] < eps else greedy
 
 
 class _ETC(_MeanBased):
@@ -259,11 +276,14 @@ class _ETC(_MeanBased):
     @staticmethod
     def select(b, t, u, z):
         eligible = [b.offered[k] and b.learned[k] < b.p.m for k in range(b.K)]
-        if any(eligible):
-            return _pick_uniform(eligible, u[0])
+        free = [eligible[k] and b.mask[k] for k in range(b.K)]
+        if any(free):
+            return _pick_uniform(free, u[0])
+        if any(eligible):  # every eligible arm waits for its rewards: the best mean, no commit
+            return _argmax(b.mu, b.mask)
         if b.commit is None:
-            b.commit = _argmax(b.mu, b.offered)
-        return b.commit
+            b.commit = _argmax(b.mu, b.mask)
+        return b.commit if b.mask[b.commit] else _argmax(b.mu, b.mask)
 
 
 def _trimmed_mean(values):
@@ -325,7 +345,7 @@ class _UCBV(_MeanBased):
         zeta, c = b.p.zeta, b.p.c
         score = [b.mu[k] + float(np.sqrt(2.0 * b.var(k) * zeta * ln / b.n[k])) + c * zeta * ln / b.n[k]
                  if b.n[k] > 0 else INF for k in range(b.K)]
-        return _argmax(score, b.offered)
+        return _argmax(score, b.mask)
 
 
 class _UCBTuned(_MeanBased):
@@ -342,7 +362,7 @@ class _UCBTuned(_MeanBased):
                 continue
             v = b.var(k) + float(np.sqrt(2.0 * ln / b.n[k]))
             score.append(b.mu[k] + float(np.sqrt(ln / b.n[k] * min(0.25, v))))
-        return _argmax(score, b.offered)
+        return _argmax(score, b.mask)
 
 
 def _loss(r, clip):
@@ -549,12 +569,13 @@ def served_sample(samples, wrap, pulls):
     return samples[wrap + (pulls - len(samples)) % (len(samples) - wrap)]
 
 
-def reference_replay(problem, policy, *, horizon, seed, raw, window, keep_warmup=False, dilution=1):
+def reference_replay(problem, policy, *, horizon, seed, raw, window, keep_warmup=False, dilution=1, lag=0):
     """Replay one seed of ``policy`` on every context; returns (served, selection, arms) per context.
 
     Latencies come from :func:`reference_pools` of the raw frame ``raw``; the cost-model
-    side (offered arms, priors, AUTO, ``mu_hat_min``) from ``problem``. With ``dilution=k``
-    the rewards of learned pulls are held and applied in pull order after every k-th step.
+    side (offered arms, priors, AUTO, ``mu_hat_min``) from ``problem``. With ``dilution=k`` and
+    ``lag=A`` the rewards of the pulls of each block of k steps are held and applied in pull
+    order A blocks after the block's last step; while some are held the hold rule applies.
     """
     pools = problem.pools
     plain = reference_pools(raw, window=window, keep_warmup=keep_warmup)
@@ -567,18 +588,23 @@ def reference_replay(problem, policy, *, horizon, seed, raw, window, keep_warmup
         b = make_reference(policy, problem.offered[c], problem.prior[c], int(problem.auto[c]), extra)
         total, sel, trace, held = 0.0, 0.0, [], []
         for t in range(1, horizon + 1):
-            k = b.kind.select(b, t, us[t - 1, c], zs[t - 1, c])
+            if held:
+                b.hold()
+            k = b.gate(b.kind.select(b, t, us[t - 1, c], zs[t - 1, c]))
+            b.mask = list(b.offered)
             samples, wrap, steady = plain[(key, pools.arms[k])]
             x = served_sample(samples, wrap, b.pulls[k])
             total += x
             sel += steady
             r = float(problem.mu_min[c]) / x
-            if b.pulls[k] >= policy.estimator.skip_first:
-                held.append((k, r))
-            if t % dilution == 0:
-                for arm, reward in held:
+            held.append((((t - 1) // dilution + 1 + lag) * dilution, k, r, b.pulls[k] >= policy.estimator.skip_first))
+            b.pending[k] += 1
+            while held and held[0][0] <= t:
+                _due, arm, reward, learn = held.pop(0)
+                b.pending[arm] -= 1
+                b.resolved[arm] += 1
+                if learn:
                     b.kind.update(b, arm, b.renormalise(reward))
-                held = []
             b.pulls[k] += 1
             trace.append(k)
         served.append(total)

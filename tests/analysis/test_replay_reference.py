@@ -82,22 +82,36 @@ def test_engine_equals_reference(name, params):
         np.testing.assert_array_equal(run.selection_us[s], selection)
 
 
-def assert_one_seed_matches(problem, raw, policy, *, horizon, seed, dilution=1, keep_warmup=False):
+def assert_one_seed_matches(problem, raw, policy, *, horizon, seed, dilution=1, lag=0, keep_warmup=False):
     """One seed of the engine equals the plain reference: arms, realized and selection totals."""
-    run = run_policy(problem, policy, horizon=horizon, seeds=[seed], record_arms=True, dilution=dilution)
+    run = run_policy(problem, policy, horizon=horizon, seeds=[seed], record_arms=True, dilution=dilution, lag=lag)
     served, selection, arms = reference_replay(problem, policy, horizon=horizon, seed=seed, raw=raw, window=WINDOW,
-                                               keep_warmup=keep_warmup, dilution=dilution)
+                                               keep_warmup=keep_warmup, dilution=dilution, lag=lag)
     np.testing.assert_array_equal(run.arms[0], arms)
     np.testing.assert_array_equal(run.served_us[0], served)
     np.testing.assert_array_equal(run.selection_us[0], selection)
 
 
-@pytest.mark.parametrize("name", ["UCB1", "Softmax", "ETC", "GaussianTS", "EXP3"])
-@pytest.mark.parametrize("k", [1, 4, 16])
-def test_diluted_updates_match_the_reference(name, k):
-    """Rewards held and applied every k steps (the plugin's sync period) equal the plain reference."""
+@pytest.mark.parametrize("name", ["UCB1", "Softmax", "ETC", "GaussianTS", "eps-greedy", "EXP3"])
+@pytest.mark.parametrize(("k", "lag"), [(1, 0), (4, 0), (16, 0), (4, 1), (8, 2), (1, 3)])
+def test_delayed_updates_match_the_reference(name, k, lag):
+    """Rewards of each block of k steps applied lag blocks after it ends (the plugin's rounds:
+    NCCLBOT_SYNC_EVERY=k, NCCLBOT_SYNC_LAG=lag), with the hold rule and the safety gate, equal
+    the plain reference."""
     problem, raw = random_problem(7)
-    assert_one_seed_matches(problem, raw, make_policy(name), horizon=40, seed=3, dilution=k)
+    assert_one_seed_matches(problem, raw, make_policy(name), horizon=60, seed=3, dilution=k, lag=lag)
+
+
+@pytest.mark.parametrize("name", ["UCB1", "ETC", "eps-greedy"])
+def test_the_hold_and_the_gate_change_what_is_played(name):
+    """Off and on give different arms on these pools, so the tests above compare something."""
+    problem, raw = random_problem(7)
+    off = make_policy(name, safety_gate=False, probe=10**6)
+    on = make_policy(name, safety_gate=True, probe=1)
+    arms_off = run_policy(problem, off, horizon=60, seeds=[3], record_arms=True, dilution=8, lag=1).arms
+    arms_on = run_policy(problem, on, horizon=60, seeds=[3], record_arms=True, dilution=8, lag=1).arms
+    assert (arms_off != arms_on).any()
+    assert_one_seed_matches(problem, raw, on, horizon=60, seed=3, dilution=8, lag=1)
 
 
 def test_dilution_one_is_the_plain_replay_and_more_changes_learning():

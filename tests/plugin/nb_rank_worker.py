@@ -57,6 +57,7 @@ def main() -> None:
     pending: list[tuple[int, object, list[int]]] = []
     arms, rcs = [], []
     progress = Path(out).with_suffix(".progress")
+    lag = int(os.environ.get("NBTEST_LAG", "0"))  # calls the GPU runs behind the host
     stall = os.environ.get("NBTEST_STALL", "")  # "rank:call:seconds": this rank stops a while
     stall_rank, stall_call, stall_s = (stall.split(":") + ["-1", "-1", "0"])[:3] if stall else ("-1", "-1", "0")
     for t, k in enumerate(schedule):
@@ -74,7 +75,7 @@ def main() -> None:
         if rc == 0 and arm is not None:
             h = r.coll_start(coll, nbytes, arm, 2)
             lat = truth[arm] * own.uniform(0.85, 1.15) * (1.0 + 0.02 * rank)
-            pending.append((t + own.randint(0, 3), h, [int(lat * 1000), int(lat * 900)]))
+            pending.append((t + lag + own.randint(0, 3), h, [int(lat * 1000), int(lat * 900)]))
         while pending and pending[0][0] <= t:  # the proxy thread reports a few calls later
             _, h, durs = pending.pop(0)
             for ch, d in enumerate(durs):

@@ -19,6 +19,7 @@ import pytest
 import nb_host as H
 from ncclbot_sweep.analysis import policies as P
 from ncclbot_sweep.analysis.policies import counter_rng
+from ncclbot_sweep.analysis.policies.base import held as held_arms
 
 MIB = 1 << 20
 _RUNS = itertools.count()
@@ -103,6 +104,42 @@ def test_c_policy_matches_step_policy_arms_and_state(plugin, nb_env, comm_id, tm
                              seed=1000 + ctx, steps=160)
         moved += len(set(played)) > 1
     assert moved > 0, f"{case}: no context ever left its first arm, the comparison would prove little"
+
+
+@pytest.mark.parametrize("case", ["ucb1", "greedy", "softmax", "thompson", "etc", "etc-m3"])
+def test_delayed_rewards_hold_and_gate_match_step_policy(plugin, nb_env, comm_id, tmp_path, case):
+    """Samples that arrive `lag` calls late (a GPU behind its host): the plugin's hold rule and
+    safety gate choose what StepPolicy chooses when fed the same rewards at the same calls."""
+    family, env, params = CASES[case]
+    rng = random.Random(zlib.crc32(f"delayed-{case}".encode()))
+    moved = held = 0
+    for ctx, (most, lag) in enumerate([(4, 3), (7, 6), (12, 2), (21, 9)]):
+        table = random_table(rng, most)
+        nb_env(**env, min_bytes=0, seed=500 + ctx)
+        arms = [a for a in range(21) if table[a] >= 0]
+        ref = P.StepPolicy(P.make_policy(family, **params), [table[a] for a in arms],
+                           draws=P.CounterDraws(seed=500 + ctx, comm_id=comm_id + 40 + ctx, collective="AllReduce",
+                                                nbytes=4 * MIB))
+        truth = {a: table[a] * rng.uniform(0.5, 2.0) for a in arms}
+        rank = H.Rank(plugin, comm_id + 40 + ctx, 1, 1, 0)
+        assert rank.active, H.take_log()
+        queue, played = [], []
+        for t in range(200):
+            rc, arm, _, _ = rank.call(4, 4 * MIB, table)
+            assert rc == 0
+            held += bool((held_arms(ref.state, ref.policy.probe) & ref.state.offered).any())
+            expect = arms[ref.select()]
+            assert arm == expect, f"{case}: step {t} C played {H.arm_name(arm)}, reference {H.arm_name(expect)}"
+            played.append(arm)
+            ns = int(truth[arm] * 1000 * rng.uniform(0.9, 1.1))
+            queue.append((rank.coll_start(4, 4 * MIB, arm, 1), arm, ns))
+            if len(queue) > lag:  # the oldest collective finishes: applied at the next call's start
+                h, a, n = queue.pop(0)
+                rank.channel(h, 0, 10_000, 10_000 + n)
+                ref.update(arms.index(a), f32(n / 1000.0))
+        rank.finalize()
+        moved += len(set(played)) > 1
+    assert moved and held > 20, f"{case}: moved {moved}, held {held}: the comparison would prove little"
 
 
 @pytest.mark.parametrize("case", ["softmax", "thompson", "eps-greedy", "etc"])

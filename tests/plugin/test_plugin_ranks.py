@@ -145,7 +145,47 @@ def test_ranks_with_different_settings_all_stay_auto(tmp_path):
     finally:
         coord.stop()
     assert [res["active"] for res in results] == [False] * 3
-    assert all("ranks disagree on NCCLBOT_* settings" in res["log"] for res in results)
+    assert all("NCCLBOT_* settings or saved state differ from those of the ranks before it" in res["log"]
+               for res in results)
+    assert_identical(results)
+
+
+def test_an_invalid_setting_on_one_rank_stops_every_rank_at_once_naming_it(tmp_path):
+    """One rank's invalid NCCLBOT_* value: it tells the coordinator why, and every rank stays
+    AUTO within seconds with that rank and setting in its WARN, not after its init timeout."""
+    coord = Coordinator()
+    t0 = time.monotonic()
+    try:
+        results = run_job(tmp_path, coord, nranks=4, calls=200, comm_id=0xBADC0F,
+                          rank_env={2: {"NCCLBOT_UCB_ALPHA": "fast"}},
+                          env={"NCCLBOT_SYNC_INIT_TIMEOUT_MS": "120000"})
+    finally:
+        err = coord.stop()
+    elapsed = time.monotonic() - t0
+    assert [res["active"] for res in results] == [False] * 4
+    assert "NCCLBOT_UCB_ALPHA=\"fast\" is invalid" in results[2]["log"]
+    assert "the coordinator was told" in results[2]["log"]
+    for rank in (0, 1, 3):
+        log = results[rank]["log"]
+        assert "rank 2 cannot learn" in log and "NCCLBOT_UCB_ALPHA" in log, log
+    assert elapsed < 30, f"peers waited {elapsed:.0f} s"
+    assert "rank 2 cannot learn" in err
+    assert_identical(results)
+
+
+def test_samples_a_far_behind_gpu_drops_are_reported_once(tmp_path):
+    """A GPU 1,000 collectives behind its host: every sample arrives after its round was sent
+    and is dropped; each rank says so once, naming the context and what to change."""
+    coord = Coordinator()
+    try:
+        results = run_job(tmp_path, coord, nranks=2, calls=3000, contexts=1, comm_id=0x1A6,
+                          env={"NBTEST_LAG": "1000", "NCCLBOT_SYNC_EVERY": "16"})
+    finally:
+        coord.stop()
+    for res in results:
+        warns = [line for line in res["log"].splitlines() if "samples dropped" in line]
+        assert len(warns) == 1, res["log"]
+        assert "AllReduce 1048576 bytes" in warns[0] and "NCCLBOT_SYNC_LAG" in warns[0]
     assert_identical(results)
 
 
@@ -191,6 +231,9 @@ def test_fail_mode_fails_every_rank_from_the_same_call(tmp_path, how):
         err = coord.stop()
     first = [first_failure(res) for res in results]
     assert first[0] is not None and len(set(first)) == 1, f"first failing call per rank: {first}"
+    for res in results:  # the WARN names why, never "synchronisation failed ()"
+        reason = res["log"].split("synchronisation failed (", 1)[1].split(")", 1)[0]
+        assert len(reason) > 10, res["log"]
     assert all(all(rc != 0 for rc in res["rc"][first[0]:]) for res in results)
     assert_identical([{"arms": res["arms"][:first[0]]} for res in results])
     assert "failed at round" in err
