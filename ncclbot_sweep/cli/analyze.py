@@ -216,23 +216,28 @@ def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon
 
 
 @analyze.command()
-@dataset_option(required=True, type=click.Path(file_okay=False, path_type=Path))
+@dataset_option("A dataset holding the live campaign, or the forced sweep to compare it with (repeat: every "
+                "dataset is read as one).", dest="datasets", required=True, multiple=True,
+                type=click.Path(file_okay=False, path_type=Path))
 @out_option("Folder for the tables (Parquet and CSV), figures (PNG) and headline.json.", required=True,
             type=click.Path(file_okay=False, path_type=Path))
 @click.option("--campaign", default=None, help="Only this campaign (default: every live campaign in the dataset).")
 @click.option("--min-pulls", type=int, default=5, show_default=True,
               help="Samples an arm needs at a size to be the reconstructed oracle there.")
 @json_option("the headline numbers, as in OUT/headline.json.")
-def live(dataset, out, campaign, min_pulls, as_json):
+def live(datasets, out, campaign, min_pulls, as_json):
     """Live campaigns: selection TRLT, learning curves, overhead ladder, setup toll and stock comparison.
 
-    \b
-    Example, after ingesting a live campaign folder:
-        ncclbot-sweep analyze live -d ds -o live-out --campaign live-h100
-    """
-    from ncclbot_sweep.analysis.live import analyze_live
+    The forced-arm sweep of the same fabric (for the forced-against-stock and AUTO-against-audit
+    tables) may be in the same dataset or in another one given with a second -d.
 
-    result = analyze_live(dataset, campaign=campaign, out=out, min_pulls=min_pulls)
+    \b
+    Example, after ingesting a live campaign folder (and, apart, a forced sweep):
+        ncclbot-sweep analyze live -d live-ds -d sweep-ds -o live-out --campaign live-h100
+    """
+    from ncclbot_sweep.analysis.live import analyze_live, campaign_lines, scenario_verdicts
+
+    result = analyze_live(datasets, campaign=campaign, out=out, min_pulls=min_pulls)
     if as_json:
         echo_json(result.headline)
         return
@@ -241,6 +246,12 @@ def live(dataset, out, campaign, min_pulls, as_json):
                         ("setup_toll", "Setup toll (first-use stall)"), ("stock_bands", "Against stock, per band")):
         frame = result.tables[name]
         _echo_table(frame.drop(columns=[c for c in ("fabric", "ranks", "run_id") if c in frame.columns]), title)
+    for verdict in scenario_verdicts(result.headline):
+        click.echo(f"\n{verdict.title}")
+        for line in verdict.lines:
+            click.echo(f"  {line}")
+    for line in campaign_lines(result.headline):
+        click.echo(line)
     for what in result.issues["what"]:
         click.echo(f"Warning: {what}", err=True)
     click.echo(f"Live analysis written to {out}")
