@@ -17,10 +17,12 @@ __all__ = ["ScenarioVerdict", "campaign_lines", "scenario_verdicts"]
 
 @dataclasses.dataclass(frozen=True)
 class ScenarioVerdict:
-    """The sentences about one scenario (campaign, fabric, collective, nodes, ranks)."""
+    """The sentences about one scenario (campaign, fabric, collective, nodes, ranks); ``short``
+    is what a headline keeps of them: against AUTO, and against stock in one clause."""
 
     title: str
     lines: list[str]
+    short: list[str]
 
 
 def _bands(entries: list[dict]) -> str:
@@ -28,13 +30,13 @@ def _bands(entries: list[dict]) -> str:
 
 
 def _against_stock(label: str, entries: list[dict]) -> str:
-    """``UCB1 was faster than stock at 16-32 MiB and slower at 4-8 MiB`` (or on par)."""
+    """``UCB1 was faster than stock at 16-32 MiB (1.31x); slower than stock at 4-8 MiB (0.80x)``."""
     words = {"faster": [], "slower": [], "on par with": []}
     for e in entries:
         if e["median"] is None:
             continue
         kind = "faster" if e["median"] > MARGIN else "slower" if e["median"] < 1 / MARGIN else "on par with"
-        words[kind].append(e["sizes"])
+        words[kind].append(f"{e['sizes']} ({e['median']:.2f}x)")
     parts = [f"{kind}{'' if kind == 'on par with' else ' than'} stock at {' and '.join(sizes)}"
              for kind, sizes in words.items() if sizes]
     return f"{label} was " + "; ".join(parts) if parts else f"{label} has no size compared with stock"
@@ -53,14 +55,17 @@ def _selection(s: dict, learner: str | None, auto: str | None) -> str:
             f"(selection-priced TRLT against the pooled oracle, {where}): {learner} {beat} AUTO.")
 
 
-def _stock(s: dict, learner: str | None, auto: str | None) -> str:
+def _stock(s: dict, learner: str | None, auto: str | None) -> tuple[str, str]:
+    """The stock sentence, and its verdict clause alone."""
     bands = s["speed_vs_stock_bands"]
     shown = [label for label in (learner, auto) if label in bands]
     if not shown:
-        return "No comparison with stock (no stock run of this communicator)."
+        text = "No comparison with stock (no stock run of this communicator)."
+        return text, text
     listed = "; ".join(f"{label} {_bands(bands[label])}" for label in shown)
+    verdict = _against_stock(shown[0], bands[shown[0]])
     return (f"Speed against stock (stock time / run time per size, median per band; above 1 is faster, "
-            f"stalled sizes left out): {listed}. {_against_stock(shown[0], bands[shown[0]])}.")
+            f"stalled sizes left out): {listed}. {verdict}.", f"{verdict} (stock time / run time, median per band).")
 
 
 def _overhead(s: dict, learner: str | None, auto: str | None) -> str | None:
@@ -79,7 +84,8 @@ def scenario_verdicts(headline: dict) -> list[ScenarioVerdict]:
     out = []
     for s in headline["scenarios"]:
         learner, auto = s["best_learner"], s["auto"]
-        lines = [_selection(s, learner, auto), _stock(s, learner, auto)]
+        stock, stock_verdict = _stock(s, learner, auto)
+        lines = [_selection(s, learner, auto), stock]
         overhead = _overhead(s, learner, auto)
         if overhead:
             lines.append(overhead)
@@ -88,7 +94,7 @@ def scenario_verdicts(headline: dict) -> list[ScenarioVerdict]:
             lines.append(f"First-use stall (setup): median {stall['median']:.1f} s over {stall['runs']} runs, "
                          "a one-time toll left out of the comparisons above.")
         title = f"{s['campaign']}: {s['collective']} on {s['nodes']} nodes ({s['ranks']} ranks), {s['fabric']}"
-        out.append(ScenarioVerdict(title, lines))
+        out.append(ScenarioVerdict(title, lines, [lines[0], stock_verdict]))
     return out
 
 

@@ -6,14 +6,12 @@ inside the command bodies so ``--help`` stays light.
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 
 import click
 
 from ncclbot_sweep.cli.jsonout import echo_json
-from ncclbot_sweep.cli.options import dataset_option, inventory_option, json_option, out_option
+from ncclbot_sweep.cli.options import command_line, dataset_option, inventory_option, json_option, out_option
 
 __all__ = ["analyze"]
 
@@ -169,11 +167,6 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
         click.echo(f"Trajectories written to {trajectories}")
 
 
-def _command_line() -> str:
-    """The command line as typed (program name without its folder), for the report's provenance."""
-    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
-
-
 @analyze.command()
 @_dataset_option
 @out_option("Report folder.", required=True, type=click.Path(file_okay=False, path_type=Path))
@@ -190,13 +183,18 @@ def _command_line() -> str:
 @click.option("--study", "studies", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="A folder of 'analyze tune/splits/holdout/minisweep/replication/ablate/workload' whose tables "
                    "(and figures) to include (repeat).")
+@click.option("--live-dataset", "live_datasets", multiple=True,
+              type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="A dataset holding a live campaign ingested apart from the sweep (repeat): its live section, "
+                   "compared with the sweep of --dataset.")
 def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file,
-           trajectories_file, studies):
+           trajectories_file, studies, live_datasets):
     """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out.
 
     \b
     Example:
         ncclbot-sweep analyze report -d demo-out/dataset -o report/ --study tune/
+        ncclbot-sweep analyze report -d demo-out/dataset --live-dataset demo-out/live-dataset -o report/
     """
     from ncclbot_sweep.analysis.report import ReportOptions, build_report
 
@@ -210,7 +208,8 @@ def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon
 
     options = ReportOptions(policies=tuple(expand_policy_list(policies)), horizon=horizon,
                             seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max,
-                            keep_warmup=keep_warmup, studies=studies, command=_command_line())
+                            keep_warmup=keep_warmup, studies=studies, live_datasets=live_datasets,
+                            command=command_line())
     path = build_report(dataset, out, options=options, replay=results, trajectories=steps)
     click.echo(f"Report: {path}")
 
