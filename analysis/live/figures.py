@@ -68,8 +68,8 @@ def plot_learning_curves(curves: pd.DataFrame, labels: dict[str, str], *, path: 
 
 #: The finish lines of a timeline facet: (column, legend label, style); drawn widest first.
 _FINISHES = (("finish_ms", "this run's finish", dict(color="tab:green", linewidth=3.0, alpha=0.6, zorder=1)),
-             ("oracle_finish_ms", "oracle's finish", dict(color="grey", linestyle="--", linewidth=1.2, zorder=3)),
-             ("auto_finish_ms", "AUTO's finish", dict(color="black", linestyle=":", linewidth=1.4, zorder=4)))
+             ("oracle_finish_ms", "oracle's finish", dict(color="grey", linestyle="--", linewidth=1.8, zorder=3)),
+             ("auto_finish_ms", "AUTO's finish", dict(color="black", linestyle=":", linewidth=1.2, zorder=4)))
 
 
 def plot_timeline(timeline: pd.DataFrame, path: str | Path, *, title: str, synthetic: bool) -> Path:
