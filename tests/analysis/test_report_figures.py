@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import matplotlib
 import numpy as np
 import pandas as pd
@@ -220,3 +222,15 @@ def test_the_stamp_follows_the_data_not_the_fabric_name(fabric, synthetic, tmp_p
     for fig in closed_figures:
         assert any("synthetic" in t.get_text() for t in fig.texts) == synthetic
     assert set(pd.read_csv(tmp_path / f"errmap_{fabric}_AllReduce.csv")["synthetic"]) == {synthetic}
+
+
+def test_every_size_axis_prints_binary_units(tmp_path, closed_figures):
+    problem = _problem()
+    audit = audit_auto(problem, horizon=4)
+    curves = figures.arm_curves(problem.pools, audit)
+    figures.plot_arm_curves(curves.assign(size_bytes=curves["size_bytes"] * 4096), tmp_path)
+    for ax in closed_figures[0].axes:
+        ax.figure.canvas.draw()
+        shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert shown and all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB|TiB)", t) for t in shown), shown
+    assert [figures.size_label(v) for v in (512, 4096, 16 << 20, 2 << 30)] == ["512 B", "4 KiB", "16 MiB", "2 GiB"]
