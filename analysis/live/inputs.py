@@ -29,9 +29,9 @@ from ncclbot_sweep.errors import AnalysisError, did_you_mean
 from ncclbot_sweep.names import AUTO
 
 from ..inputs import read_dataset_table
-from ..policies import live_policy_name
+from ..policies import STATIC_POLICY, live_policy_name
 
-__all__ = ["STOCK_POLICY", "STATIC_POLICY", "LIVE_KINDS", "SCENARIO_KEYS", "LiveIssue", "LiveData", "load_live", "sync_every",
+__all__ = ["STOCK_POLICY", "LIVE_KINDS", "SCENARIO_KEYS", "LiveIssue", "LiveData", "load_live", "sync_every",
            "issues_frame"]
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,6 @@ log = logging.getLogger(__name__)
 #: The policy name of a step without the plugin (``ncclbot_sweep.campaign.STOCK``; orchestration
 #: is not imported by the analysis, a test checks the two agree).
 STOCK_POLICY = "stock"
-#: The plugin's table replay (``NCCLBOT_POLICY=static``): it plays a plugin arm but learns nothing.
-STATIC_POLICY = "static"
 #: Run kinds the live analysis reads (architecture section 4).
 LIVE_KINDS = ("live", "stock", "overhead")
 SCENARIO_KEYS = ["campaign", "fabric", "collective", "nodes", "ranks"]

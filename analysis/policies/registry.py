@@ -13,7 +13,7 @@ from .families import (
     ETC, KLUCB, UCB1, UCBV, Auto, EpsilonGreedy, GaussianThompson, RandomPolicy, RoundRobinETC, Softmax, UCBTuned,
 )
 
-__all__ = ["POLICIES", "PLUGIN_POLICIES", "make_policy", "parse_policy", "split_policy_list", "expand_policy_list",
+__all__ = ["POLICIES", "PLUGIN_POLICIES", "STATIC_POLICY", "make_policy", "parse_policy", "split_policy_list", "expand_policy_list",
            "draw_counts", "live_policy_name"]
 
 POLICIES: dict[str, type[Policy]] = {
@@ -30,8 +30,10 @@ _ALIASES = {"auto": "AUTO", "random": "Random", "klucb": "KL-UCB", "kl-ucb": "KL
 #: tables and figures: the family's name here, so offline and live results spell a policy alike.
 #: ``greedy`` is ``EpsilonGreedy(eps=0)``, not the eps-greedy family's default; ``static`` replays
 #: a table and has no family.
+#: The plugin's table replay (``NCCLBOT_POLICY=static``): it plays a plugin arm but learns nothing.
+STATIC_POLICY = "static"
 PLUGIN_POLICIES: dict[str, str] = {
-    "auto": Auto.name, "static": "static", "greedy": "greedy", "ucb1": UCB1.name, "etc": ETC.name,
+    "auto": Auto.name, STATIC_POLICY: STATIC_POLICY, "greedy": "greedy", "ucb1": UCB1.name, "etc": ETC.name,
     "softmax": Softmax.name, "thompson": GaussianThompson.name, "eps-greedy": EpsilonGreedy.name,
 }
 

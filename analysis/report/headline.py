@@ -15,10 +15,12 @@ import pandas as pd
 
 from ncclbot_sweep.names import human_size
 
+from ..policies import Auto, RandomPolicy
+
 __all__ = ["Headline", "NOT_LEARNERS", "build_headline", "learners", "summary_claims"]
 
 #: Replayed policies that are baselines, not learners: NCCL's choice and the uniform draw.
-NOT_LEARNERS = ("AUTO", "Random")
+NOT_LEARNERS = (Auto.name, RandomPolicy.name)
 
 
 def learners(policies: Sequence[str]) -> list[str]:
