@@ -37,7 +37,7 @@ demo-gb200: demo
 	done
 	$(NCCLBOT) analyze replication --dataset $(DEMO_OUT)/gb200-off-dataset --dataset $(DEMO_OUT)/gb200-on-dataset \
 	  --policies "AUTO,Random,@$(DEMO_OUT)/tune/champions.yaml,GBM+cost" --out $(DEMO_OUT)/gb200
-	$(NCCLBOT) analyze report --dataset $(DEMO_OUT)/dataset --out $(DEMO_OUT)/report \
+	$(NCCLBOT) analyze report --dataset $(DEMO_OUT)/dataset --live-dataset $(DEMO_OUT)/live-dataset --out $(DEMO_OUT)/report \
 	  --policies "AUTO,Random,@$(DEMO_OUT)/tune/champions.yaml,GBM+cost" --study $(DEMO_OUT)/tune --study $(DEMO_OUT)/gb200
 
 test: venv plugin

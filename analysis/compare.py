@@ -134,7 +134,7 @@ def compare_datasets(dataset_a: str | Path, dataset_b: str | Path, *, threshold:
 def plot_compare(table: pd.DataFrame, path: str | Path, *, threshold: float) -> Path:
     """Per collective: the best arm's latency change (%) and AUTO's loss change (pp) against size,
     one line per node count; shaded: within the threshold; x: AUTO's arm changed."""
-    from .report.figures import pyplot, save_figure
+    from .report.figures import pyplot, save_figure, size_axis
 
     plt = pyplot()
     collectives = sorted(table["collective"].unique())
@@ -149,9 +149,9 @@ def plot_compare(table: pd.DataFrame, path: str | Path, *, threshold: float) -> 
             loss.scatter(moved["size_bytes"], moved["auto_loss_change_pp"], marker="x", color="black", zorder=4)
         for ax in (lat, loss):
             ax.axhspan(-limit, limit, color="grey", alpha=0.12, linewidth=0)
-            ax.axhline(0, color="grey", linewidth=1)
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("message size (bytes, nccl-tests size)")
+            ax.axhline(0, color="grey", linewidth=1, label="no change")
+            size_axis(ax)
+            ax.set_xlabel("message size (nccl-tests size)")
             ax.grid(True, alpha=0.3)
         lat.set_ylabel("best arm latency, B vs A (%)")
         loss.set_ylabel("AUTO's loss, B - A (pp)")

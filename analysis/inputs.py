@@ -9,6 +9,7 @@ parameters, provenance, and whether the simulator produced the data) and ``workl
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +20,7 @@ from .pools import build_pools
 from .prior import call_params_from_runs, load_prior
 from .replay import ReplayProblem, make_problem
 
-__all__ = ["is_synthetic", "load_problem", "load_provenance", "load_first_calls", "load_workload",
+__all__ = ["is_synthetic", "load_problem", "load_provenance", "load_first_calls", "load_workload", "natural_key",
            "read_dataset_table", "with_synthetic"]
 
 log = logging.getLogger(__name__)
@@ -103,20 +104,26 @@ _PROVENANCE_COLUMNS = {"campaigns": "campaign", "campaign_keys": "campaign_key",
                        "nccl_tests_versions": "nccl_tests_version", "gpu_models": "gpu_name", "nodes": "nodes"}
 
 
+def natural_key(text: str) -> tuple:
+    """Sort key that orders the digits in a name as numbers: ``local2`` before ``local10``."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(text)))
+
+
 def load_provenance(dataset: str | Path, *, fabric: str | None = None) -> dict:
     """Where a dataset's forced-arm measurements came from, read from its ``runs`` table.
 
     Called by the report for its provenance block and ``results.json``. Each entry is the
     sorted list of distinct non-null values (empty when the dataset has no ``runs`` rows, as
     for frames written straight into ``iterations``); ``hosts`` splits the comma-joined
-    host lists of the runs.
+    host lists of the runs and sorts them naturally (:func:`natural_key`).
     """
     from ncclbot_sweep.datasets import read_table
 
     runs = read_table(Path(dataset), "runs", filters=[("fabric", "=", fabric)] if fabric else None)
     out = {key: sorted({v.item() if hasattr(v, "item") else v for v in runs[col].dropna()})
            for key, col in _PROVENANCE_COLUMNS.items()}
-    out["hosts"] = sorted({h.strip() for joined in runs["hosts"].dropna() for h in str(joined).split(",") if h.strip()})
+    out["hosts"] = sorted({h.strip() for joined in runs["hosts"].dropna() for h in str(joined).split(",") if h.strip()},
+                          key=natural_key)
     out["runs"] = len(runs)
     return out
 

@@ -2,13 +2,14 @@
 
 ``make demo`` runs ``ncclbot-sweep demo --out DIR``, which calls :func:`run_demo`: the
 forced-arm sweep of ``campaigns/demo.yaml`` on ``inventories/sim-h100.yaml`` through the
-local executor, ingest of the campaign folder into a Parquet dataset, then the AUTO audit,
-the bandit replay (AUTO, Random, UCB1, Softmax, KL-UCB, ETC), the HTML report and the
-dataset's ``contexts`` table; then a
-small live campaign (``campaigns/demo-live.yaml``: stock NCCL, AUTO through the real plugin
-and UCB1, four rank processes sharing one coordinator), ingested into its own dataset so
-the sweep's analysis sees only the sweep. Every stage is idempotent, so running the demo
-again re-runs nothing it already did.
+local executor and its ingest into a Parquet dataset; a small live campaign
+(``campaigns/demo-live.yaml``: stock NCCL, AUTO through the real plugin and UCB1, four rank
+processes sharing one coordinator), ingested into its own dataset so the sweep's pools see
+only the sweep; the live analysis of both datasets (forced prices against stock, AUTO
+through the plugin against the audit); then the AUTO audit, the bandit replay (AUTO,
+Random, UCB1, Softmax, KL-UCB, ETC), the HTML report with the live campaign's section and
+the dataset's ``contexts`` table. Every stage is idempotent, so running the demo again
+re-runs nothing it already did.
 """
 
 from __future__ import annotations
@@ -42,16 +43,17 @@ class DemoResult:
     live_analysis: Path
 
 
-def run_demo(out: Path | str, *, progress: Progress | None = None,
+def run_demo(out: Path | str, *, command: str | None = None, progress: Progress | None = None,
              on_stage: Callable[[str], None] | None = None) -> DemoResult:
-    """Sweep, ingest and analyse into ``out/{campaign,dataset,report}``, then run the live
-    campaign into ``out/{live-campaign,live-dataset}`` and analyse it into ``out/live``; return
-    the paths.
+    """Sweep and ingest into ``out/{campaign,dataset}``, run the live campaign into
+    ``out/{live-campaign,live-dataset}``, analyse it with the sweep into ``out/live`` and write
+    the report of both into ``out/report``; return the paths.
 
-    ``on_stage(name)`` is called as each stage starts (the CLI prints it).
+    ``command`` is the command line recorded in the report's provenance (the CLI passes its
+    own); ``on_stage(name)`` is called as each stage starts (the CLI prints it).
     """
     from ncclbot_sweep.analysis.live import analyze_live
-    from ncclbot_sweep.analysis.report import build_report
+    from ncclbot_sweep.analysis.report import ReportOptions, build_report
     from ncclbot_sweep.ingest import ingest
 
     out = Path(out)
@@ -63,15 +65,16 @@ def run_demo(out: Path | str, *, progress: Progress | None = None,
     log.info("demo campaign in %s: %d/%d steps ok", result.campaign, summary.steps_ok, summary.total_steps)
     _stage(on_stage, "ingest")
     ingest([result.campaign], result.dataset)
-    _stage(on_stage, "audit, replay and report")
-    index = build_report(result.dataset, result.report)
     _stage(on_stage, "live campaign (the real plugin, 4 rank processes)")
     live = submit(resource_path("campaigns", DEMO_LIVE_CAMPAIGN), resource_path("inventories", DEMO_INVENTORY),
                   workdir=result.live_campaign, wait=True, progress=progress)
     log.info("demo live campaign in %s: %d/%d steps ok", result.live_campaign, live.steps_ok, live.total_steps)
     ingest([result.live_campaign], result.live_dataset)
     _stage(on_stage, "live analysis")
-    analyze_live(result.live_dataset, out=result.live_analysis)
+    analyze_live([result.live_dataset, result.dataset], out=result.live_analysis)
+    _stage(on_stage, "audit, replay and report")
+    options = ReportOptions(live_datasets=(result.live_dataset,), command=command)
+    index = build_report(result.dataset, result.report, options=options)
     return dataclasses.replace(result, report=index)
 
 

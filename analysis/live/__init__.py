@@ -9,13 +9,19 @@ dataset's ``runs``, ``iterations`` and ``live_events`` of live, stock and overhe
 * :mod:`.selection` (TRLT per size), :mod:`.curves` (learning curves, timelines),
   :mod:`.sizes` (nccl-tests per size), :mod:`.overhead` (ladder), :mod:`.stock` (against
   stock), :mod:`.forced` (forced prices against stock, AUTO against the audit);
-* :mod:`.run` is the command's list of steps; :mod:`.figures` draws the PNGs.
+* :mod:`.run` is the command's list of steps; :mod:`.schema` fixes every table's columns
+  (empty ones included); :mod:`.headline` gathers the numbers and :mod:`.verdict` says them
+  in words; :mod:`.figures` draws the PNGs.
 
 It imports the analysis core (``pools``, ``audit``, ``inputs``), never ``study``.
 """
 
 from __future__ import annotations
 
+from .headline import best_learner
 from .run import TABLES, LiveResult, analyze_live, write_live
+from .schema import TABLE_COLUMNS
+from .verdict import ScenarioVerdict, campaign_lines, scenario_verdicts
 
-__all__ = ["TABLES", "LiveResult", "analyze_live", "write_live"]
+__all__ = ["TABLES", "TABLE_COLUMNS", "LiveResult", "ScenarioVerdict", "analyze_live", "best_learner",
+           "campaign_lines", "scenario_verdicts", "write_live"]

@@ -7,6 +7,10 @@ overhead-ladder rung off the ``variant`` column, and collects :class:`LiveIssue`
 inputs that are missing, so that a part that cannot be computed says why while the others
 still are.
 
+The live runs and the forced sweep they are compared with may sit in one dataset or in
+several (``make demo`` keeps the sweep and the live campaign apart): :func:`load_live` reads
+every dataset it is given as one.
+
 A *scenario* of the live analysis is ``(campaign, fabric, collective, nodes, ranks)``: the
 runs that share a communicator shape and were planned together.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +29,7 @@ from ncclbot_sweep.errors import AnalysisError, did_you_mean
 from ncclbot_sweep.names import AUTO
 
 from ..inputs import read_dataset_table
+from ..policies import STATIC_POLICY, live_policy_name
 
 __all__ = ["STOCK_POLICY", "LIVE_KINDS", "SCENARIO_KEYS", "LiveIssue", "LiveData", "load_live", "sync_every",
            "issues_frame"]
@@ -69,11 +75,13 @@ class LiveData:
 
     ``runs`` has one row per run with ``label`` (policy and variant), ``is_stock`` (no
     plugin: policy ``stock``, kind ``stock`` or a forced campaign's baseline step),
-    ``is_auto`` (policy AUTO through the plugin) and ``sync_every`` (ladder rung). Runs of
+    ``is_auto`` (policy AUTO through the plugin), ``is_learner`` (a plugin policy that learns:
+    neither AUTO nor the static table) and ``sync_every`` (ladder rung). Runs of
     other campaigns that are stock candidates are kept with ``companion`` true.
     """
 
-    root: Path
+    #: The datasets read, in the order given.
+    roots: tuple[Path, ...]
     runs: pd.DataFrame
     iterations: pd.DataFrame
     events: pd.DataFrame
@@ -104,38 +112,57 @@ def _label_runs(runs: pd.DataFrame) -> pd.DataFrame:
     runs["is_stock"] = (policy.str.lower() == STOCK_POLICY) | (runs["kind"] == "stock") | (
         (runs["kind"] == "forced") & runs["arm"].isna())
     runs["is_auto"] = ~runs["is_stock"] & (policy.str.upper() == AUTO)
+    runs["is_learner"] = ~runs["is_stock"] & ~runs["is_auto"] & (policy.str.lower() != STATIC_POLICY)
     runs["sync_every"] = [sync_every(v) for v in variant]
-    label = policy.where(~runs["is_stock"], STOCK_POLICY)
+    label = policy.map(live_policy_name).where(~runs["is_stock"], STOCK_POLICY)
     runs["label"] = label.where(variant == _DEFAULT_VARIANT, label + " [" + variant + "]")
     runs["variant"] = variant
     runs = runs.sort_values(["campaign", "started_at", "run_id"], na_position="last", kind="stable")
-    # Repeats of one policy and variant stay apart: "ucb1", "ucb1 #2", ...
+    # Repeats of one policy and variant stay apart: "UCB1", "UCB1 #2", ...
     dup = runs.groupby([*SCENARIO_KEYS, "label"], dropna=False).cumcount()
     runs["label"] = runs["label"].where(dup == 0, runs["label"] + " #" + (dup + 1).astype(str))
     return runs.reset_index(drop=True)
 
 
-def load_live(dataset: str | Path, *, campaign: str | None = None) -> LiveData:
-    """Read the live, stock and overhead runs of ``dataset`` (one campaign or all).
+def _roots(datasets: str | Path | Sequence[str | Path]) -> tuple[Path, ...]:
+    """The dataset folders, each checked to exist (:class:`AnalysisError` naming the first that does not)."""
+    given = (datasets,) if isinstance(datasets, (str, Path)) else datasets
+    roots = tuple(dict.fromkeys(Path(d) for d in given))  # a dataset given twice is read once
+    if not roots:
+        raise AnalysisError("no dataset given", hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
+    for root in roots:
+        if not root.is_dir():
+            raise AnalysisError("dataset folder does not exist", path=root,
+                                hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
+    return roots
 
-    Raises :class:`AnalysisError` naming the dataset when it has no such run; lesser gaps
+
+def _read(roots: tuple[Path, ...], name: str, *, filters=None) -> pd.DataFrame:
+    """One table of every dataset, stacked (rows keep their own ``run_id``)."""
+    frames = [read_dataset_table(root, name, filters=filters) for root in roots]
+    frames = [f for f in frames if len(f)] or frames[:1]
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def load_live(datasets: str | Path | Sequence[str | Path], *, campaign: str | None = None) -> LiveData:
+    """Read the live, stock and overhead runs of one dataset or several (one campaign or all).
+
+    Raises :class:`AnalysisError` naming the dataset(s) when none has such a run; lesser gaps
     (a failed run, a live run without traces) become :class:`LiveIssue` records.
     """
-    root = Path(dataset)
-    if not root.is_dir():
-        raise AnalysisError("dataset folder does not exist", path=root,
-                            hint="pass the folder 'ncclbot-sweep ingest' wrote (--dataset DIR)")
-    runs = read_dataset_table(root, "runs")
+    roots = _roots(datasets)
+    where = roots[0] if len(roots) == 1 else Path(", ".join(map(str, roots)))
+    runs = _read(roots, "runs")
     live = runs[runs["kind"].isin(LIVE_KINDS)]
     if campaign is not None:
         if not (live["campaign"] == campaign).any():
             names = sorted(set(live["campaign"].dropna()))
             raise AnalysisError(f"dataset has no live, stock or overhead run of campaign {campaign!r}"
-                                + did_you_mean(campaign, names), path=root,
+                                + did_you_mean(campaign, names), path=where,
                                 hint=f"campaigns with live runs: {', '.join(names) or 'none'}")
         live = live[live["campaign"] == campaign]
     if live.empty:
-        raise AnalysisError("dataset has no live, stock or overhead runs", path=root,
+        raise AnalysisError("dataset has no live, stock or overhead runs", path=where,
                             hint="ingest the campaign folder of a live campaign (kind: live or overhead)")
     issues = [LiveIssue("runs", f"run {r.run_id} ({r.policy}) ended {r.outcome!r}: left out", campaign=r.campaign,
                         run_id=r.run_id, hint="resume the campaign to rerun it")
@@ -154,7 +181,7 @@ def load_live(dataset: str | Path, *, campaign: str | None = None) -> LiveData:
                             | ((stock_like["kind"] == "forced") & stock_like["arm"].isna())].assign(companion=True)
     frame = _label_runs(pd.concat([live, stock_like], ignore_index=True))
     ids = sorted(frame["run_id"])
-    iterations = read_dataset_table(root, "iterations", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
-    events = read_dataset_table(root, "live_events", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
+    iterations = _read(roots, "iterations", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
+    events = _read(roots, "live_events", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
     log.info("live analysis: %d runs, %d iterations, %d live events", len(frame), len(iterations), len(events))
-    return LiveData(root, frame, iterations, events, issues)
+    return LiveData(roots, frame, iterations, events, issues)

@@ -1,12 +1,12 @@
-"""``analyze live``: the live decomposition of a dataset as a list of named steps.
+"""``analyze live``: the live decomposition of one or more datasets as a list of named steps.
 
-:func:`analyze_live` reads the dataset once (:func:`.inputs.load_live`), runs the offline
-audit when the dataset holds a forced sweep, then per scenario (campaign, fabric,
+:func:`analyze_live` reads the datasets once, as one (:func:`.inputs.load_live`), runs the
+offline audit where one of them holds a forced sweep, then per scenario (campaign, fabric,
 collective, nodes, ranks): merge the traces over ranks, find the setup stalls, reconstruct
 the oracle, price the selections, draw the learning curves, and, given a stock run, the
 overhead ladder and the stock comparison. A part that lacks its input records a
 :class:`.inputs.LiveIssue` and the others still run. ``write_live`` puts every table out as
-Parquet and CSV and the figures as PNG.
+Parquet and CSV (with its columns and types when empty, :mod:`.schema`) and the figures as PNG.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -23,12 +23,15 @@ from ncclbot_sweep.errors import AnalysisError
 
 from ..audit import audit_auto
 from ..inputs import is_synthetic, load_problem
+from ..pools import CONTEXT_COLUMNS
 from .curves import curve_windows, learning_curves, timeline
 from .forced import auto_against_audit, forced_vs_stock
+from .headline import live_headline
 from .inputs import SCENARIO_KEYS, LiveData, LiveIssue, issues_frame, load_live
 from .oracle import MIN_PULLS, pooled_means, reconstruct_oracle
 from .overhead import ladder, ladder_bins
 from .pulls import check_traces, merge_pulls
+from .schema import conform
 from .selection import price_pulls, selection_per_size, selection_summary
 from .setup import find_stalls, mark_stalls, setup_toll
 from .sizes import stalled_sizes
@@ -89,16 +92,24 @@ def _with_scenario(frame: pd.DataFrame, scenario: dict) -> pd.DataFrame:
 
 
 def _audit(data: LiveData, issues: list[LiveIssue]) -> pd.DataFrame:
-    """The offline audit's contexts of every fabric the live runs used (empty without a sweep)."""
+    """The offline audit's contexts of every fabric the live runs used, from whichever of the
+    datasets holds a forced sweep of it (empty without one; a context two sweeps share is
+    taken from the first dataset given)."""
     frames = []
     for fabric in sorted(set(data.runs["fabric"].dropna())):
-        try:
-            frames.append(audit_auto(load_problem(data.root, fabric=fabric)))
-        except AnalysisError as exc:
-            issues.append(LiveIssue("forced", f"fabric {fabric}: no offline audit ({exc.reason})",
-                                    hint="ingest a forced-arm sweep of the same fabric (with cost tables) to "
-                                         "compare forced prices and the audit with the live runs"))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        reasons = []
+        for root in data.roots:
+            try:
+                frames.append(audit_auto(load_problem(root, fabric=fabric)))
+            except AnalysisError as exc:
+                reasons.append(exc.reason)
+        if len(reasons) == len(data.roots):
+            issues.append(LiveIssue("forced", f"fabric {fabric}: no offline audit ({'; '.join(dict.fromkeys(reasons))})",
+                                    hint="ingest a forced-arm sweep of the same fabric (with cost tables), or pass its "
+                                         "dataset too, to compare forced prices and the audit with the live runs"))
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True).drop_duplicates(list(CONTEXT_COLUMNS), keep="first")
 
 
 @dataclasses.dataclass
@@ -195,14 +206,15 @@ def _figures(tables: dict[str, pd.DataFrame], out: Path, synthetic_of) -> dict[s
     return figures
 
 
-def analyze_live(dataset: str | Path, *, campaign: str | None = None, out: str | Path | None = None,
-                 min_pulls: int = MIN_PULLS) -> LiveResult:
-    """Run the live analysis of ``dataset``; with ``out``, write tables and figures there.
+def analyze_live(datasets: str | Path | Sequence[str | Path], *, campaign: str | None = None,
+                 out: str | Path | None = None, min_pulls: int = MIN_PULLS) -> LiveResult:
+    """Run the live analysis of one dataset or several read as one (the live campaign's and the
+    forced sweep's, when they were ingested apart); with ``out``, write tables and figures there.
 
-    Raises :class:`AnalysisError` when the dataset has no live, stock or overhead run (of
+    Raises :class:`AnalysisError` when no dataset has a live, stock or overhead run (of
     ``campaign``); every lesser gap is a row of the ``issues`` table.
     """
-    data = load_live(dataset, campaign=campaign)
+    data = load_live(datasets, campaign=campaign)
     issues = list(data.issues)
     audit = _audit(data, issues)
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
@@ -213,55 +225,15 @@ def analyze_live(dataset: str | Path, *, campaign: str | None = None, out: str |
                 parts[name].append(frame)
     stock_runs = data.runs[data.runs["is_stock"]]
     parts["forced_vs_stock"].append(forced_vs_stock(audit, stock_runs, iterations=data.iterations))
-    tables = {name: pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames)
-              else pd.DataFrame() for name, frames in parts.items() if name != "issues"}
-    tables["issues"] = issues_frame(issues)
+    tables = {name: conform(name, pd.concat([f for f in frames if len(f)], ignore_index=True)
+                            if any(len(f) for f in frames) else pd.DataFrame())
+              for name, frames in parts.items() if name != "issues"}
+    tables["issues"] = conform("issues", issues_frame(issues))
     synthetic = frozenset(str(fabric) for fabric, runs in data.runs.groupby("fabric") if is_synthetic(runs))
-    result = LiveResult(tables, {}, _headline(data, tables), synthetic)
+    result = LiveResult(tables, {}, live_headline(data, tables), synthetic)
     if out is not None:
         write_live(result, Path(out))
     return result
-
-
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item"):
-        return _clean(value.item())
-    return value
-
-
-def _pick(frame: pd.DataFrame, key: dict, index: str, column: str) -> dict:
-    if frame.empty:
-        return {}
-    sel = frame
-    for k, v in key.items():
-        sel = sel[sel[k] == v]
-    return {str(i): _clean(v) for i, v in zip(sel[index], sel[column])}
-
-
-def _headline(data: LiveData, tables: dict[str, pd.DataFrame]) -> dict:
-    """The numbers ``--json`` prints: per scenario selection, overhead, setup and stock figures."""
-    scenarios = []
-    for key, runs in data.scenarios():
-        key = {k: _clean(v) for k, v in key.items()}
-        sel = _pick(tables["selection_summary"], key, "policy", "selection_trlt_mean_pct")
-        learners = {k: v for k, v in sel.items() if not runs.loc[runs["label"] == k, "is_auto"].any()}
-        stalls = [v for v in _pick(tables["setup_toll"], key, "run_id", "stall_median_s").values() if v is not None]
-        ladder_rows = tables["overhead_ladder"]
-        scenarios.append({
-            **key,
-            "selection_trlt_mean_pct": sel,
-            "best_learner": min(learners, key=lambda k: learners[k]) if learners else None,
-            "overhead_pct": _pick(ladder_rows, key, "rung", "overhead_pct"),
-            "ladder_monotone": _pick(ladder_rows, key, "rung", "monotone"),
-            "setup_stall_s": {"runs": len(stalls), "median": float(pd.Series(stalls).median()) if stalls else None,
-                              "min": min(stalls, default=None), "max": max(stalls, default=None)},
-            "avg_busbw_ratio_vs_stock": _pick(tables["stock_bands"], key, "policy", "avg_busbw_ratio"),
-        })
-    return {"dataset": str(data.root), "scenarios": scenarios,
-            "forced_vs_stock_contexts": len(tables["forced_vs_stock"]),
-            "issues": tables["issues"]["what"].tolist()}
 
 
 def write_live(result: LiveResult, out: Path) -> None:

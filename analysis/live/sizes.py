@@ -12,9 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ncclbot_sweep.names import human_size
+
 from .setup import STALL_MIN_S
 
-__all__ = ["MIB", "GIB", "SIZE_BINS", "STOCK_BANDS", "per_size", "average_busbw", "bin_of", "stalled_sizes"]
+__all__ = ["MIB", "GIB", "SIZE_BINS", "STOCK_BANDS", "per_size", "average_busbw", "bin_of", "size_range",
+           "stalled_sizes"]
 
 MIB, GIB = 1 << 20, 1 << 30
 #: Table 19's bins (lower bound inclusive, upper exclusive).
@@ -31,6 +34,15 @@ def bin_of(size_bytes, bins=SIZE_BINS) -> list[str]:
     for size in np.atleast_1d(size_bytes):
         out.append(next(name for name, lo, hi in bins if lo <= size < hi))
     return out
+
+
+def size_range(lo: int, hi: int) -> str:
+    """The sizes from ``lo`` to ``hi`` as a person writes them: ``16-64 MiB``, ``512 KiB-2 MiB``, ``8 MiB``."""
+    low, high = human_size(int(lo)), human_size(int(hi))
+    if low == high:
+        return low
+    (low_n, low_unit), (high_n, high_unit) = low.split(" "), high.split(" ")
+    return f"{low_n}-{high}" if low_unit == high_unit else f"{low}-{high}"
 
 
 def _timed(iterations: pd.DataFrame) -> pd.DataFrame:

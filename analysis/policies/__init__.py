@@ -93,12 +93,16 @@ from .families import (
     ETC, KLUCB, UCB1, UCBV, Auto, EpsilonGreedy, GaussianThompson, RandomPolicy, RoundRobinETC, Softmax, UCBTuned,
 )
 from .reference import StepPolicy
-from .registry import POLICIES, draw_counts, expand_policy_list, make_policy, parse_policy, split_policy_list
+from .registry import (
+    PLUGIN_POLICIES, POLICIES, STATIC_POLICY, draw_counts, expand_policy_list, live_policy_name, make_policy,
+    parse_policy, split_policy_list,
+)
 
 __all__ = [
     "Policy", "Auto", "RandomPolicy", "UCB1", "KLUCB", "Softmax", "GaussianThompson",
     "EpsilonGreedy", "ETC", "RoundRobinETC", "UCBV", "UCBTuned", "EXP3", "EXP3PP",
-    "TsallisINF", "FPL", "Hierarchical", "POLICIES", "make_policy", "parse_policy", "split_policy_list", "expand_policy_list",
+    "TsallisINF", "FPL", "Hierarchical", "POLICIES", "PLUGIN_POLICIES", "STATIC_POLICY", "live_policy_name",
+    "make_policy", "parse_policy", "split_policy_list", "expand_policy_list",
     "draw_counts", "StepPolicy", "CounterDraws", "BanditState", "Estimator",
     "pick_uniform", "sample_categorical", "iqr_trimmed_mean",
 ]

@@ -13,7 +13,8 @@ from .families import (
     ETC, KLUCB, UCB1, UCBV, Auto, EpsilonGreedy, GaussianThompson, RandomPolicy, RoundRobinETC, Softmax, UCBTuned,
 )
 
-__all__ = ["POLICIES", "make_policy", "parse_policy", "split_policy_list", "expand_policy_list", "draw_counts"]
+__all__ = ["POLICIES", "PLUGIN_POLICIES", "STATIC_POLICY", "make_policy", "parse_policy", "split_policy_list", "expand_policy_list",
+           "draw_counts", "live_policy_name"]
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
@@ -24,6 +25,17 @@ _ALIASES = {"auto": "AUTO", "random": "Random", "klucb": "KL-UCB", "kl-ucb": "KL
             "thompson": "GaussianTS", "greedy": "eps-greedy", "epsilon-greedy": "eps-greedy",
             "rretc": "RR-ETC", "madan": "RR-ETC", "ucbv": "UCB-V", "ucb-tuned": "UCB-tuned",
             "ucbtuned": "UCB-tuned", "exp3pp": "EXP3++", "tsallis": "Tsallis-INF", "hier": "Hierarchical"}
+
+#: The plugin's ``NCCLBOT_POLICY`` values (``plugin/src/config.c``) and the name each one shows in
+#: tables and figures: the family's name here, so offline and live results spell a policy alike.
+#: ``greedy`` is ``EpsilonGreedy(eps=0)``, not the eps-greedy family's default; ``static`` replays
+#: a table and has no family.
+#: The plugin's table replay (``NCCLBOT_POLICY=static``): it plays a plugin arm but learns nothing.
+STATIC_POLICY = "static"
+PLUGIN_POLICIES: dict[str, str] = {
+    "auto": Auto.name, STATIC_POLICY: STATIC_POLICY, "greedy": "greedy", "ucb1": UCB1.name, "etc": ETC.name,
+    "softmax": Softmax.name, "thompson": GaussianThompson.name, "eps-greedy": EpsilonGreedy.name,
+}
 
 #: Fit-once supervised selectors (``study/supervised.py``, scikit-learn), loaded on use.
 _SUPERVISED = ("linear", "rf", "gbm")
@@ -59,6 +71,17 @@ def make_policy(name: str, **params) -> Policy:
             raise AnalysisError(f"estimator has no parameter {sorted(set(est) - names)}; it takes {sorted(names)}")
         params["estimator"] = dataclasses.replace(cls().estimator, **est)
     return cls(**params)
+
+
+def live_policy_name(value: str) -> str:
+    """The display name of a live run's policy (a campaign's ``policies`` item, which the job
+    exports lower-cased as ``NCCLBOT_POLICY``): :data:`PLUGIN_POLICIES`' spelling, any case
+    accepted; a value the plugin does not know (``stock``) is returned unchanged.
+
+    Called wherever live runs are labelled (:mod:`..live.inputs`), the one mapping between
+    the two spellings.
+    """
+    return PLUGIN_POLICIES.get(str(value).lower(), str(value))
 
 
 def split_policy_list(text: str) -> list[str]:

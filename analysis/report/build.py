@@ -5,9 +5,11 @@
 a CSV and a Markdown copy of every table shown, and ``results.json`` (:mod:`.results`); it
 replaces the dataset's ``contexts`` table (:mod:`..contexts`). Replay results can be passed
 in (``analyze replay`` output, with its trajectories for the learning curves) to avoid
-replaying again. When the dataset holds live runs, the live analysis
-(:mod:`..live`) adds its section (its own files under ``out/live/``); otherwise the
-section says that there are none.
+replaying again. When the dataset, or a live dataset given beside it
+(``ReportOptions.live_datasets``), holds live runs, the live analysis (:mod:`..live`) adds
+its section (its own files under ``out/live/``), read with the sweep so that its
+forced-against-stock and AUTO-against-audit tables are filled; otherwise the section says
+that there are none. The page opens with the headline box of :mod:`.headline`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ncclbot_sweep.errors import AnalysisError, DatasetError
 from ..audit import run_audit
 from ..contexts import write_contexts
 from ..degenerate import context_flags, flag_summary, flag_table
-from ..inputs import is_synthetic, load_problem, load_provenance
+from ..inputs import is_synthetic, load_problem, load_provenance, natural_key
 from ..policies import parse_policy
 from ..pools import CONTEXT_COLUMNS
 from ..replay import replay_with_trajectories
@@ -43,6 +45,7 @@ from .figures import (
     plot_survival,
     survival_curves,
 )
+from .headline import build_headline, learners, summary_claims
 from .page import render_page
 from .results import RESULTS_FILE, results_document, write_results
 from .tables import write_table
@@ -70,6 +73,8 @@ class ReportOptions:
     n_boot: int = 200
     keep_warmup: bool = False
     studies: Sequence[str | Path] = ()
+    #: Datasets holding live campaigns (ingested apart from the sweep): read with the sweep for the live section.
+    live_datasets: Sequence[str | Path] = ()
     #: The command line that asked for the report, recorded in its provenance (None: called from Python).
     command: str | None = None
 
@@ -94,8 +99,8 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     order = list(dict.fromkeys(replay["policy"]))
     audit = run_audit(problem, horizon=options.horizon, threshold=options.threshold, replay=replay)
     summary = summarize(replay, threshold=options.threshold, order=order)
-    learners = [p for p in order if p not in ("AUTO", "Random")]
-    tests = confirmatory(replay, [("AUTO", p) for p in learners], threshold=options.threshold) if "AUTO" in order else None
+    tests = (confirmatory(replay, [("AUTO", p) for p in learners(order)], threshold=options.threshold)
+             if "AUTO" in order else None)
     synthetic = is_synthetic(problem.contexts)
     flags = flag_table(problem)
     audit_rows = audit.contexts.merge(context_flags(problem), on=list(CONTEXT_COLUMNS), how="left")
@@ -116,10 +121,10 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         tables["tests"] = write_table(tests, out, name="tests")
     audit_rows.to_csv(out / "tables" / "audit_contexts.csv", index=False)
     provenance = _provenance(dataset, problem, options)
+    live = _live_section([dataset, *options.live_datasets], out)
     write_results(out / RESULTS_FILE, results_document(problem=problem, audit=audit, replay=replay, summary=summary,
                                                        tests=tests, provenance=provenance,
                                                        options=_plain_options(options)))
-    live = _live_section(dataset, out)
     studies = _study_tables(options.studies, out)
     sections = _study_sections(options.studies, out)
     parts = replay["part"].value_counts().to_dict()
@@ -130,7 +135,8 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "synthetic": synthetic,
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order, "split": split,
-        "headline": _headline(summary, tests, threshold=options.threshold), "live": live,
+        "claims": summary_claims(summary, tests, threshold=options.threshold), "live": live,
+        "headline": build_headline(audit, summary, live=live, threshold=options.threshold),
         "convention": problem.pools.convention, "excluded": problem.pools.excluded, "studies": studies,
         "sections": sections, "provenance": provenance, "results_file": RESULTS_FILE, "contexts_table": _write_contexts(dataset, problem, audit),
     }
@@ -190,12 +196,24 @@ def _write_contexts(dataset: str | Path, problem, audit) -> dict:
 
 
 def _provenance(dataset: str | Path, problem, options: ReportOptions) -> dict:
-    """Tool, versions, hardware, campaigns and command behind the report (page block and results.json)."""
+    """Tool, versions, hardware, campaigns and command behind the report (page block and results.json).
+
+    Runs of the live datasets count too: their campaigns, hosts and versions are listed with the sweep's.
+    """
     from ncclbot_sweep import __version__
 
+    found = load_provenance(dataset, fabric=options.fabric)
+    for live in options.live_datasets:
+        more = load_provenance(live, fabric=options.fabric)
+        for key, values in more.items():
+            if key == "runs":
+                found[key] += values
+            else:
+                found[key] = sorted(set(found[key]) | set(values), key=natural_key if key == "hosts" else None)
     return {"tool": "ncclbot-sweep", "tool_version": __version__, "dataset": str(Path(dataset).resolve()),
+            "live_datasets": [str(Path(d).resolve()) for d in options.live_datasets],
             "fabrics": sorted(str(f) for f in problem.contexts["fabric"].unique()),
-            **load_provenance(dataset, fabric=options.fabric), "command": options.command}
+            **found, "command": options.command}
 
 
 def _title(dataset: str | Path, provenance: dict) -> str:
@@ -250,18 +268,21 @@ _LIVE_SHOWN = {
 }
 
 
-def _live_section(dataset: str | Path, out: Path) -> dict:
-    """Run the live analysis into ``out/live`` and copy the shown tables; or say why not."""
-    from ..live import analyze_live
+def _live_section(datasets: Sequence[str | Path], out: Path) -> dict:
+    """Run the live analysis of ``datasets`` (read as one) into ``out/live`` and copy the shown
+    tables, with the verdicts in words (:mod:`..live.verdict`); or say why not."""
+    from ..live import analyze_live, campaign_lines, scenario_verdicts
 
     try:
-        result = analyze_live(dataset, out=out / "live")
+        result = analyze_live(datasets, out=out / "live")
     except AnalysisError as exc:
         return {"present": False, "message": exc.reason}
     tables = {name: dict(write_table(result.tables[name], out, name=f"live_{name}"), caption=caption)
               for name, caption in _LIVE_SHOWN.items() if len(result.tables[name])}
     figures = {name: f"live/{path.name}" for name, path in sorted(result.figures.items())}
-    return {"present": True, "tables": tables, "figures": figures, "synthetic": result.synthetic}
+    return {"present": True, "tables": tables, "figures": figures, "synthetic": result.synthetic,
+            "verdicts": scenario_verdicts(result.headline), "campaign_lines": campaign_lines(result.headline),
+            "issues": result.issues["what"].tolist()}
 
 
 #: Tables the study commands write (``analyze tune``, ``splits``, ``holdout``, ``minisweep``,
@@ -319,43 +340,3 @@ def _study_sections(folders: Sequence[str | Path], out: Path) -> list[dict]:
                           "notes": [doc["about"], *entry["notes"]] if doc["about"] else entry["notes"],
                           "tables": tables, "figures": figures})
     return found
-
-
-def _p(value) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:.3g}"
-
-
-def _headline(summary: pd.DataFrame, tests: pd.DataFrame | None, *, threshold: float, alpha: float = 0.05) -> list[str]:
-    """One sentence per learning policy against AUTO, from the Table-1 summary, each claim
-    with its scenario-level test: the exact sign-flip p-value and the Holm-adjusted one over
-    the family of policies compared with AUTO (:func:`~..summary.confirmatory`)."""
-    rows = summary.set_index("policy")
-    if "AUTO" not in rows.index:
-        return []
-    tested = tests.set_index("b") if tests is not None and len(tests) else pd.DataFrame()
-    auto = rows.loc["AUTO"]
-    pct = f"{100 * threshold:g}%"
-    lines = []
-    for name, r in rows.iterrows():
-        if name in ("AUTO", "Random"):
-            continue
-        better = (r["realized_mean_pct"] < auto["realized_mean_pct"] and r["realized_p99_pct"] < auto["realized_p99_pct"]
-                  and r["realized_above"] < auto["realized_above"])
-        line = (f"{name}: realized mean {r['realized_mean_pct']:.2f}% vs AUTO {auto['realized_mean_pct']:.2f}%")
-        above = f"contexts above {pct} {int(r['realized_above'])} vs {int(auto['realized_above'])}"
-        if name in tested.index:
-            t = tested.loc[name]
-            scenarios = int(t["scenarios"])
-            line += (f" ({name} better in {int(t['scen_b_better'])} of {scenarios} scenarios; sign-flip over scenarios "
-                     f"p = {_p(t['p_signflip_mean'])}, Holm p = {_p(t['p_holm_mean'])})")
-            above += f" (sign-flip p = {_p(t['p_signflip_above'])}, Holm p = {_p(t['p_holm_above'])})"
-            significant = [claim for claim, p in (("mean", t["p_holm_mean"]), ("above", t["p_holm_above"]))
-                           if pd.notna(p) and p < alpha]
-            verdict = (f"significant at {alpha:g} after Holm for: {', '.join(significant)}" if significant else
-                       f"not significant at {alpha:g} after Holm (with {scenarios} scenarios the smallest attainable "
-                       f"sign-flip p is {_p(2 / 2 ** scenarios) if scenarios else 'n/a'})")
-        else:
-            verdict = "no scenario-level test (AUTO not compared)"
-        lines.append(f"{line}; p99 {r['realized_p99_pct']:.1f}% vs {auto['realized_p99_pct']:.1f}% (descriptive); "
-                     f"{above}" + ("; better on all three" if better else "") + f"; {verdict}.")
-    return lines

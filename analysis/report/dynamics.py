@@ -123,7 +123,7 @@ def plot_transients(frame: pd.DataFrame, folder: str | Path, *, window_start: in
             (line,) = ax.plot(rows["iteration"], rows["median"], marker=".", linewidth=1.2, label=arm)
             ax.fill_between(rows["iteration"], rows["q25"], rows["q75"], alpha=0.12, color=line.get_color(),
                             linewidth=0)
-        ax.axhline(1.0, color="grey", linewidth=1)
+        ax.axhline(1.0, color="grey", linewidth=1, label="steady mean")
         if window_start is not None:
             ax.axvline(window_start, color="grey", linestyle=":", linewidth=1, label="steady window starts")
         if float(g["q75"].max()) > 3:  # a first-use stall: decades above steady

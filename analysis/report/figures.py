@@ -32,6 +32,8 @@ __all__ = [
     "plot_survival",
     "pyplot",
     "save_figure",
+    "size_axis",
+    "size_label",
     "survival_curves",
     "ZERO_TRLT",
 ]
@@ -98,6 +100,24 @@ def pyplot():
     return plt
 
 
+def size_label(size_bytes: float) -> str:
+    """A message size as every figure prints it: ``512 B``, ``4 KiB``, ``16 MiB``, ``2 GiB``."""
+    return human_size(int(round(size_bytes))) if size_bytes >= 1 else ""
+
+
+def size_axis(ax, axis: str = "x", *, ticks: int = 8) -> None:
+    """Make ``axis`` of ``ax`` a message-size axis: log base 2, at most about ``ticks`` labels at
+    powers of two, each printed by :func:`size_label`. Every figure with a size axis calls this,
+    so the report has one size-axis style."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
+    target.set_major_locator(LogLocator(base=2, subs=(1.0,), numticks=ticks))
+    target.set_major_formatter(FuncFormatter(lambda value, _pos: size_label(value)))
+    target.set_minor_locator(NullLocator())
+
+
 def save_figure(plt, fig, path: str | Path, *, data: pd.DataFrame, synthetic: bool) -> Path:
     """Lay out, stamp, write the PNG and ``data`` as the CSV beside it, free the figure; returns the PNG."""
     fig.tight_layout()
@@ -135,7 +155,7 @@ def plot_survival(curves: pd.DataFrame, path: str | Path, *, title: str = "", sy
     positive = drawn["survival"][drawn["survival"] > 0]
     if len(positive):
         ax.set_ylim(float(positive.min()) / 2, 1.05)
-    ax.axvline(threshold_pct, color="grey", linestyle=":", linewidth=1)
+    ax.axvline(threshold_pct, color="grey", linestyle=":", linewidth=1, label=f"{threshold_pct:g}% threshold")
     ax.set_xlabel("realized TRLT (%)")
     ax.set_ylabel("share of contexts above")
     ax.set_title(title or "Realized TRLT survival over contexts")
@@ -158,11 +178,12 @@ def plot_gate(gate: pd.DataFrame, path: str | Path, *, synthetic: bool = False) 
     return save_figure(plt, fig, path, data=gate, synthetic=synthetic)
 
 
-def plot_crlt(curves: pd.DataFrame, path: str | Path, *, title: str, ylabel: str, marks=(), symlog: bool = False,
-              synthetic: bool = False) -> Path:
+def plot_crlt(curves: pd.DataFrame, path: str | Path, *, title: str, ylabel: str, marks=(), marks_label: str = "mark",
+              symlog: bool = False, synthetic: bool = False) -> Path:
     """Paper Figures 8 and 12: cumulative relative lost time (%) against the step, one line per
     ``policy`` and one panel per ``panel`` value (when the column exists); ``marks`` are steps
-    drawn as dashed lines (a change point, cycle boundaries); ``symlog`` for curves spanning decades."""
+    drawn as dashed lines (a change point, cycle boundaries), named ``marks_label`` in the
+    legend; ``symlog`` for curves spanning decades."""
     plt = pyplot()
     panels = list(dict.fromkeys(curves["panel"])) if "panel" in curves.columns else [None]
     fig, axes = plt.subplots(1, len(panels), figsize=(1.2 + 4.2 * len(panels), 4.0), dpi=120, squeeze=False,
@@ -176,8 +197,8 @@ def plot_crlt(curves: pd.DataFrame, path: str | Path, *, title: str, ylabel: str
             i = names.index(name)
             ax.plot(g["step"], g["value_pct"], label=name, linewidth=1.2, color=colours(i % colours.N),
                     linestyle=styles[(i // colours.N) % len(styles)])
-        for step in marks:
-            ax.axvline(step, color="#888", linestyle="--", linewidth=0.8)
+        for i, step in enumerate(marks):
+            ax.axvline(step, color="#888", linestyle="--", linewidth=0.8, label=marks_label if i == 0 else None)
         if symlog:
             ax.set_yscale("symlog", linthresh=1.0)
         ax.set_xlabel("step")
@@ -239,8 +260,8 @@ def plot_arm_curves(curves: pd.DataFrame, folder: str | Path) -> list[Path]:
         _mark(bw, g, "busbw_gbs")
         _mark(lat, g, "steady_us")
         for ax in (bw, lat):
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("message size (bytes, nccl-tests size)")
+            size_axis(ax)
+            ax.set_xlabel("message size (nccl-tests size)")
             ax.grid(True, which="major", alpha=0.3)
         lat.set_yscale("log")
         bw.set_ylabel("bus bandwidth (GB/s), steady mean")
@@ -262,38 +283,40 @@ def error_map(audit: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cell_label(row) -> str:
-    """A map cell's text: the arm when AUTO is right, ``auto>best`` and the loss when it errs."""
+    """A map cell's text: the arm when AUTO is right; ``AUTO arm > best arm`` and the loss when it errs."""
     if not row.error:
-        return str(row.auto_arm).replace("/", "\n")
-    return f"{row.auto_arm}\n>{row.best_arm}\n{row.loss_pct:.0f}%"
+        return str(row.auto_arm)
+    return f"{row.auto_arm} > {row.best_arm}\n{row.loss_pct:.{0 if row.loss_pct >= 1 else 1}f}% slower"
 
 
 def plot_error_maps(emap: pd.DataFrame, folder: str | Path) -> list[Path]:
-    """Per (fabric, collective), AUTO's loss over message size x node count; one PNG each.
+    """Per (fabric, collective), AUTO's loss over message size (rows) x node count (columns); one PNG each.
 
     Cells are coloured by the loss against the measured best and name AUTO's arm, and on an
-    error the best arm and the loss (``errmap_<fabric>_<collective>.png``).
+    error the best arm and the loss (``errmap_<fabric>_<collective>.png``). Sizes run down the
+    page, so a cell is wide enough for its text at the page's width.
     """
     plt = pyplot()
     paths = []
     for (fabric, collective), g in emap.groupby(["fabric", "collective"], sort=True):
         sizes, nodes = sorted(g["size_bytes"].unique()), sorted(g["nodes"].unique())
-        grid = g.pivot_table(index="nodes", columns="size_bytes", values="loss_pct", aggfunc="max")
-        grid = grid.reindex(index=nodes, columns=sizes)
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.85 * len(sizes) + 2), max(2.6, 0.9 * len(nodes) + 1.6)), dpi=110)
+        grid = g.pivot_table(index="size_bytes", columns="nodes", values="loss_pct", aggfunc="max")
+        grid = grid.reindex(index=sizes, columns=nodes)
+        fig, ax = plt.subplots(figsize=(max(6.5, 1.9 * len(nodes) + 2.8), 0.36 * len(sizes) + 1.6), dpi=100)
         top = max(float(np.nanmax(grid.to_numpy(float))), 1.0)
         image = ax.imshow(grid.to_numpy(float), cmap="Reds", aspect="auto", vmin=0, vmax=top)
         pos_size, pos_node = {s: i for i, s in enumerate(sizes)}, {n: i for i, n in enumerate(nodes)}
         for row in g.itertuples(index=False):
-            ink = "white" if row.loss_pct > 0.6 * top else "black"  # readable on the dark end of the map
-            ax.text(pos_size[row.size_bytes], pos_node[row.nodes], _cell_label(row), ha="center", va="center",
-                    fontsize=6.5, color=ink)
-        ax.set_xticks(range(len(sizes)), [human_size(s).replace(" ", "") for s in sizes], rotation=60, fontsize=7)
-        ax.set_yticks(range(len(nodes)), [str(n) for n in nodes])
-        ax.set_xlabel("message size (nccl-tests size)")
-        ax.set_ylabel("nodes")
-        ax.set_title(f"{collective} on {fabric}: AUTO's loss against the measured best (selection-priced)")
-        fig.colorbar(image, ax=ax, label="AUTO's loss (%)")
+            ink = "white" if row.loss_pct > 0.6 * top else "black" if row.error else "#555"
+            ax.text(pos_node[row.nodes], pos_size[row.size_bytes], _cell_label(row), ha="center", va="center",
+                    fontsize=7, color=ink, linespacing=1.0)
+        ax.set_yticks(range(len(sizes)), [size_label(s) for s in sizes], fontsize=8)
+        ax.set_xticks(range(len(nodes)), [f"{n} nodes" for n in nodes])
+        ax.xaxis.tick_top()
+        ax.set_ylabel("message size (nccl-tests size)")
+        ax.set_title(f"{collective} on {fabric}: AUTO's loss against the measured best (selection-priced)",
+                     fontsize=10)
+        fig.colorbar(image, ax=ax, label="AUTO's loss (%)", fraction=0.04, pad=0.02)
         stem = _scenario_stem("errmap", (fabric, collective))
         paths.append(save_figure(plt, fig, Path(folder) / f"{stem}.png", data=g, synthetic=is_synthetic(g)))
     return paths

@@ -165,7 +165,8 @@ def drift(h: Harness) -> Section:
     if h.figures is not None and curves:
         figures.append(plot_crlt(pd.concat(curves, ignore_index=True), h.figures / "drift.png",
                                  title="Dynamic CRLT under drift (test contexts)", ylabel="mean dynamic CRLT (%)",
-                                 marks=(h.options.horizon // 2,), symlog=True, synthetic=h.synthetic))
+                                 marks=(h.options.horizon // 2,), marks_label="drift", symlog=True,
+                                 synthetic=h.synthetic))
     tables = {"drift": pd.DataFrame(rows)}
     if selection:
         tables["drift-discount"] = pd.concat(selection, ignore_index=True)

@@ -175,7 +175,8 @@ def trace_replay(h: Harness, rows: pd.DataFrame, *, trace_id: str, cycles: int =
         if h.figures is not None:
             figures.append(plot_crlt(long, h.figures / "workload.png", title=f"Trace replay ({cycles} cycles)",
                                      ylabel="cumulative path TRLT (% of the oracle's time)",
-                                     marks=tuple(k * length for k in range(1, cycles)), synthetic=h.synthetic))
+                                     marks=tuple(k * length for k in range(1, cycles)), marks_label="cycle boundary",
+                                     synthetic=h.synthetic))
     else:
         notes.append("None of the trace's calls maps onto a swept context: nothing to replay.")
     return Section("workload", "Workload-weighted trace replay (Table 25, Figure 12)",

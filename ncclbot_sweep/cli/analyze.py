@@ -6,14 +6,12 @@ inside the command bodies so ``--help`` stays light.
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 
 import click
 
 from ncclbot_sweep.cli.jsonout import echo_json
-from ncclbot_sweep.cli.options import dataset_option, inventory_option, json_option, out_option
+from ncclbot_sweep.cli.options import command_line, dataset_option, inventory_option, json_option, out_option
 
 __all__ = ["analyze"]
 
@@ -169,11 +167,6 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
         click.echo(f"Trajectories written to {trajectories}")
 
 
-def _command_line() -> str:
-    """The command line as typed (program name without its folder), for the report's provenance."""
-    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
-
-
 @analyze.command()
 @_dataset_option
 @out_option("Report folder.", required=True, type=click.Path(file_okay=False, path_type=Path))
@@ -190,13 +183,18 @@ def _command_line() -> str:
 @click.option("--study", "studies", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="A folder of 'analyze tune/splits/holdout/minisweep/replication/ablate/workload' whose tables "
                    "(and figures) to include (repeat).")
+@click.option("--live-dataset", "live_datasets", multiple=True,
+              type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="A dataset holding a live campaign ingested apart from the sweep (repeat): its live section, "
+                   "compared with the sweep of --dataset.")
 def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file,
-           trajectories_file, studies):
+           trajectories_file, studies, live_datasets):
     """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out.
 
     \b
     Example:
         ncclbot-sweep analyze report -d demo-out/dataset -o report/ --study tune/
+        ncclbot-sweep analyze report -d demo-out/dataset --live-dataset demo-out/live-dataset -o report/
     """
     from ncclbot_sweep.analysis.report import ReportOptions, build_report
 
@@ -210,29 +208,35 @@ def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon
 
     options = ReportOptions(policies=tuple(expand_policy_list(policies)), horizon=horizon,
                             seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max,
-                            keep_warmup=keep_warmup, studies=studies, command=_command_line())
+                            keep_warmup=keep_warmup, studies=studies, live_datasets=live_datasets,
+                            command=command_line())
     path = build_report(dataset, out, options=options, replay=results, trajectories=steps)
     click.echo(f"Report: {path}")
 
 
 @analyze.command()
-@dataset_option(required=True, type=click.Path(file_okay=False, path_type=Path))
+@dataset_option("A dataset holding the live campaign, or the forced sweep to compare it with (repeat: every "
+                "dataset is read as one).", dest="datasets", required=True, multiple=True,
+                type=click.Path(file_okay=False, path_type=Path))
 @out_option("Folder for the tables (Parquet and CSV), figures (PNG) and headline.json.", required=True,
             type=click.Path(file_okay=False, path_type=Path))
 @click.option("--campaign", default=None, help="Only this campaign (default: every live campaign in the dataset).")
 @click.option("--min-pulls", type=int, default=5, show_default=True,
               help="Samples an arm needs at a size to be the reconstructed oracle there.")
 @json_option("the headline numbers, as in OUT/headline.json.")
-def live(dataset, out, campaign, min_pulls, as_json):
+def live(datasets, out, campaign, min_pulls, as_json):
     """Live campaigns: selection TRLT, learning curves, overhead ladder, setup toll and stock comparison.
 
-    \b
-    Example, after ingesting a live campaign folder:
-        ncclbot-sweep analyze live -d ds -o live-out --campaign live-h100
-    """
-    from ncclbot_sweep.analysis.live import analyze_live
+    The forced-arm sweep of the same fabric (for the forced-against-stock and AUTO-against-audit
+    tables) may be in the same dataset or in another one given with a second -d.
 
-    result = analyze_live(dataset, campaign=campaign, out=out, min_pulls=min_pulls)
+    \b
+    Example, after ingesting a live campaign folder (and, apart, a forced sweep):
+        ncclbot-sweep analyze live -d live-ds -d sweep-ds -o live-out --campaign live-h100
+    """
+    from ncclbot_sweep.analysis.live import analyze_live, campaign_lines, scenario_verdicts
+
+    result = analyze_live(datasets, campaign=campaign, out=out, min_pulls=min_pulls)
     if as_json:
         echo_json(result.headline)
         return
@@ -241,6 +245,12 @@ def live(dataset, out, campaign, min_pulls, as_json):
                         ("setup_toll", "Setup toll (first-use stall)"), ("stock_bands", "Against stock, per band")):
         frame = result.tables[name]
         _echo_table(frame.drop(columns=[c for c in ("fabric", "ranks", "run_id") if c in frame.columns]), title)
+    for verdict in scenario_verdicts(result.headline):
+        click.echo(f"\n{verdict.title}")
+        for line in verdict.lines:
+            click.echo(f"  {line}")
+    for line in campaign_lines(result.headline):
+        click.echo(line)
     for what in result.issues["what"]:
         click.echo(f"Warning: {what}", err=True)
     click.echo(f"Live analysis written to {out}")

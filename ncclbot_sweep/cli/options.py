@@ -9,12 +9,16 @@ option is accepted too, exactly one of them.
 from __future__ import annotations
 
 import functools
+import shlex
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
-__all__ = ["dataset_option", "out_option", "workdir_option", "inventory_option", "json_option", "folder_argument"]
+__all__ = ["dataset_option", "out_option", "workdir_option", "inventory_option", "json_option", "folder_argument",
+           "command_line"]
 
 DATASET_HELP = "Dataset root written by 'ncclbot-sweep ingest'."
 
@@ -74,3 +78,9 @@ def folder_argument(name: str, flags: tuple[str, str], *, what: str, help: str, 
                               required=False, type=type)(command)
 
     return decorate
+
+
+def command_line() -> str:
+    """The command line that is running, as typed (program name without its folder): what a
+    report records as the command that made it."""
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])

@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from ncclbot_sweep.cli.jsonout import echo_json
-from ncclbot_sweep.cli.options import folder_argument, inventory_option, json_option, out_option, workdir_option
+from ncclbot_sweep.cli.options import (
+    command_line, folder_argument, inventory_option, json_option, out_option, workdir_option,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -300,7 +302,8 @@ def demo_cmd(out: str) -> None:
 
     click.echo(f"demo: campaigns/demo.yaml on inventories/sim-h100.yaml into {out}")
     with progress_reporter() as progress:
-        result = run_demo(Path(out), progress=progress, on_stage=lambda name: click.echo(f"demo: {name}"))
+        result = run_demo(Path(out), command=command_line(), progress=progress,
+                          on_stage=lambda name: click.echo(f"demo: {name}"))
     _echo_summary(status(result.campaign), False)
     _echo_summary(status(result.live_campaign), False)
     click.echo(f"demo: campaign folder {result.campaign}")

@@ -46,7 +46,7 @@ def test_report_writes_html_figures_and_table_copies(dataset, tmp_path):
     assert result.exit_code == 0, result.output
     html = (tmp_path / "index.html").read_text()
     for part in ("Summary (Table 1)", "survival.png", "gate.png", "Tail anatomy", "Synthetic data",
-                 "This dataset holds no live runs (dataset has no live, stock or overhead runs)"):
+                 "No live runs (dataset has no live, stock or overhead runs)"):
         assert part in html
     for name in ("summary", "scenarios", "audit_summary", "audit_gate", "tail_anatomy", "transients", "tests"):
         assert (tmp_path / "tables" / f"{name}.csv").exists()

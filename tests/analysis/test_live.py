@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from ncclbot_sweep.analysis.live import TABLES, analyze_live
 from ncclbot_sweep.analysis.live.inputs import STOCK_POLICY, load_live
 from ncclbot_sweep.analysis.live.stock import stock_bands, stock_per_size
+from ncclbot_sweep.analysis.policies import live_policy_name
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.sim import fabric
 
@@ -63,9 +64,9 @@ def test_a_run_that_never_leaves_auto_scores_as_auto(campaign):
     summary = result.tables["selection_summary"].set_index("policy")
     mean = summary["selection_trlt_mean_pct"]
     assert mean["greedy"] == pytest.approx(mean["AUTO"])
-    assert summary.loc["ucb1", "selection_trlt_mean_pct"] < summary.loc["AUTO", "selection_trlt_mean_pct"]
+    assert summary.loc["UCB1", "selection_trlt_mean_pct"] < summary.loc["AUTO", "selection_trlt_mean_pct"]
     assert summary.loc["AUTO", "last_auto_collective_median"] == 2 * (ITERS + 1)
-    ucb = _rows(result, "learning_windows", "ucb1").set_index("window")["lost_bw_pct"]
+    ucb = _rows(result, "learning_windows", "UCB1").set_index("window")["lost_bw_pct"]
     assert ucb["1-10"] > ucb["11-30"] > ucb["31-100"]
 
 
@@ -163,7 +164,8 @@ def test_every_table_is_written_as_parquet_and_csv_and_figures_say_synthetic(cam
         data = pd.read_csv(png.with_suffix(".csv"))
         assert len(data) and set(data["collective"]) == {png.stem.split("-")[-2]}
     headline = json.loads((out / "headline.json").read_text())
-    assert headline["scenarios"][0]["best_learner"] == "static"
+    # static replays a table (it scores lowest here) and greedy never leaves AUTO: UCB1 is the best learner.
+    assert headline["scenarios"][0]["best_learner"] == "UCB1"
 
 
 @pytest.mark.parametrize("name", GOLDEN_TABLES)
@@ -191,7 +193,7 @@ def test_bad_inputs_are_named_and_the_rest_is_computed(broken, tmp_path):
     result = CliRunner().invoke(main, ["analyze", "live", "--dataset", str(broken), "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "Warning: live run live-synth.ucb1.default (ucb1) has no plugin trace (no live_events rows)" in out
+    assert "Warning: live run live-synth.ucb1.default (UCB1) has no plugin trace (no live_events rows)" in out
     assert ("Warning: live run live-synth.static.default (static): traces of 2 of 16 ranks are missing "
             "(ranks 3, 5)") in out
     assert ("Warning: campaign 'live-synth' has no stock run for AllReduce at 2 nodes (16 ranks) on sim-h100: "
@@ -213,8 +215,9 @@ def test_json_prints_the_headline(campaign, tmp_path):
     scenario = headline["scenarios"][0]
     assert scenario["ladder_monotone"]["AUTO [sync-4]"] is True
     assert scenario["setup_stall_s"]["runs"] == 6 and 5.7 <= scenario["setup_stall_s"]["median"] <= 7.8
-    assert set(scenario["avg_busbw_ratio_vs_stock"]) == {r.policy if r.variant == "default" else
-                                                         f"{r.policy} [{r.variant}]" for r in RUNS[1:]}
+    named = {r: live_policy_name(r.policy) for r in RUNS[1:]}
+    assert set(scenario["avg_busbw_ratio_vs_stock"]) == {named[r] if r.variant == "default" else
+                                                         f"{named[r]} [{r.variant}]" for r in RUNS[1:]}
 
 
 def test_a_dataset_without_live_runs_is_a_user_error(tmp_path):

@@ -122,3 +122,96 @@ def test_the_probe_sees_a_broken_image_and_a_table_too_wide(report, tmp_path):
     assert found["broken"] == ["figures/missing.png"]
     assert found["scrollWidth"] > found["clientWidth"]
     assert any(w.startswith("table") for w in found["wide"]), found["wide"]
+
+
+RECTS_ID = "ncclbot-browser-rects"
+RECTS = """<script>
+window.addEventListener("load", function () {
+  var box = function (el) {
+    if (!el) return null;
+    var r = el.getBoundingClientRect();
+    return {left: r.left + window.scrollX, top: r.top + window.scrollY, right: r.right + window.scrollX,
+            bottom: r.bottom + window.scrollY};
+  };
+  var out = document.createElement("pre");
+  out.id = "%s";
+  out.textContent = JSON.stringify({headline: box(document.getElementById("headline")),
+                                    table: box(document.querySelector("table")),
+                                    text: (document.getElementById("headline") || {}).innerText || ""});
+  document.body.appendChild(out);
+});
+</script>
+""" % RECTS_ID
+
+
+def _run_chromium(page: Path, profile: Path, *extra: str) -> subprocess.CompletedProcess:
+    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
+               "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}",
+               "--virtual-time-budget=10000", *extra, page.as_uri()]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def _rects(page: Path, profile: Path) -> dict:
+    """Where the headline box and the first table sit on the page (CSS px), and the box's text."""
+    copy = page.with_name(f"browser-rects-{page.name}")
+    copy.write_text(page.read_text().replace("</body>", RECTS + "</body>"))
+    try:
+        done = _run_chromium(copy, profile, "--dump-dom")
+    finally:
+        copy.unlink()
+    found = re.search(rf'<pre id="{RECTS_ID}"[^>]*>(.*?)</pre>', done.stdout, re.S)
+    assert found, f"chromium exit {done.returncode}, no result in its DOM; stderr:\n{done.stderr[-3000:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+def _screenshot(page: Path, png: Path, profile: Path):
+    """The page's first WIDTH x HEIGHT pixels as Chromium draws them, as an RGB array."""
+    from matplotlib.image import imread
+
+    done = _run_chromium(page, profile, f"--screenshot={png}")
+    assert png.is_file(), f"chromium exit {done.returncode}, no screenshot; stderr:\n{done.stderr[-3000:]}"
+    image = imread(png)[:, :, :3]
+    return (image * 255).round() if image.max() <= 1.0 else image
+
+
+def _dump_dom(page: Path, profile: Path) -> str:
+    return _run_chromium(page, profile, "--dump-dom").stdout
+
+
+def test_the_headline_box_comes_first_and_carries_the_audit(report, tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    dom = _dump_dom(report, tmp_path / "profile")
+    start, first_table = dom.find('id="headline"'), dom.find("<table")
+    assert 0 <= start < first_table, "the headline box must precede the first table in the DOM"
+    audit = pd.read_csv(report.parent / "tables" / "audit_contexts.csv")
+    found = _rects(report, tmp_path / "profile")
+    text = " ".join(found["text"].split())
+    assert f"AUTO picks a wrong arm in {int(audit['error'].sum())} of {len(audit)} contexts" in text
+    row = pd.read_csv(report.parent / "tables" / "audit_summary.csv").set_index("pricing").loc["selection"]
+    assert f"mean {row['mean_pct']:.1f}%, p99 {row['p99_pct']:.1f}%" in text
+    worst = audit[audit["error"]].nlargest(1, "trlt_selection").iloc[0]
+    assert f"AUTO plays {worst['auto_arm']}, {worst['best_arm']} is best; AUTO is " \
+           f"{100 * worst['trlt_selection']:.0f}% slower" in text
+    summary = pd.read_csv(report.parent / "tables" / "summary.csv").set_index("policy")
+    learners = summary.drop(index=["AUTO", "Random"], errors="ignore")
+    best = learners["realized_mean_pct"].idxmin()
+    assert f"{best}, the best of {len(learners)} learners" in text
+    assert f"realized TRLT mean {learners.loc[best, 'realized_mean_pct']:.2f}%" in text
+
+    box, table = found["headline"], found["table"]
+    assert box["bottom"] <= table["top"], f"the headline box overlaps or follows the first table: {found}"
+    assert box["top"] < HEIGHT / 2 and box["bottom"] <= HEIGHT, f"the headline box is not on the first screen: {box}"
+    image = _screenshot(report, tmp_path / "headline.png", tmp_path / "profile")
+    assert image.shape[:2] == (HEIGHT, WIDTH)
+    inside = image[int(box["top"]) + 4:int(box["bottom"]) - 4, int(box["left"]) + 4:int(box["right"]) - 4]
+    background = np.median(inside.reshape(-1, 3), axis=0)
+    assert background[2] > background[0] + 5, f"the box is not tinted: {background}"
+    inked = (np.abs(inside - background).sum(axis=2) > 120).mean()
+    assert inked > 0.02, f"the headline box looks blank ({inked:.3%} of its pixels carry ink)"
+    edge = image[int(box["top"]):int(box["bottom"]), int(box["left"]):int(box["left"]) + 3]
+    assert (edge[:, :, 2] - edge[:, :, 0] > 100).any(axis=1).mean() > 0.95, "the box's blue border is not drawn"
+    below = image[int(box["bottom"]) + 2:, :]
+    assert (np.abs(below - background).sum(axis=2) < 10).mean() < 0.5, "the box's tint runs below the box"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import matplotlib
 import numpy as np
 import pandas as pd
@@ -102,13 +104,14 @@ def test_error_map_cells_name_auto_and_best(tmp_path, closed_figures):
     assert path.name == "errmap_sim-a_AllReduce.png" and path.with_suffix(".csv").is_file()
     ax = closed_figures[0].axes[0]
     texts = {t.get_text() for t in ax.texts}
-    assert "Ring/LL\n>Ring/Simple\n100%" in texts and "Ring/LL\n>Tree/LL\n27%" in texts
-    assert "Ring\nSimple" in texts
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["2", "4"]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["1KiB", "4KiB"]
-    assert ax.get_ylabel() == "nodes"
-    image = ax.images[0].get_array()
-    assert image[0, 1] == pytest.approx(100.0) and image[1, 1] == pytest.approx(0.0)
+    assert "Ring/LL > Ring/Simple\n100% slower" in texts and "Ring/LL > Tree/LL\n27% slower" in texts
+    assert "Ring/Simple" in texts
+    # Sizes run down the page (one row each, the report's size labels), node counts across.
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1 KiB", "4 KiB"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2 nodes", "4 nodes"]
+    assert ax.get_ylabel() == "message size (nccl-tests size)"
+    image = ax.images[0].get_array()  # [size, nodes]
+    assert image[1, 0] == pytest.approx(100.0) and image[1, 1] == pytest.approx(0.0)
 
 
 def test_cost_vs_measured_has_the_diagonal_and_no_stamp_on_real_fabrics(tmp_path, closed_figures):
@@ -155,7 +158,7 @@ def test_plot_survival_draws_no_floor_and_names_the_zero_share(tmp_path, closed_
     assert len(pd.read_csv(path.with_suffix(".csv"))) == 5
     ax = closed_figures[0].axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["P (33% at 0)", "Q (100% at 0), none above 0"]
+    assert labels == ["P (33% at 0)", "Q (100% at 0), none above 0", "10% threshold"]
     x, y = ax.get_lines()[0].get_data()
     assert x[-1] == pytest.approx(20.0) and y[-1] == pytest.approx(1 / 6) and min(y) == pytest.approx(1 / 6)
     assert ax.get_ylim()[0] == pytest.approx(1 / 12)  # the axis stops below the last value, no 1/1000 floor
@@ -219,3 +222,15 @@ def test_the_stamp_follows_the_data_not_the_fabric_name(fabric, synthetic, tmp_p
     for fig in closed_figures:
         assert any("synthetic" in t.get_text() for t in fig.texts) == synthetic
     assert set(pd.read_csv(tmp_path / f"errmap_{fabric}_AllReduce.csv")["synthetic"]) == {synthetic}
+
+
+def test_every_size_axis_prints_binary_units(tmp_path, closed_figures):
+    problem = _problem()
+    audit = audit_auto(problem, horizon=4)
+    curves = figures.arm_curves(problem.pools, audit)
+    figures.plot_arm_curves(curves.assign(size_bytes=curves["size_bytes"] * 4096), tmp_path)
+    for ax in closed_figures[0].axes:
+        ax.figure.canvas.draw()
+        shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert shown and all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB|TiB)", t) for t in shown), shown
+    assert [figures.size_label(v) for v in (512, 4096, 16 << 20, 2 << 30)] == ["512 B", "4 KiB", "16 MiB", "2 GiB"]

@@ -104,7 +104,7 @@ def test_page_names_campaign_and_fabric_and_shows_provenance_and_glossary(report
     # every data table sits in a box that scrolls sideways instead of widening the page
     tables = html.count('<table class="dataframe t">')
     assert tables >= 6 and html.count('<div class="scroll"><table class="dataframe t">') == tables
-    assert ".scroll { max-width: 100%; overflow-x: auto; }" in html
+    assert ".scroll { max-width: 100%; overflow-x: auto;" in html
 
 
 def test_every_html_table_header_is_readable_words(report):
@@ -171,3 +171,13 @@ def test_degenerate_contexts_are_flagged_in_page_tables_results_and_dataset(repo
     table = read_table(dataset, "contexts")  # the report replaced the dataset's contexts table
     assert len(table) == 18 and set(table["flags"]) == {"short_window"}
     assert "The dataset's <code>contexts</code> table holds the same 18" in html
+
+
+def test_provenance_lists_hosts_in_natural_order(tmp_path):
+    from ncclbot_sweep.analysis.inputs import load_provenance
+    from ncclbot_sweep.datasets import write_rows
+
+    write_rows(tmp_path, "runs", [dict(run_id=f"r{i}", fabric="sim-h100", kind="forced", hosts=hosts,
+                                       source_path=f"r{i}.txt", source_sha256=f"r{i}")
+                                  for i, hosts in enumerate(["local10,local2", "local1,local9", "gpu-b3,gpu-a12"])])
+    assert load_provenance(tmp_path)["hosts"] == ["gpu-a12", "gpu-b3", "local1", "local2", "local9", "local10"]

@@ -376,14 +376,14 @@ def test_timeline_follows_every_run_at_autos_largest_gap(analysed):
     there, time accumulating call by call, and the learners ending on the oracle arm."""
     line = analysed.tables["timeline"]
     assert set(line["size_bytes"]) == {16 << 20}
-    assert {"ucb1", "greedy", "AUTO"} <= set(line["policy"])
+    assert {"UCB1", "greedy", "AUTO"} <= set(line["policy"])
     for policy, g in line.groupby("policy"):
         assert (g["accumulated_ms"].diff().dropna() > 0).all(), policy
         assert g["accumulated_ms"].iloc[-1] == pytest.approx(g["finish_ms"].iloc[0])
     auto = line[line["policy"] == "AUTO"]
     assert set(auto["arm"]) == {str(fabric("sim-h100").auto_arm("AllReduce", NODES, 16 << 20))}
     best = str(fabric("sim-h100").best_arm("AllReduce", NODES, 16 << 20))
-    for learner in ("ucb1", "greedy"):
+    for learner in ("UCB1", "greedy"):
         mine = line[line["policy"] == learner]
         assert (mine.tail(100)["arm"] == best).mean() > 0.9, learner
         assert mine["finish_ms"].iloc[0] < auto["finish_ms"].iloc[0], learner

@@ -36,7 +36,7 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     # 16 MiB at 4 nodes: AUTO's NVLSTree/Simple is the simulator's wrong pick (about 30% slow); UCB1
     # leaves it. (At 4-8 MiB, where AUTO is right, UCB1 pays for exploring held over two rounds.)
     assert at16.loc["AUTO", "selection_trlt_pct"] > 10 and at16.loc["AUTO", "auto_errs"]
-    assert at16.loc["ucb1", "selection_trlt_pct"] < at16.loc["AUTO", "selection_trlt_pct"]
+    assert at16.loc["UCB1", "selection_trlt_pct"] < at16.loc["AUTO", "selection_trlt_pct"]
     root = tmp_path / "campaign"
     results = sorted(root.glob("jobs/*/steps/*/result.json"))
     assert len(results) == 52
@@ -63,6 +63,12 @@ def _check_report(out: Path) -> None:
     assert float(ucb["realized_mean_pct"]) < float(auto["realized_mean_pct"])
     assert float(ucb["realized_p99_pct"]) < float(auto["realized_p99_pct"])
     assert int(ucb["realized_above"]) < int(auto["realized_above"])
+    # The live campaign is in the report, compared with the sweep (its own dataset, read beside it).
+    html = (out / "report" / "index.html").read_text()
+    assert 0 <= html.find('id="headline"') < html.find("<table")
+    assert "UCB1 (the best learner): selection loss" in html and "Speed against stock" in html
+    for name in ("forced_vs_stock", "auto_vs_audit"):
+        assert len(pd.read_csv(out / "report" / "tables" / f"live_{name}.csv")) == 5, name
 
 
 def _failed_steps(root: Path) -> str:
