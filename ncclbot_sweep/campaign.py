@@ -539,7 +539,7 @@ def _step_env(campaign: Campaign, inventory: Inventory, arm: Arm | None, policy:
                             f"but inventory {inventory.name!r} has no plugin.path",
                             hint="set plugin.path in the inventory, or use policy 'stock'")
         plugin = True
-        library = inventory.plugin.resolved_path()  # 'bundled': this checkout's make -C plugin
+        library = inventory.plugin.resolved_path()  # 'bundled': built on first use (pluginbuild)
         env["NCCL_TUNER_PLUGIN"] = library
         env["NCCL_PROFILER_PLUGIN"] = library
         env.update(campaign.plugin.env)
