@@ -95,3 +95,21 @@ def test_plugin_path_prints_the_library_and_json_every_file(sources):
     assert built.exit_code == 0 and built.output == f"{sources / 'build'}\n"
     settings = subprocess.run([data["settings"]], capture_output=True, text=True, check=True)
     assert "NCCLBOT_POLICY" in settings.stdout
+
+
+def test_step_keys_do_not_depend_on_where_the_bundled_build_lives(tmp_path, monkeypatch):
+    from ncclbot_sweep.campaign import load_campaign, plan_campaign
+    from ncclbot_sweep.inventory import load_inventory
+
+    plans = []
+    for cache in ("a", "b"):
+        folder = tmp_path / cache
+        folder.mkdir()
+        for name in pluginbuild.FILES.values():
+            (folder / name).touch()
+        monkeypatch.setattr(pluginbuild, "build_dir", lambda folder=folder: folder)
+        plans.append(plan_campaign(load_campaign("demo-live"), load_inventory("sim-h100")))
+    first, second = ([s for s in plan.steps if s.plugin] for plan in plans)
+    assert first and [s.key for s in first] == [s.key for s in second]
+    assert {s.env["NCCL_TUNER_PLUGIN"] for s in first} == {str(tmp_path / "a" / pluginbuild.LIBRARY)}
+    assert [j.key for j in plans[0].jobs] == [j.key for j in plans[1].jobs]
