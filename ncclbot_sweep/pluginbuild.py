@@ -89,7 +89,8 @@ def compile_commands(out: Path, *, cc: list[str], sources: Path) -> list[tuple[s
     """(file name, compiler command) for every file of :data:`FILES`, run in ``sources``, writing into ``out``."""
     library = [name for name in _matching(sources, "src/*.c") if name not in _MAINS]
 
-    def command(name: str, flags: tuple[str, ...], inputs: list[str], libs: tuple[str, ...] = ()) -> tuple:
+    def command(name: str, flags: tuple[str, ...], inputs: list[str],
+                libs: tuple[str, ...] = ()) -> tuple[str, list[str]]:
         return name, [*cc, *_CFLAGS, *flags, "-o", str(out / name), *inputs, *libs, *_LDLIBS]
 
     return [
