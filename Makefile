@@ -12,10 +12,14 @@ NCCLBOT := $(VENV)/bin/ncclbot-sweep
 
 .PHONY: venv demo demo-gb200 test plugin clean
 
+# setuptools prints an "Editable installation ... same name as your package" notice for every
+# editable install whose packages are not all under one source root (ours maps analysis/,
+# templates/, plugin/ ... into ncclbot_sweep); no pyproject.toml setting declares it away, so
+# that one message is filtered. A wheel build (pip install .) prints no warning at all.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ncclbot_sweep import pluginbuild
 from ncclbot_sweep.errors import CampaignError, PlanError
 from ncclbot_sweep.inventory import Inventory, env_mapping
 from ncclbot_sweep.names import (
@@ -539,7 +540,7 @@ def _step_env(campaign: Campaign, inventory: Inventory, arm: Arm | None, policy:
                             f"but inventory {inventory.name!r} has no plugin.path",
                             hint="set plugin.path in the inventory, or use policy 'stock'")
         plugin = True
-        library = inventory.plugin.resolved_path()  # 'bundled': this checkout's make -C plugin
+        library = inventory.plugin.resolved_path()  # 'bundled': built on first use (pluginbuild)
         env["NCCL_TUNER_PLUGIN"] = library
         env["NCCL_PROFILER_PLUGIN"] = library
         env.update(campaign.plugin.env)
@@ -547,6 +548,19 @@ def _step_env(campaign: Campaign, inventory: Inventory, arm: Arm | None, policy:
     variant_env = next(v.env for v in campaign.variants if v.name == variant)
     env.update(variant_env)
     return env, plugin
+
+
+def _keyed_env(env: dict[str, str], inventory: Inventory) -> dict[str, str]:
+    """A step's environment as its key sees it: a ``bundled`` plugin is named so, not by its build's folder.
+
+    That folder depends on the user's cache and the release (:mod:`ncclbot_sweep.pluginbuild`);
+    planning the campaign again (``status`` from another shell, ``resume`` after an upgrade)
+    must give the same keys, as it does for a plugin path written in the inventory.
+    """
+    if inventory.plugin.path != pluginbuild.BUNDLED or "NCCL_TUNER_PLUGIN" not in env:
+        return env
+    library = inventory.plugin.resolved_path()
+    return {name: pluginbuild.BUNDLED if value == library else value for name, value in env.items()}
 
 
 def _step_estimate(inventory: Inventory, campaign: Campaign, sizes: dict[str, Any]) -> float:
@@ -569,7 +583,7 @@ def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], 
         "arm": None if arm is None else str(arm), "policy": combo["policy"], "plugin": plugin,
         "variant": combo["variant"], "repeat": combo["repeat"], "sizes": sizes,
         "iterations": campaign.iterations, "warmup": campaign.warmup, "timeout_s": campaign.timeout_s,
-        "dtype": campaign.dtype, "op": campaign.op, "env": env, "flags": list(flags),
+        "dtype": campaign.dtype, "op": campaign.op, "env": _keyed_env(env, inventory), "flags": list(flags),
         "fabric_env": inventory.environment, "nccl_tests_version": inventory.nccl_tests.version,
     }
     return Step(

@@ -28,6 +28,7 @@ __all__ = [
     "ParseError",
     "DatasetError",
     "AnalysisError",
+    "PluginBuildError",
     "from_os_error",
     "did_you_mean",
 ]
@@ -119,6 +120,10 @@ class DatasetError(NcclbotError):
 
 class AnalysisError(NcclbotError):
     """The analysis cannot run on the given dataset (missing tables, no contexts, ...)."""
+
+
+class PluginBuildError(NcclbotError):
+    """The plugin could not be built from the shipped sources (no C compiler, a compile error, no writable folder)."""
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -271,18 +271,19 @@ class Plugin(SpecModel):
     coordinator: str | None = None
 
     def resolved_path(self) -> str | None:
-        """``path``, with ``bundled`` resolved to this checkout's build (InventoryError if unbuilt)."""
-        return _resolve_bundled(self.path, pluginbuild.LIBRARY, "plugin.path")
+        """``path``, with ``bundled`` resolved to the shipped plugin's absolute path (built on first use,
+        :mod:`ncclbot_sweep.pluginbuild`; PluginBuildError when it cannot be)."""
+        return _resolve_bundled(self.path, pluginbuild.LIBRARY)
 
     def resolved_coordinator(self) -> str | None:
         """``coordinator``, with ``bundled`` resolved like :meth:`resolved_path`."""
-        return _resolve_bundled(self.coordinator, pluginbuild.COORDINATOR, "plugin.coordinator")
+        return _resolve_bundled(self.coordinator, pluginbuild.COORDINATOR)
 
 
-def _resolve_bundled(value: str | None, name: str, what: str) -> str | None:
+def _resolve_bundled(value: str | None, name: str) -> str | None:
     if value != pluginbuild.BUNDLED:
         return value
-    return str(pluginbuild.bundled_file(name, what=what))
+    return str(pluginbuild.built_file(name))
 
 
 class SweepTool(SpecModel):

@@ -220,8 +220,8 @@ def _file_names() -> dict[str, _Raw]:
 
 
 def _plugin_file(value: str | None, resolve, job: Job) -> str | None:
-    """A plugin file the job script names; ``bundled`` is resolved only for jobs that load
-    the plugin (a forced sweep on a sim inventory must not need ``make -C plugin``)."""
+    """A plugin file the job script names; ``bundled`` becomes the built file's absolute path, resolved
+    only for jobs that load the plugin (a forced sweep on a sim inventory must not need a C compiler)."""
     if value != pluginbuild.BUNDLED:
         return value
     return resolve() if any(step.plugin for step in job.steps) else None

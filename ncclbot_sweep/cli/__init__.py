@@ -99,6 +99,9 @@ def _register() -> None:
     from ncclbot_sweep.cli import sim as sim_cli
 
     main.add_command(sim_cli.sim_group)
+    from ncclbot_sweep.cli import plugin as plugin_cli
+
+    main.add_command(plugin_cli.plugin_group)
     from ncclbot_sweep.cli import analyze as analyze_cli
 
     main.add_command(analyze_cli.analyze)

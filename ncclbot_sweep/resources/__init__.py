@@ -1,7 +1,8 @@
-"""Locate the data folders shipped with the package (templates, inventories, campaigns).
+"""Locate the data folders shipped with the package (templates, inventories, campaigns, the plugin's C sources).
 
 The folders live at the top of the repository and are mapped into the package by
-``pyproject.toml``; going through importlib keeps editable and wheel installs alike.
+``pyproject.toml``; going through importlib keeps editable and wheel installs alike (an
+editable install answers with the repository's folder, a wheel with the installed copy).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from ncclbot_sweep.errors import NcclbotError, did_you_mean
 
 __all__ = ["resource_dir", "resource_path", "shipped_names", "resolve_shipped"]
 
-_KINDS = ("templates", "inventories", "campaigns")
+_KINDS = ("templates", "inventories", "campaigns", "plugin")
 
 
 def resource_dir(kind: str) -> Path:
-    """Return the folder of one resource kind ("templates", "inventories" or "campaigns")."""
+    """Return the folder of one resource kind ("templates", "inventories", "campaigns" or "plugin")."""
     if kind not in _KINDS:
         raise ValueError(f"resource kind must be one of {', '.join(_KINDS)}, but got {kind!r}")
     return Path(str(resources.files(f"ncclbot_sweep.resources.{kind}")))

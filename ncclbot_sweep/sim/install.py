@@ -1,7 +1,7 @@
 """Install the nccl-tests stand-ins into a private folder (never onto PATH).
 
-The folder lives under the user's cache (``$XDG_CACHE_HOME/ncclbot-sweep`` or
-``~/.cache/ncclbot-sweep``), keyed by package version and interpreter, so two virtual
+The folder lives under the user's cache (:mod:`ncclbot_sweep.usercache`;
+``$NCCLBOT_SIM_BIN_CACHE`` moves it), keyed by package version and interpreter, so two virtual
 environments never share scripts. Each script is a two-line shell wrapper that execs this
 interpreter on :mod:`ncclbot_sweep.sim.nccltests`. Installing is idempotent and safe when
 processes race: each file is written under a temporary name and renamed into place.
@@ -19,24 +19,15 @@ from pathlib import Path
 
 from ncclbot_sweep import __version__
 from ncclbot_sweep.names import COLLECTIVE_BINARY, COLLECTIVES
+from ncclbot_sweep.usercache import cache_root
 
-__all__ = ["BINARIES", "bin_dir", "cache_root"]
+__all__ = ["BINARIES", "bin_dir"]
 
 log = logging.getLogger(__name__)
 
 #: The binaries the stand-ins provide, named exactly like nccl-tests' (:data:`names.COLLECTIVE_BINARY`):
 #: the collectives with arms, and AlltoAll and SendRecv.
 BINARIES: tuple[str, ...] = tuple(COLLECTIVE_BINARY[c] for c in (*COLLECTIVES, "AlltoAll", "SendRecv"))
-
-
-def cache_root() -> Path:
-    """``$NCCLBOT_SIM_BIN_CACHE``, else ``$XDG_CACHE_HOME/ncclbot-sweep``, else ``~/.cache/ncclbot-sweep``."""
-    explicit = os.environ.get("NCCLBOT_SIM_BIN_CACHE")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "ncclbot-sweep"
 
 
 def _script(python: str) -> str:
@@ -63,7 +54,7 @@ def bin_dir() -> Path:
     """
     python = sys.executable
     key = hashlib.sha256(f"{__version__}\0{python}".encode()).hexdigest()[:12]
-    folder = cache_root() / f"sim-bin-{__version__}-{key}"
+    folder = cache_root("NCCLBOT_SIM_BIN_CACHE") / f"sim-bin-{__version__}-{key}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # read-only home (some CI runners): fall back to the temp folder

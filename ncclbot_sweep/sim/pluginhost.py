@@ -90,9 +90,9 @@ def plugin_paths(env: dict[str, str]) -> tuple[str | None, str | None]:
 
 
 def host_library(env: dict[str, str]) -> Path:
-    """The compiled host: ``NCCLBOT_SIM_HOST_LIB`` or this checkout's ``plugin/build``."""
+    """The compiled host: ``NCCLBOT_SIM_HOST_LIB``, else the build of the shipped sources (built on first use)."""
     override = env.get("NCCLBOT_SIM_HOST_LIB", "").strip()
-    return Path(override) if override else pluginbuild.bundled_file(pluginbuild.SIM_HOST, what="the simulator's plugin host")
+    return Path(override) if override else pluginbuild.built_file(pluginbuild.SIM_HOST)
 
 
 def _load(path: Path) -> C.CDLL:

@@ -1,0 +1,1 @@
+"""The plugin's C sources as package data: ``ncclbot_sweep.pluginbuild`` compiles them on first use."""
