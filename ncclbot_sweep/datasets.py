@@ -40,7 +40,13 @@ Column notes:
   in the output and the collective was read from the table's numbers (``parsers.infer``).
 * ``choices``: one row per run of identical consecutive per-call lines of an NCCL log;
   ``calls`` counts them and ``seq`` is the index of the first (``kind`` ``algo``); ``COLL``
-  lines (``kind`` ``coll``) are one row each, with ``op_count``.
+  lines (``kind`` ``coll``) are one row each, with ``op_count``. NCCL 2.31+'s per-call
+  ``Input``/``Best tuning`` pairs are ``kind`` ``tuning`` (every rank prints them; ``comm``
+  is the communicator's address): ``predicted_us`` is the time NCCL selected on (its
+  model's, or with a tuner plugin what the plugin left in the table, 0 for a forced arm;
+  null for NCCL's -1), ``tuning_mask`` the candidates of that pass (beyond bit 20: the
+  symmetric-kernel scheduler's pass) and ``sym_kernel`` the symmetric kernel it chose
+  (``arm`` then null). ``predicted_us`` of ``algo`` rows is 2.23's ``time`` field.
 * ``runs``: ``outcome`` is a :class:`~ncclbot_sweep.executors.base.StepOutcome` value;
   ``failure`` says why a run is not ``ok``; ``arm_observed`` is the arm NCCL's choice lines
   show most and ``arm_mismatch`` is true when a forced ``arm`` did not run; ``hosts`` is a
@@ -164,7 +170,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("ranks", _I32), ("size_bytes", _I64), ("count", _I64), ("datatype", _S), ("arm", _S),
         ("channels", _I32), ("channel_lo", _I32), ("channel_hi", _I32), ("predicted_us", _F64),
         ("op_count", _I64), ("comm", _S), ("kind", _S), ("line", _I64), ("calls", _I64),
-        ("log_bytes", _I64),
+        ("log_bytes", _I64), ("tuning_mask", _I64), ("sym_kernel", _S),
     ),
     "live_events": _schema(
         ("run_id", _S), ("fabric", _S), ("kind", _S), ("t_ns", _I64), ("rank", _I32),

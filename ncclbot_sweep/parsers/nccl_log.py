@@ -1,6 +1,6 @@
 """NCCL debug logs (``NCCL_DEBUG=INFO``) -> ``tuning_tables``, ``choices`` and run facts.
 
-What is read, in any NCCL version the fixtures cover (2.3 to 2.29):
+What is read, in any NCCL version the fixtures cover (2.3 to 2.31):
 
 * the init latency/bandwidth table, in its three layouts: the single-line
   ``Latency/AlgBw | Tree/ LL | ...`` header (9 columns, ``CollNet`` meaning CollNetDirect),
@@ -10,6 +10,10 @@ What is read, in any NCCL version the fixtures cover (2.3 to 2.29):
   identical consecutive lines become one ``choices`` row whose ``calls`` counts them (``seq``
   is the first call's index), since NCCL prints one line per call;
 * ``COLL`` lines (``AllReduce: opCount 1a ... count 64 datatype 7 ... [nranks=2]``), opCount hex;
+* NCCL 2.31+'s per-call ``TUNING`` pair (``src/tuning/tuning.cc``, ``ncclTuningCompute``),
+  printed by every rank: ``Input: { .comm = ..., .tuningMask = ..., .func = AllReduce, ...,
+  .nBytes = N, ... }`` then ``Best tuning { .id = ..., timeUs = T, .algo = RING, .proto =
+  SIMPLE, .symKernelId = ..., nChannels = C, ... }``; see :meth:`LogParser._tuning_best`;
 * the NCCL version, plugin load lines, ``NCCL_ALGO``/``NCCL_PROTO`` set by environment,
   the ``Enabled NCCL Func/Proto/Algo Matrix`` and ``nRanks/nNodes`` of the init line;
 * the ``No algorithm/protocol available`` warning, which makes the run ``invalid_arm``.
@@ -60,11 +64,16 @@ _CHANNEL_RING_RE = re.compile(r"^Channel \d+/(\d+) :")
 _ENV_RE = re.compile(r"NCCL_(ALGO|PROTO) set by environment to (\S+)")
 _PLUGIN_RE = re.compile(r"^(?:(TUNER|PROFILER|NET|ENV|Net)/Plugin|NET/\w+ ?: ?Using|Using network|.*plugin).*", re.I)
 _CELL_RE = re.compile(r"^\s*(" + FLOAT_RE + r")\s*/\s*(" + FLOAT_RE + r")\s*$")
+#: The general (algorithm x protocol) bits of a 2.31+ tuning mask: ids 0..20 are algo * 3 +
+#: proto; symmetric kernels (and later copy-engine methods) follow (src/include/tuning.h).
+_GENERAL_TUNING_MASK = (1 << 21) - 1
+#: A TUNING Input line waits for its Best line; a symmetric pass nests a general one inside.
+_TUNING_DEPTH = 4
 
 #: What makes an ``NCCL INFO`` line worth a look, for every test in :meth:`LogParser.line`
 #: (the text parser drops the others in bulk, before Python sees them). Keep in step.
 INFO_OF_INTEREST = (r"\||Bytes -> |opCount|NCCL version|set by environment|Enabled NCCL|nRanks|coll channels"
-                    r"|Channel \d|/Plugin|lgorithm/protocol")
+                    r"|Channel \d|/Plugin|lgorithm/protocol|Input: \{|Best tuning \{")
 
 
 
@@ -123,6 +132,41 @@ def _arm_name(algo: str, proto: str) -> str | None:
         return None
 
 
+def _tuning_fields(msg: str) -> dict[str, str]:
+    """``Input: { .a = 1, .b = x }`` / ``Best tuning { .id = 5, timeUs = 1.5, ... }`` -> {a: "1", ...}.
+
+    Read by name, so that a field NCCL adds or drops between versions (``.ceMethodId``)
+    changes nothing; values hold no comma (pointers, numbers, names).
+    """
+    body = msg[msg.find("{") + 1:]
+    body = body[:body.rfind("}")] if "}" in body else body
+    out = {}
+    for part in body.split(","):
+        key, eq, value = part.partition("=")
+        if eq:
+            out[key.strip().lstrip(".")] = value.strip()
+    return out
+
+
+def _int_field(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _tuning_mask(value: str | None) -> int | None:
+    """The mask as NCCL printed it: ``0x%lx`` (2.31.2), or ``%lb`` binary digits (dev @1fc949c5)."""
+    if not value:
+        return None
+    try:
+        if value.lower().startswith("0x"):
+            return int(value, 16)
+        return int(value, 2) if set(value) <= {"0", "1"} else None
+    except ValueError:
+        return None
+
+
 class LogParser:
     """Line-at-a-time NCCL log parser: :meth:`line` for each line, then :meth:`finish`."""
 
@@ -140,6 +184,10 @@ class LogParser:
         self.blocks: dict[int, int] = {}
         #: The rank count of the last COLL line (``[nranks=N]``), for choice sizes.
         self.coll_ranks: int | None = None
+        #: Per printing thread (the line's ``host:pid:tid [dev]`` prefix): open TUNING Input
+        #: lines, innermost last, and the last tuning row with the lines it came from.
+        self._tuning_open: dict[str, list[tuple[dict[str, str], str, int]]] = {}
+        self._last_tuning: dict[str, tuple[tuple[str, str], dict]] = {}
 
     def finish(self, *, ranks: int | None = None) -> tuple[ParseResult, LogFacts]:
         """Close the log: stamp the NCCL version on table rows, report cut tables; return rows and facts.
@@ -160,6 +208,10 @@ class LogParser:
             if self.blocks.get(group, 0) > 1:
                 row["layout"] = "three-block"
         self._cost_rows()
+        open_inputs = sum(len(stack) for stack in self._tuning_open.values())
+        if open_inputs:
+            result.issues.append(Issue(None, f"{open_inputs} TUNING Input line(s) without their Best tuning line "
+                                             "(log cut short, or the call failed)"))
         if self.group >= 0 and not result.tables.get("tuning_tables"):
             result.issues.append(Issue(None, "tuning table header without rows (log cut short)"))
         if not self.any_nccl:
@@ -177,11 +229,17 @@ class LogParser:
                 row["size_bytes"] = full_buffer_bytes(row["collective"], row["log_bytes"], row["ranks"])
 
     def _cost_rows(self) -> None:
-        """``cost_tables`` rows from choice lines that print NCCL's predicted time (``time T``):
-        what the cost model predicted for the arm it picked, one row per context and arm."""
+        """``cost_tables`` rows from choice lines that print NCCL's predicted time (``time T``,
+        2.31+'s ``Best tuning`` of a general pass): what the cost model predicted for the arm it
+        picked, one row per context and arm. With a tuner plugin loaded, 2.31+ prints the time
+        the plugin left in the table (0.0 for a forced arm): no prediction, no row."""
         seen: set[tuple] = set()
+        tuner = any(p.startswith(("TUNER/Plugin: Using", "Successfully loaded external tuner"))
+                    for p in self.facts.plugins)
         for row in self.result.tables.get("choices", []):
-            if row.get("predicted_us") is None:
+            if row.get("predicted_us") is None or row.get("arm") is None:
+                continue
+            if row["kind"] == "tuning" and (tuner or (row["tuning_mask"] or 0) & ~_GENERAL_TUNING_MASK):
                 continue
             key = (row["collective"], row["size_bytes"], row["arm"])
             if key in seen:
@@ -232,6 +290,10 @@ class LogParser:
                 self.seq += 1
             elif (c := _CHOICE_RE.match(stripped)) is not None:
                 self._choice(c, lineno, stripped)
+        elif stripped.startswith("Input: {"):
+            self._tuning_input(text[:at] if at > 0 else "", stripped, lineno)
+        elif stripped.startswith("Best tuning {"):
+            self._tuning_best(text[:at] if at > 0 else "", stripped, lineno)
         elif "opCount" in stripped and (c := _COLL_RE.match(stripped)) is not None:
             self._coll(c, lineno)
         elif "NCCL version" in stripped and (v := _VERSION_RE.search(stripped)) is not None:
@@ -368,6 +430,67 @@ class LogParser:
                "predicted_us": predicted, "kind": "algo", "line": lineno, "calls": 1}
         self._last_choice = (key, row, text)
         self.result.add("choices", row)
+
+    def _tuning_input(self, stream: str, msg: str, lineno: int) -> None:
+        stack = self._tuning_open.setdefault(stream, [])
+        if len(stack) >= _TUNING_DEPTH:
+            del stack[0]  # its Best line never came (a failed call); counted at finish
+        stack.append((_tuning_fields(msg), msg, lineno))
+
+    def _tuning_best(self, stream: str, msg: str, lineno: int) -> None:
+        """A ``Best tuning`` line closes the thread's innermost open ``Input`` line.
+
+        Only an outermost pair becomes a ``choices`` row (``kind`` ``tuning``): a pair nested
+        inside another is the general pass a symmetric-kernel pass runs to decide whether to
+        fall back, and the outer ``Best`` line shows what it decided. A symmetric pass
+        (``tuning_mask`` beyond the 21 general bits) that fell back is followed by the
+        general pass of the same collective: both are rows, told apart by the mask.
+        Identical consecutive pairs of one thread are one row whose ``calls`` counts them.
+        """
+        stack = self._tuning_open.get(stream)
+        if not stack:
+            return  # its Input line came before the excerpt starts
+        fields, input_msg, input_line = stack.pop()
+        if stack:
+            return
+        self.seq += 1
+        last = self._last_tuning.get(stream)
+        if last is not None and last[0] == (input_msg, msg):
+            last[1]["calls"] += 1
+            return
+        row = self._tuning_row(fields, _tuning_fields(msg), input_line)
+        self._last_tuning[stream] = ((input_msg, msg), row)
+        self.result.add("choices", row)
+
+    def _tuning_row(self, inp: dict[str, str], best: dict[str, str], lineno: int) -> dict[str, Any]:
+        try:
+            coll: str | None = canonical_collective(inp.get("func", ""))
+        except ValueError:
+            coll = None
+        mask = _tuning_mask(inp.get("tuningMask"))
+        nbytes, count = _int_field(inp.get("nBytes")), _int_field(inp.get("count"))
+        dt = _int_field(inp.get("dataType"))
+        datatype = nccl_datatype(dt) if dt is not None else None
+        sym = best.get("symKernelId")
+        sym = None if sym in (None, "", "Unknown") else sym
+        arm = _arm_name(best.get("algo", ""), best.get("proto", ""))
+        try:
+            predicted: float | None = float(best.get("timeUs", ""))
+        except ValueError:
+            predicted = None
+        if predicted is not None and not (0.0 <= predicted < float("inf")):
+            predicted = None  # -1: NCCL's "no time" (one rank: no model ran)
+        channels = _int_field(best.get("nChannels"))
+        base = self.base()
+        size = nbytes
+        if nbytes is not None and ((mask or 0) & ~_GENERAL_TUNING_MASK or (mask is None and sym)):
+            # A symmetric pass: .nBytes is the batch's per-rank bytes, rounded up to the kernel's cell.
+            size = full_buffer_bytes(coll, nbytes, base["ranks"])
+        return {**base, "seq": self.seq - 1, "collective": coll, "size_bytes": size, "log_bytes": nbytes,
+                "count": count, "datatype": datatype[0] if datatype else None, "arm": arm,
+                "channels": channels if channels and channels > 0 else None, "predicted_us": predicted,
+                "comm": inp.get("comm"), "kind": "tuning", "line": lineno, "calls": 1,
+                "tuning_mask": mask, "sym_kernel": sym}
 
     def _coll(self, m: re.Match, lineno: int) -> None:
         try:

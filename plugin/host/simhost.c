@@ -14,7 +14,10 @@
  *   open      dlopen NCCL_PROFILER_PLUGIN and NCCL_TUNER_PLUGIN (one file through both gives
  *             one handle), profiler init (v6, else v5), then tuner init (v6, else v5) with
  *             commId, nRanks, nNodes, an NCCL-style logger, NVL domain info and constants;
- *   per call  getCollInfo on a copy of the 7x3 cost table, then NCCL's first-minimum scan;
+ *   per call  getCollInfo on a copy of the 7x3 cost table, then NCCL's first-minimum scan
+ *             (NCCL 2.30's: it loads tuner v6 or v5 and exports ncclGetVersion = 2.30.7, so
+ *             the plugin knows which scan follows; 2.31+'s last-minimum scan and tuner v7 are
+ *             not modelled, the simulator's cost model being 2.30's);
  *             the Coll event (start, stop = "enqueued") on the caller's thread; one
  *             KernelCh event per channel (start with the GPU start timer, KernelChStop
  *             state with the stop timer, stop) from a second thread, the proxy thread;
@@ -398,6 +401,14 @@ EXPORT nbh_host *nbh_open(const char *tuner_path, const char *profiler_path, con
     h->proxy_started = 1;
   }
   return h;
+}
+
+/* NCCL's version as the plugin may read it (ncclGetVersion of the library holding the
+ * logger, plugin/src/table.c): the NCCL this host stands in for. */
+EXPORT ncclResult_t ncclGetVersion(int *version) {
+  if (!version) return ncclInvalidArgument;
+  *version = 23007; /* 2.30.7 */
+  return ncclSuccess;
 }
 
 /* NCCL's selection after the tuner (reference 3.5): first entry >= 0 strictly below the best. */

@@ -39,6 +39,7 @@
 #include "profiler.h"
 #include "static_table.h"
 #include "sync.h"
+#include "table.h"
 #include "trace.h"
 #include "wire.h"
 
@@ -431,28 +432,6 @@ static int boundary(nb_comm *c, int64_t b) {
 
 /* ---------- the decision ---------- */
 
-/* Write 0.0 into the chosen cell and lift earlier zero cells so NCCL's first-minimum scan picks it. */
-static void force_arm(float *table, int numAlgo, int numProto, int arm) {
-  if (numProto == NCCLBOT_NUM_PROTOS && numAlgo >= NCCLBOT_NUM_ALGOS) { /* 2.23+: cell = arm id */
-    if (!nb_cost_available(table[arm])) return;
-    for (int i = 0; i < arm; i++)
-      if (table[i] <= 0.0f && nb_cost_available(table[i])) table[i] = FLT_MIN;
-    table[arm] = 0.0f;
-    return;
-  }
-  int a = arm / NCCLBOT_NUM_PROTOS, p = arm % NCCLBOT_NUM_PROTOS;
-  if (a >= numAlgo || p >= numProto) return;
-  float *target = &table[a * numProto + p];
-  if (!nb_cost_available(*target)) return;
-  int np = numProto < NCCLBOT_NUM_PROTOS ? numProto : NCCLBOT_NUM_PROTOS;
-  for (int ia = 0; ia <= a; ia++) {
-    float *row = &table[ia * numProto];
-    for (int ip = 0; ip < np && &row[ip] < target; ip++)
-      if (row[ip] <= 0.0f && nb_cost_available(row[ip])) row[ip] = FLT_MIN;
-  }
-  *target = 0.0f;
-}
-
 static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numAlgo,
                           int numProto) {
   if (c->tab.nctx >= c->cfg.max_contexts) { /* bounded memory: NCCL decides, nothing stored */
@@ -586,7 +565,7 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
   /* timed AUTO logs the arm NCCL plays in this call, which the profiler will report */
   int arm = timed_auto ? auto_arm : c->tab.arm_id[x->arm_off + idx];
   if (arm == NB_NO_ARM) return ncclSuccess;
-  if (!timed_auto) force_arm(table, numAlgo, numProto, arm);
+  if (!timed_auto) nb_force_arm(table, numAlgo, numProto, arm);
   if (!learning) return ncclSuccess;
   if (c->mode == NB_MODE_LEARN_LOCAL && c->head - c->applied > c->log_mask) apply_local(c);
   nb_pull *e = &c->log[c->head & c->log_mask];
@@ -611,9 +590,11 @@ ncclResult_t nb_learn_decide(nb_comm *c, int coll, size_t nBytes, float *table, 
       numAlgo <= 0 || numProto <= 0)
     return ncclSuccess;
   if ((uint64_t)nBytes < c->cfg.min_bytes) return ncclSuccess;
+  /* NCCL 2.31+'s symmetric-kernel pass: all -1.0, no arm to play; no context, no pull */
+  if (nb_table_unavailable(table, numAlgo, numProto)) return ncclSuccess;
   if (c->mode == NB_MODE_STATIC) {
     int arm = nb_static_lookup(c->stat_tab, coll, nBytes);
-    if (arm != NB_NO_ARM) force_arm(table, numAlgo, numProto, arm);
+    if (arm != NB_NO_ARM) nb_force_arm(table, numAlgo, numProto, arm);
     return ncclSuccess;
   }
   return decide_learning(c, coll, nBytes, table, numAlgo, numProto);

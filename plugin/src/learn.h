@@ -23,7 +23,8 @@ void nb_learn_setup(nb_comm *c, int have_comm_id);
  * nb_learn_decide: the body of getCollInfo.
  *   Thread safety: the communicator's user (enqueue) thread only.
  *   In/out: table is NCCL's float[numAlgo][numProto]; at most the chosen cell becomes 0.0
- *     and earlier zero cells FLT_MIN; unavailable cells are never written.
+ *     and other zero cells FLT_MIN (table.h: right under either scan order); unavailable
+ *     cells are never written; a table with no available cell changes nothing.
  *   Returns: ncclSuccess, or ncclSystemError after a synchronisation failure in fail mode.
  *   Preconditions: nb_learn_setup ran; no allocation once the context exists.
  */

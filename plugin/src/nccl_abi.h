@@ -3,7 +3,7 @@
  *
  * Written from the facts in docs/nccl-plugin-abi.md (sections 2-4);
  * no NCCL header is copied. Only the members this plugin reads are named; the
- * rest of each union is padding so that sizes and offsets match NCCL 2.27-2.30.
+ * rest of each union is padding so that sizes and offsets match NCCL 2.27-2.32.
  * The _Static_asserts at the bottom pin the layouts the reference gives.
  */
 #ifndef NCCLBOT_NCCL_ABI_H
@@ -50,7 +50,7 @@ typedef int ncclFunc_t;
 #define NCCLBOT_NUM_PROTOS 3 /* LL LL128 Simple */
 #define NCCLBOT_MAX_ARMS (NCCLBOT_NUM_ALGOS * NCCLBOT_NUM_PROTOS)
 
-/* ---- tuner (v5/v6; v3/v4 entry points are shims) ---- */
+/* ---- tuner (v5/v6/v7; v3/v4 entry points are shims) ---- */
 
 typedef struct {
   int nNvlDomains;
@@ -68,6 +68,24 @@ typedef struct {
   double perChMaxNVLSTreeBws[4][3];
 } ncclbotTunerConstants_v5;
 
+/* v7 (NCCL 2.32.6+): the same members, the five per-compute-capability arrays grow a fifth
+ * row (Rubin); the NVLink domain info is v5's. */
+typedef ncclbotNvlDomainInfo_v5 ncclbotNvlDomainInfo_v7;
+
+typedef struct {
+  double baseLatencies[7][3];
+  double hwLatencies[3][7][3];
+  double llMaxBws[5][3];
+  double perChMaxRingLL128Bws[5][3];
+  double perChMaxTreeLL128Bws[5][3];
+  double perChMaxTreeBws[5][3];
+  double perChMaxNVLSTreeBws[5][3];
+} ncclbotTunerConstants_v7;
+
+typedef ncclResult_t (*ncclbotTunerInit_v7)(void **ctx, uint64_t commId, size_t nRanks,
+                                            size_t nNodes, ncclDebugLogger_t logFunction,
+                                            ncclbotNvlDomainInfo_v7 *nvlDomainInfo,
+                                            ncclbotTunerConstants_v7 *constants);
 typedef ncclResult_t (*ncclbotTunerInit_v5)(void **ctx, uint64_t commId, size_t nRanks,
                                             size_t nNodes, ncclDebugLogger_t logFunction,
                                             ncclbotNvlDomainInfo_v5 *nvlDomainInfo,
@@ -85,6 +103,14 @@ typedef ncclResult_t (*ncclbotGetChunkSize_v6)(void *ctx, ncclFunc_t collType, s
                                                size_t *chunkSize);
 typedef ncclResult_t (*ncclbotTunerInit_v2)(size_t nRanks, size_t nNodes,
                                             ncclDebugLogger_t logFunction, void **ctx);
+
+typedef struct {
+  const char *name;
+  ncclbotTunerInit_v7 init;
+  ncclbotGetCollInfo_v4 getCollInfo;
+  ncclbotTunerFinalize finalize;
+  ncclbotGetChunkSize_v6 getChunkSize;
+} ncclbotTuner_v7;
 
 typedef struct {
   const char *name;
@@ -190,6 +216,9 @@ typedef struct {
 
 _Static_assert(sizeof(ncclbotNvlDomainInfo_v5) == 12, "nvlDomainInfo is 12 bytes");
 _Static_assert(sizeof(ncclbotTunerConstants_v5) == 1152, "tuner constants v5 are 144 doubles");
+_Static_assert(sizeof(ncclbotTunerConstants_v7) == 159 * 8, "tuner constants v7 are 159 doubles");
+_Static_assert(offsetof(ncclbotTunerConstants_v7, llMaxBws) == 84 * 8, "v7: latencies, then bandwidths");
+_Static_assert(sizeof(ncclbotTuner_v7) == 40, "tuner v7 struct is name + 4 functions");
 _Static_assert(sizeof(ncclbotTuner_v6) == 40, "tuner v6 struct is name + 4 functions");
 _Static_assert(sizeof(ncclbotTuner_v5) == 32, "tuner v5 struct is name + 3 functions");
 _Static_assert(sizeof(ncclbotProfiler_v5) == 48, "profiler struct is 6 pointers");

@@ -9,14 +9,31 @@
 #include "nccl_abi.h"
 #include "profiler.h"
 #include "state.h"
+#include "table.h"
 
 #define NB_EXPORT __attribute__((visibility("default")))
 #define NB_NAME "NCCL-BOT"
 
 /* ---- tuner ---- */
 
+/* Which scan NCCL applies to the table we return (table.h), said once per communicator. */
+static void detect_scan(const nb_comm *c, int tuner_version, ncclDebugLogger_t logfn) {
+  int v = 0;
+  int scan = nb_scan_detect(tuner_version, logfn, &v);
+  if (c->rank > 0) return;
+  const char *rule = scan == NB_SCAN_LAST ? "last minimum (ties go to the highest algorithm/protocol)"
+                                          : "first minimum (ties go to the lowest algorithm/protocol)";
+  if (v > 0)
+    NB_INFO("NCCL %d.%d.%d, tuner v%d: NCCL takes the %s of the cost table", v / 10000,
+            v / 100 % 100, v % 100, tuner_version, rule);
+  else
+    NB_INFO("NCCL version not readable (no ncclGetVersion beside its logger), tuner v%d: "
+            "assuming NCCL takes the %s of the cost table", tuner_version, rule);
+}
+
+/* tuner_version: the struct NCCL loaded (v3 and v4 share one entry point and pass 4). */
 static ncclResult_t tuner_init_common(void **ctx, uint64_t comm_id, size_t nRanks, size_t nNodes,
-                                      ncclDebugLogger_t logfn, int have_comm_id) {
+                                      ncclDebugLogger_t logfn, int tuner_version) {
   if (!ctx) return ncclSuccess;
   *ctx = NULL;
   nb_comm *c = nb_comm_acquire(comm_id, 1, (int)nRanks, (int)nNodes, logfn);
@@ -24,7 +41,8 @@ static ncclResult_t tuner_init_common(void **ctx, uint64_t comm_id, size_t nRank
     NB_WARN("tuner: out of memory; staying AUTO");
     return ncclSuccess;
   }
-  nb_learn_setup(c, have_comm_id);
+  detect_scan(c, tuner_version, logfn);
+  nb_learn_setup(c, tuner_version >= 5);
   if (c->mode == NB_MODE_INERT) {
     nb_comm_release(c, 1);
     return ncclSuccess;
@@ -33,13 +51,33 @@ static ncclResult_t tuner_init_common(void **ctx, uint64_t comm_id, size_t nRank
   return ncclSuccess;
 }
 
+/* NCCL's cost model stays untouched (constants unread, unwritten): it is the prior (paper
+ * section 4). v5, v6 and v7 differ only in the constants' size, so one body serves all. */
+static ncclResult_t tuner_init_v7(void **ctx, uint64_t commId, size_t nRanks, size_t nNodes,
+                                  ncclDebugLogger_t logFunction,
+                                  ncclbotNvlDomainInfo_v7 *nvlDomainInfo,
+                                  ncclbotTunerConstants_v7 *constants) {
+  (void)nvlDomainInfo;
+  (void)constants;
+  return tuner_init_common(ctx, commId, nRanks, nNodes, logFunction, 7);
+}
+
+static ncclResult_t tuner_init_v6(void **ctx, uint64_t commId, size_t nRanks, size_t nNodes,
+                                  ncclDebugLogger_t logFunction,
+                                  ncclbotNvlDomainInfo_v5 *nvlDomainInfo,
+                                  ncclbotTunerConstants_v5 *constants) {
+  (void)nvlDomainInfo;
+  (void)constants;
+  return tuner_init_common(ctx, commId, nRanks, nNodes, logFunction, 6);
+}
+
 static ncclResult_t tuner_init_v5(void **ctx, uint64_t commId, size_t nRanks, size_t nNodes,
                                   ncclDebugLogger_t logFunction,
                                   ncclbotNvlDomainInfo_v5 *nvlDomainInfo,
                                   ncclbotTunerConstants_v5 *constants) {
   (void)nvlDomainInfo;
-  (void)constants; /* NCCL's cost model stays untouched: it is the prior (paper section 4) */
-  return tuner_init_common(ctx, commId, nRanks, nNodes, logFunction, 1);
+  (void)constants;
+  return tuner_init_common(ctx, commId, nRanks, nNodes, logFunction, 5);
 }
 
 /* v2-v4 init has no commId: a private id keeps communicators apart; learning needs v5+. */
@@ -47,7 +85,7 @@ static ncclResult_t tuner_init_v4(size_t nRanks, size_t nNodes, ncclDebugLogger_
                                   void **ctx) {
   static uint64_t next = 0;
   uint64_t id = 0x8000000000000000ULL | __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
-  return tuner_init_common(ctx, id, nRanks, nNodes, logFunction, 0);
+  return tuner_init_common(ctx, id, nRanks, nNodes, logFunction, 4);
 }
 
 static ncclResult_t get_coll_info_v4(void *ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps,
@@ -76,9 +114,17 @@ static ncclResult_t tuner_finalize(void *ctx) {
   return ncclSuccess;
 }
 
+NB_EXPORT const ncclbotTuner_v7 ncclTunerPlugin_v7 = {
+    .name = NB_NAME,
+    .init = tuner_init_v7,
+    .getCollInfo = get_coll_info_v4,
+    .finalize = tuner_finalize,
+    .getChunkSize = NULL, /* optional: NCCL keeps its chunk size */
+};
+
 NB_EXPORT const ncclbotTuner_v6 ncclTunerPlugin_v6 = {
     .name = NB_NAME,
-    .init = tuner_init_v5,
+    .init = tuner_init_v6,
     .getCollInfo = get_coll_info_v4,
     .finalize = tuner_finalize,
     .getChunkSize = NULL, /* optional: NCCL keeps its chunk size */

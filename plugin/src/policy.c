@@ -11,22 +11,6 @@
 #include "nccl_abi.h"
 #include "rng.h"
 
-int nb_auto_arm(const float *table, int numAlgo, int numProto) {
-  int best = NB_NO_ARM;
-  float best_v = FLT_MAX;
-  int na = numAlgo < NCCLBOT_NUM_ALGOS ? numAlgo : NCCLBOT_NUM_ALGOS;
-  int np = numProto < NCCLBOT_NUM_PROTOS ? numProto : NCCLBOT_NUM_PROTOS;
-  for (int a = 0; a < na; a++)
-    for (int p = 0; p < np; p++) {
-      float v = table[a * numProto + p];
-      if (v >= 0.0f && v < best_v) {
-        best_v = v;
-        best = a * NCCLBOT_NUM_PROTOS + p;
-      }
-    }
-  return best;
-}
-
 int nb_filter_arms(const float *table, int numAlgo, int numProto, double rho_max, uint8_t *ids,
                    double *mu, double *mu_min) {
   int na = numAlgo < NCCLBOT_NUM_ALGOS ? numAlgo : NCCLBOT_NUM_ALGOS;

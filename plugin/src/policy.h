@@ -41,7 +41,8 @@ static inline int nb_cost_available(float v) {
   return v >= 0.0f && v < 3.40282346638528859812e+38F;
 }
 
-/* NCCL's own choice on a table (first strict minimum of available entries), or NB_NO_ARM. */
+/* NCCL's own choice on a table under the running NCCL's scan order, or NB_NO_ARM
+ * (defined in table.c with the orders: table.h). */
 int nb_auto_arm(const float *table, int numAlgo, int numProto);
 
 /*

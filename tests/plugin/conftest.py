@@ -67,13 +67,15 @@ def plugin(plugin_build) -> nb_host.Plugin:
 
 @pytest.fixture()
 def nb_env(monkeypatch):
-    """Clear NCCLBOT_* and Slurm variables; returns a setter for this test's settings."""
+    """Clear NCCLBOT_* and Slurm variables and the stand-in's NCCL version (unreadable, as
+    before NCCL 2.31 mattered); returns a setter for this test's settings."""
     for k in list(os.environ):
         if k.startswith("NCCLBOT_"):
             monkeypatch.delenv(k)
         if k in ("SLURM_LAUNCH_NODE_IPADDR", "SLURM_JOB_ID"):
             monkeypatch.delenv(k)
     nb_host.take_log()
+    nb_host.set_nccl_version(None)
 
     def set_env(**kw):
         for k, v in kw.items():

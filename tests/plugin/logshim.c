@@ -1,7 +1,10 @@
 /*
  * logshim.c: a stand-in for NCCL's ncclDebugLog for the ctypes tests. It formats
  * the variadic message (which a ctypes callback cannot) and keeps the lines in
- * a buffer the test reads back with nb_test_log_take().
+ * a buffer the test reads back with nb_test_log_take(). Like NCCL's library it also exports
+ * ncclGetVersion beside the logger (the plugin reads it there, plugin/src/table.c); the
+ * version is set by nb_test_set_nccl_version, and 0 (the default) makes it fail, like a
+ * host whose version cannot be read.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -34,4 +37,15 @@ size_t nb_test_log_take(char *out, size_t cap) {
   g_len = 0;
   pthread_mutex_unlock(&g_mu);
   return n;
+}
+
+static int g_nccl_version;
+
+void nb_test_set_nccl_version(int version) { __atomic_store_n(&g_nccl_version, version, __ATOMIC_RELAXED); }
+
+int ncclGetVersion(int *version) {
+  int v = __atomic_load_n(&g_nccl_version, __ATOMIC_RELAXED);
+  if (!version || v <= 0) return 5; /* ncclInvalidUsage */
+  *version = v;
+  return 0;
 }

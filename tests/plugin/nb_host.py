@@ -1,9 +1,12 @@
 """A small NCCL stand-in for the plugin tests: it loads the plugin through ctypes
-and calls it the way NCCL 2.28-2.30 does (profiler init, then tuner init; a
+and calls it the way NCCL 2.28-2.32 does (profiler init, then tuner init; a
 cost table per collective; Coll and KernelCh profiler events; tuner finalize,
-then profiler finalize). Used by every test in this folder and by the rank
-processes of the consistency tests (``python nb_host.py ...`` is not a CLI;
-see nb_rank_worker.py)."""
+then profiler finalize). By default it is NCCL 2.28-2.30 (tuner v6, first-minimum
+scan after the tuner); ``Rank(..., nccl_version=23102)`` plays 2.31+ (the
+last-minimum scan over the arms NCCL's model found valid, docs/nccl-plugin-abi.md
+section 3.5) and ``tuner_version=7`` loads ``ncclTunerPlugin_v7`` with v7 constants.
+Used by every test in this folder and by the rank processes of the consistency
+tests (``python nb_host.py ...`` is not a CLI; see nb_rank_worker.py)."""
 
 from __future__ import annotations
 
@@ -57,6 +60,19 @@ class TunerV6(C.Structure):
 
 class TunerV5(C.Structure):
     _fields_ = TunerV6._fields_[:4]
+
+
+class TunerV7(C.Structure):
+    """Same members as v6; only the constants struct its init takes is larger."""
+    _fields_ = TunerV6._fields_
+
+
+#: ncclTunerConstants_v5: 7x3 + 3x7x3 latencies, then five [4][3] bandwidth arrays.
+CONSTANTS_V5_DOUBLES = 21 + 63 + 5 * 4 * 3
+#: ncclTunerConstants_v7: the five bandwidth arrays have a fifth (Rubin) row.
+CONSTANTS_V7_DOUBLES = 21 + 63 + 5 * 5 * 3
+#: ncclGetVersion's code of the first NCCL with the last-minimum scan (2.31.0).
+NCCL_2_31 = 23100
 
 
 class ProfilerV6(C.Structure):
@@ -115,6 +131,11 @@ def logger_ptr() -> int:
     return C.cast(logshim().nb_test_logger, C.c_void_p).value
 
 
+def set_nccl_version(version: int | None) -> None:
+    """What ncclGetVersion beside the logger answers from now on (None: it fails)."""
+    logshim().nb_test_set_nccl_version(C.c_int(version or 0))
+
+
 class Plugin:
     """The loaded library and its exported structs."""
 
@@ -123,19 +144,40 @@ class Plugin:
         self.lib = C.CDLL(str(self.path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
         self.tuner = TunerV6.in_dll(self.lib, "ncclTunerPlugin_v6")
         self.tuner_v5 = TunerV5.in_dll(self.lib, "ncclTunerPlugin_v5")
+        self.tuner_v7 = TunerV7.in_dll(self.lib, "ncclTunerPlugin_v7")
         self.profiler = ProfilerV6.in_dll(self.lib, "ncclProfiler_v6")
 
 
-def nccl_choice(table: list[float], num_algo: int = NUM_ALGOS, num_proto: int = NUM_PROTOS):
-    """NCCL's scan after the tuner returns (reference 3.5): first strict minimum of entries >= 0."""
-    best, best_v = None, struct.unpack("f", struct.pack("f", 3.4028234663852886e38))[0]
-    for a in range(num_algo):
-        for p in range(num_proto):
-            v = table[a * num_proto + p]
-            if v == IGNORE:
-                continue
-            if v >= 0.0 and v < best_v:
-                best, best_v = a * 3 + p, v
+FLT_MAX = struct.unpack("f", struct.pack("f", 3.4028234663852886e38))[0]
+
+
+def nccl_choice(table: list[float], num_algo: int = NUM_ALGOS, num_proto: int = NUM_PROTOS, *,
+                scan: str = "first", before: list[float] | None = None):
+    """NCCL's pick after the tuner returns (docs/nccl-plugin-abi.md section 3.5).
+
+    ``scan="first"`` (NCCL <= 2.30): algorithms then protocols upwards, -1 skipped, the
+    first strict minimum of entries >= 0. ``scan="last"`` (NCCL >= 2.31): the candidates
+    are the arms NCCL's model found valid, i.e. not -1 in the table *before* the tuner
+    (``before``; the table itself when not given), walked from the highest index down with
+    a strict ``<`` and no sign check: a tie goes to the highest index and a negative value
+    written over a valid arm wins; a cell the tuner wrote over -1 is no candidate.
+    """
+    cells = [(a, p) for a in range(num_algo) for p in range(num_proto)]
+    if scan == "last":
+        valid = before if before is not None else table
+        best, best_v = None, FLT_MAX
+        for a, p in reversed(cells):
+            i = a * num_proto + p
+            if valid[i] != IGNORE and table[i] < best_v:
+                best, best_v = a * 3 + p, table[i]
+        return best
+    best, best_v = None, FLT_MAX
+    for a, p in cells:
+        v = table[a * num_proto + p]
+        if v == IGNORE:
+            continue
+        if v >= 0.0 and v < best_v:
+            best, best_v = a * 3 + p, v
     return best
 
 
@@ -143,8 +185,20 @@ class Rank:
     """One rank of one communicator, driven like NCCL drives the plugin."""
 
     def __init__(self, plugin: Plugin, comm_id: int, nranks: int, nnodes: int, rank: int,
-                 *, profiler: bool = True):
+                 *, profiler: bool = True, tuner_version: int = 6, nccl_version: int | None = None,
+                 scan: str | None = None):
+        """``tuner_version`` (5, 6 or 7) is the struct this NCCL loads; ``nccl_version`` what
+        its ncclGetVersion says (None: unreadable); ``scan`` NCCL's pick after the tuner,
+        by default the one of that version ("last" from 2.31, or with v7 when unreadable)."""
         self.p, self.comm_id, self.nranks, self.nnodes, self.rank = plugin, comm_id, nranks, nnodes, rank
+        if scan is None:
+            newer = (nccl_version or 0) >= NCCL_2_31 or (nccl_version is None and tuner_version >= 7)
+            scan = "last" if newer else "first"
+        self.scan = scan
+        self.tuner = {5: plugin.tuner_v5, 6: plugin.tuner, 7: plugin.tuner_v7}[tuner_version]
+        self.constants = (C.c_double * (CONSTANTS_V7_DOUBLES if tuner_version >= 7 else CONSTANTS_V5_DOUBLES))()
+        self.nvl = (C.c_int * 3)(1, nranks, nranks)
+        set_nccl_version(nccl_version)
         self.mask = C.c_int(0)
         self.pctx = C.c_void_p()
         self.tctx = C.c_void_p()
@@ -154,7 +208,8 @@ class Rank:
             rc = plugin.profiler.init(C.byref(self.pctx), comm_id, C.byref(self.mask), b"test",
                                       nnodes, nranks, rank, logger_ptr())
             assert rc == 0
-        rc = plugin.tuner.init(C.byref(self.tctx), comm_id, nranks, nnodes, logger_ptr(), None, None)
+        rc = self.tuner.init(C.byref(self.tctx), comm_id, nranks, nnodes, logger_ptr(), C.addressof(self.nvl),
+                             C.addressof(self.constants))
         assert rc == 0
         self._keep = []
 
@@ -167,10 +222,10 @@ class Rank:
         """getCollInfo on a copy of table; returns (rc, NCCL's resulting arm, table after, nChannels)."""
         arr = (C.c_float * len(table))(*table)
         nch = C.c_int(0)
-        rc = self.p.tuner.getCollInfo(self.tctx, coll, nbytes, 1, arr, num_algo, num_proto, 0,
-                                      C.byref(nch))
+        rc = self.tuner.getCollInfo(self.tctx, coll, nbytes, 1, arr, num_algo, num_proto, 0,
+                                    C.byref(nch))
         after = list(arr)
-        return rc, nccl_choice(after, num_algo, num_proto), after, nch.value
+        return rc, nccl_choice(after, num_algo, num_proto, scan=self.scan, before=table), after, nch.value
 
     def coll_start(self, coll: int, nbytes: int, arm: int, nch: int, dtype: bytes = b"ncclFloat32"):
         size = {b"ncclFloat32": 4, b"ncclInt8": 1, b"ncclFloat64": 8, b"ncclBfloat16": 2}[dtype]
@@ -217,7 +272,7 @@ class Rank:
             self.channel(h, ch, self.clock, self.clock + dur)
 
     def finalize(self):
-        self.p.tuner.finalize(self.tctx)  # NULL when inert: must be harmless
+        self.tuner.finalize(self.tctx)  # NULL when inert: must be harmless
         if self.pctx.value:
             self.p.profiler.finalize(self.pctx)
         self.tctx = C.c_void_p()

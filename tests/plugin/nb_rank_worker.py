@@ -4,7 +4,10 @@ calls, with its own noisy latencies and its own random delivery lag, and writes
 the arms NCCL would have run (one per call) as JSON.
 
     python nb_rank_worker.py RANK NRANKS COMM_ID CALLS CONTEXTS OUT.json
-(NCCLBOT_* settings come from the environment.)"""
+(NCCLBOT_* settings come from the environment. NBTEST_NCCL_VERSION / NBTEST_TUNER_VERSION
+make the stand-in another NCCL (nb_host.Rank); NBTEST_SYM_PASSES=n precedes every call
+with n all -1.0 calls, as NCCL 2.31+'s symmetric-kernel scheduler may; NBTEST_TIES=1 gives
+every context a cost tie at its minimum between its lowest and its highest arm.)"""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ ARMS = {
 }
 
 
-def contexts(n: int, shared: random.Random):
+def contexts(n: int, shared: random.Random, ties: bool = False):
     """n contexts (collective, bytes, cost table, true mean latency per arm), same on every rank."""
     out = []
     for i in range(n):
@@ -40,6 +43,9 @@ def contexts(n: int, shared: random.Random):
             cost = shared.uniform(10.0, 30.0) * (1 + i // 6)
             table[arm] = cost
             truth[arm] = cost * shared.uniform(0.5, 1.6)
+        if ties:  # at the minimum, so that the scan order decides NCCL's pick
+            lo = min(table[a] for a in ARMS[coll])
+            table[ARMS[coll][0]] = table[ARMS[coll][-1]] = lo
         out.append((coll, nbytes, table, truth))
     return out
 
@@ -49,10 +55,13 @@ def main() -> None:
     rank, nranks, comm_id, calls, nctx = int(rank), int(nranks), int(comm_id), int(calls), int(nctx)
     shared = random.Random(1234)          # the job's schedule: identical on all ranks
     own = random.Random(1000 + rank)      # this rank's noise and timing
-    ctxs = contexts(nctx, shared)
+    ctxs = contexts(nctx, shared, ties=os.environ.get("NBTEST_TIES") == "1")
     schedule = [shared.randrange(nctx) for _ in range(calls)]
     plugin = H.Plugin()
-    r = H.Rank(plugin, comm_id, nranks, 1, rank)
+    version = os.environ.get("NBTEST_NCCL_VERSION")
+    r = H.Rank(plugin, comm_id, nranks, 1, rank, tuner_version=int(os.environ.get("NBTEST_TUNER_VERSION", "6")),
+               nccl_version=int(version) if version else None)
+    sym_passes = int(os.environ.get("NBTEST_SYM_PASSES", "0"))
     active = r.active
     pending: list[tuple[int, object, list[int]]] = []
     arms, rcs = [], []
@@ -69,6 +78,8 @@ def main() -> None:
             progress.with_suffix(".tmp").write_text(str(t))
             progress.with_suffix(".tmp").replace(progress)
         coll, nbytes, table, truth = ctxs[k]
+        for _ in range(sym_passes):
+            r.call(coll, nbytes, [H.IGNORE] * 21)
         rc, arm, _, _ = r.call(coll, nbytes, table)
         arms.append(arm)
         rcs.append(rc)

@@ -166,6 +166,19 @@ def test_logger_lines_and_a_failing_tuner_init(recplugins, monkeypatch, tmp_path
         PluginHost(_comm(), tuner=str(tmp_path / "missing.so"), profiler=None, host_lib=built_host())
 
 
+def test_the_plugin_reads_the_hosts_nccl_version_and_scan(built, monkeypatch):
+    """The host stands in for NCCL 2.30.7 (ncclGetVersion beside its logger) and scans for the
+    first minimum, which is what the real plugin concludes (plugin/src/table.c)."""
+    for k in [k for k in os.environ if k.startswith(("NCCLBOT_", "SLURM_"))]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("NCCLBOT_POLICY", "auto")
+    lib = str(pluginbuild.build_dir() / pluginbuild.LIBRARY)
+    host = PluginHost(_comm(rank=0, nranks=1, nnodes=1), tuner=lib, profiler=lib, host_lib=built_host())
+    messages = [r.message for r in host.take_log()]
+    host.close()
+    assert any("NCCL 2.30.7, tuner v6: NCCL takes the first minimum" in m for m in messages), messages
+
+
 def _stand_in(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     lib = str(pluginbuild.build_dir() / pluginbuild.LIBRARY)
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL", "SLURM_"))}
