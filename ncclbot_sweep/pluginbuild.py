@@ -59,7 +59,7 @@ SOURCES = ("src/*.c", "src/*.h", "host/*.c")
 # plugin/Makefile's CFLAGS_BASE and OPT, LDLIBS, the shared-library flags and the sources with a main().
 _CFLAGS = ("-std=gnu11", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
            "-fno-math-errno", "-ffp-contract=off", "-O2")
-_LDLIBS = ("-lm", "-pthread")
+_LDLIBS = ("-lm", "-ldl", "-pthread")
 _SHARED = ("-shared", "-Wl,-z,defs")
 _MAINS = ("src/coord_main.c", "src/coordinator.c", "src/settings_main.c")
 _LOCK = ".build.lock"
@@ -97,7 +97,7 @@ def compile_commands(out: Path, *, cc: list[str], sources: Path) -> list[tuple[s
         command(LIBRARY, (*_SHARED, f"-Wl,-soname,{LIBRARY}"), library),
         command(COORDINATOR, (), ["src/coord_main.c", "src/coordinator.c"]),
         command(SETTINGS, (), ["src/settings_main.c", "src/config.c", "src/log.c"]),
-        command(SIM_HOST, _SHARED, ["host/simhost.c"], ("-ldl",)),
+        command(SIM_HOST, _SHARED, ["host/simhost.c"], ()),
     ]
 
 

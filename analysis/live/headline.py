@@ -13,6 +13,7 @@ import math
 
 import pandas as pd
 
+from ..inputs import is_synthetic
 from .inputs import LiveData
 from .sizes import STOCK_BANDS, size_range
 
@@ -90,6 +91,7 @@ def _scenario(key: dict, runs: pd.DataFrame, tables: dict[str, pd.DataFrame]) ->
         "setup_stall_s": {"runs": len(stalls), "median": float(pd.Series(stalls).median()) if stalls else None,
                           "min": min(stalls, default=None), "max": max(stalls, default=None)},
         "avg_busbw_ratio_vs_stock": _pick(tables["stock_bands"], key, "policy", "avg_busbw_ratio"),
+        "synthetic": bool(is_synthetic(runs)),
         "speed_vs_stock_bands": _bands(tables["stock_per_size"], tables["stock_bands"], key),
     }
 

@@ -9,7 +9,15 @@ overhead, which is Table 18; other policies' rungs are listed too, marked. Per r
 * whether the overhead grows with the sync frequency (``monotone``, per policy);
 * the implied cost of one sync round: the per-collective time over the same policy's
   sync-off rung times K (mean over sizes: a size holds few rounds at large K, so a median
-  would be quantised), beside the rounds' own ``sync_us`` in the trace.
+  would be quantised), beside the rounds' own ``sync_us`` in the trace. A rung no slower
+  than its sync-off rung has an implied cost of 0 (the difference is run-to-run noise: a
+  round cannot make a collective faster), never a negative one.
+
+How the host time was measured is the data's: on the simulated fabric the simulator's host
+charges each plugin call its wall time when it returns within 5 us and its calling thread's
+CPU time otherwise (its rank processes share the machine's cores and are not coupled the way
+a collective couples real ranks; ``plugin/host/simhost.c``); on a cluster it is nccl-tests'
+own timing.
 
 Per size bin (Table 19): the median per-collective time overhead against stock and the
 bin's share of the average-bandwidth drop, and the collectives per sync a 1 ms flush rule
@@ -57,7 +65,7 @@ def ladder(runs: pd.DataFrame, stock: pd.Series, *, iterations: pd.DataFrame, ev
             mine, base = sizes.get(r.run_id), sizes.get(off["run_id"])
             if mine is not None and base is not None:
                 diff = (mine - base.reindex(mine.index)).dropna()
-                implied = float(diff.mean() * r.sync_every) if len(diff) else np.nan
+                implied = max(0.0, float(diff.mean() * r.sync_every)) if len(diff) else np.nan
         measured = syncs.loc[syncs["run_id"] == r.run_id, "sync_us"].astype(float)
         rung_bw = float(bw.get(r.run_id, np.nan))
         rows.append({"rung": r.label, "policy": r.label, "run_id": r.run_id, "selection_fixed": bool(r.is_auto),

@@ -18,7 +18,7 @@ __all__ = ["TABLE_COLUMNS", "conform"]
 _STR, _INT, _FLOAT, _BOOL = "string", "int64", "float64", "boolean"
 _SCENARIO = {"campaign": _STR, "fabric": _STR, "collective": _STR, "nodes": _INT, "ranks": _INT}
 _BAND_STATS = {f"{name} {stat}": (_INT if stat == "sizes" else _FLOAT)
-               for name, _lo, _hi in STOCK_BANDS for stat in ("median", "min", "max", "sizes")}
+               for name, _lo, _hi in STOCK_BANDS for stat in ("median", "min", "max", "sizes", "busbw_ratio")}
 
 #: Per table, its columns in order with their pandas dtype (``string``, ``int64``, ``float64``,
 #: nullable ``boolean`` and ``Int64``).

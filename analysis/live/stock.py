@@ -3,8 +3,10 @@
 Per size, the speed ratio ``stock time / run time`` of the nccl-tests out-of-place timed
 pass (above 1: the run is faster). Each run's stalled size (its setup toll, :mod:`.setup`)
 and the stock run's are removed first, so a one-time setup stall in a timed pass does not
-pose as selection. Per band: the median ratio over sizes with its range; over all sizes:
-the average bus-bandwidth ratio and the sizes more than 5% faster or slower than stock.
+pose as selection. Per band: the median ratio over sizes with its range, and the band's
+average bus bandwidth over stock's (``busbw_ratio``, the band's sizes weighted as nccl-tests'
+average weighs them); over all sizes: the average bus-bandwidth ratio and the sizes more than
+5% faster or slower than stock.
 """
 
 from __future__ import annotations
@@ -55,10 +57,13 @@ def stock_bands(per_size_rows: pd.DataFrame) -> pd.DataFrame:
                 "sizes": len(g), "sizes_faster": int((g["verdict"] == "faster").sum()),
                 "sizes_slower": int((g["verdict"] == "slower").sum())}
         for name, _lo, _hi in STOCK_BANDS:
-            b = g[g["band"] == name]["speed_vs_stock"]
+            in_band = g[g["band"] == name]
+            b = in_band["speed_vs_stock"]
             base[f"{name} median"] = float(b.median()) if len(b) else np.nan
             base[f"{name} min"] = float(b.min()) if len(b) else np.nan
             base[f"{name} max"] = float(b.max()) if len(b) else np.nan
             base[f"{name} sizes"] = len(b)
+            base[f"{name} busbw_ratio"] = (float(in_band["busbw_gbs"].mean() / in_band["stock_busbw_gbs"].mean())
+                                           if len(b) else np.nan)
         rows.append(base)
     return pd.DataFrame(rows)

@@ -76,6 +76,9 @@ def _overhead(s: dict, learner: str | None, auto: str | None) -> str | None:
             f"nccl-tests average bus bandwidth")
     if learner in overhead and overhead[learner] is not None:
         text += f"; {learner}: {overhead[learner]:.1f}% (selection included)"
+    if s.get("synthetic"):
+        text += (" (simulated: the host charges each plugin call its wall time if it returns within 5 us, "
+                 "its thread's CPU time otherwise, since the simulated ranks share the cores)")
     return text + "."
 
 

@@ -115,7 +115,8 @@ static void setup_learning(nb_comm *c) {
     }
     why[0] = '\0';
     c->sync = nb_sync_open(&c->cfg, c->comm_id, c->nranks, c->rank, can_learn,
-                           c->cfg.fingerprint ^ state_hash, why, sizeof why);
+                           c->cfg.fingerprint ^ state_hash ^ (uint64_t)nb_scan_order() << 63, why,
+                           sizeof why); /* the scan order decides NCCL's choice: ranks must agree */
     if (!c->sync && timing_only) {
       NB_WARN("AUTO is timed without synchronisation rounds: %s", why);
       c->mode = NB_MODE_LEARN_LOCAL;

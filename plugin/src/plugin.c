@@ -91,10 +91,17 @@ static ncclResult_t tuner_init_v4(size_t nRanks, size_t nNodes, ncclDebugLogger_
 static ncclResult_t get_coll_info_v4(void *ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps,
                                      float **collCostTable, int numAlgo, int numProto, int regBuff,
                                      int *nChannels) {
-  (void)numPipeOps;
   (void)regBuff;
   (void)nChannels; /* left at 0: NCCL keeps its channel count */
   if (!ctx) return ncclSuccess;
+  /* NCCL 2.31+'s symmetric-kernel scheduler asks with numPipeOps 0: its symmetric pass (all
+   * -1.0) and the general pass nested in its fallback, which decides whether the symmetric
+   * kernel runs; the collective's own call follows (docs/nccl-plugin-abi.md 3.10). NCCL
+   * decides those: one pull per collective, and the plugin never picks the kernel kind. */
+  if (numPipeOps == 0) {
+    ((nb_comm *)ctx)->n_calls++;
+    return ncclSuccess;
+  }
   /* collCostTable is a contiguous float[numAlgo][numProto] passed as float** (reference 3.4). */
   return nb_learn_decide(ctx, collType, nBytes, (float *)(void *)collCostTable, numAlgo, numProto);
 }

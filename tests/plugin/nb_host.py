@@ -218,11 +218,11 @@ class Rank:
         return bool(self.tctx.value)
 
     def call(self, coll: int, nbytes: int, table: list[float], num_algo: int = NUM_ALGOS,
-             num_proto: int = NUM_PROTOS):
+             num_proto: int = NUM_PROTOS, num_pipe_ops: int = 1):
         """getCollInfo on a copy of table; returns (rc, NCCL's resulting arm, table after, nChannels)."""
         arr = (C.c_float * len(table))(*table)
         nch = C.c_int(0)
-        rc = self.tuner.getCollInfo(self.tctx, coll, nbytes, 1, arr, num_algo, num_proto, 0,
+        rc = self.tuner.getCollInfo(self.tctx, coll, nbytes, num_pipe_ops, arr, num_algo, num_proto, 0,
                                     C.byref(nch))
         after = list(arr)
         return rc, nccl_choice(after, num_algo, num_proto, scan=self.scan, before=table), after, nch.value

@@ -209,7 +209,8 @@ def finalize_counters(log: str) -> tuple[int, int, int]:
 
 def play(plugin, comm_id, tmp_path, policy: str, passes: int) -> tuple[list, list[dict], tuple]:
     """60 collectives over three contexts, each preceded by `passes` all -1.0 calls of the
-    same collective and bytes (the first call of every context is such a pass)."""
+    same collective and bytes (the first call of every context is such a pass), each followed
+    by the general pass nested in the symmetric scheduler's fallback (numPipeOps 0)."""
     folder = tmp_path / f"{policy}-{passes}"
     folder.mkdir()
     r = rank(plugin, comm_id, "2.31.2-v6")
@@ -219,10 +220,12 @@ def play(plugin, comm_id, tmp_path, policy: str, passes: int) -> tuple[list, lis
     played = []
     for i in range(60):
         coll, nbytes = list(tables)[i % 3]
-        for _ in range(passes):
-            rc, arm, after, nch = r.call(coll, nbytes, ALL_MINUS_ONE)
-            assert (rc, arm, after, nch) == (0, None, ALL_MINUS_ONE, 0)
         table = tables[(coll, nbytes)]
+        for _ in range(passes):
+            rc, arm, after, nch = r.call(coll, nbytes, ALL_MINUS_ONE, num_pipe_ops=0)
+            assert (rc, arm, after, nch) == (0, None, ALL_MINUS_ONE, 0)
+            rc, arm, after, nch = r.call(coll, nbytes, table, num_pipe_ops=0)  # nested: NCCL decides
+            assert (rc, after, nch) == (0, table, 0), "the plugin wrote into the symmetric scheduler's pass"
         rc, arm, after, _ = r.call(coll, nbytes, table)
         assert rc == 0
         if policy != "auto":
@@ -247,7 +250,7 @@ def test_all_minus_one_tables_create_nothing_and_count_no_pull(plugin, nb_env, c
     assert arms2 == arms0, "the all -1.0 calls changed later choices"
     assert rows2 == rows0, "the all -1.0 calls changed the trace"
     assert (pulls2, applied2) == (pulls0, applied0) == (60, 60)
-    assert (calls0, calls2) == (60, 180)  # counted as calls, never as pulls
+    assert (calls0, calls2) == (60, 300)  # counted as calls, never as pulls
     assert len([x for x in rows2 if x["kind"] == "pull"]) == 60
 
 
