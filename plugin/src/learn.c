@@ -47,6 +47,9 @@
 
 static int alloc_learning(nb_comm *c) {
   if (nb_tab_init(&c->tab, c->cfg.max_contexts) != 0) return -1;
+  c->steps = malloc(sizeof *c->steps);
+  if (!c->steps) return -1;
+  nb_steps_init(c->steps, &c->cfg);
   uint64_t cap = 2 * NB_NREC; /* local mode gives up on a pull after cap/2 later ones */
   while (cap < 2ULL * (c->cfg.sync_lag + 3) * c->cfg.sync_every) cap *= 2; /* unapplied pulls */
   c->log = calloc(cap, sizeof *c->log);
@@ -194,7 +197,7 @@ static void apply_entry(nb_comm *c, nb_pull *e, float merged_us, int64_t round) 
   double reward = merged_us >= 0.0f ? nb_reward(x->mu_min, merged_us) : -1.0;
   nb_resolve(st);
   if (reward >= 0.0) {
-    nb_update(&c->cfg, st, reward);
+    nb_update(&c->cfg, c->steps, st, reward);
     c->n_applied++;
     x->n_rewarded++;
   } else {
@@ -502,8 +505,10 @@ static uint32_t available_mask(const nb_comm *c, const nb_ctx *x, const float *t
 static int select_arm(nb_comm *c, nb_ctx *x, uint64_t key, uint32_t mask) {
   if (c->cfg.policy == NB_POLICY_AUTO) return 0;
   uint32_t available = mask;
-  uint32_t free_arms = mask & ~nb_held(&c->tab.stat[x->arm_off], x->narms, c->cfg.probe);
-  if (free_arms) mask = free_arms; /* every arm held: the policy chooses among all */
+  if (x->pulls != x->n_rewarded + x->n_missing) { /* some reward pending: the hold rule */
+    uint32_t free_arms = mask & ~nb_held(&c->tab.stat[x->arm_off], x->narms, c->cfg.probe);
+    if (free_arms) mask = free_arms; /* every arm held: the policy chooses among all */
+  }
   int cacheable = nb_policy_cacheable(&c->cfg);
   const nb_arm_stat *st = &c->tab.stat[x->arm_off];
   if (!(cacheable && x->sel_ok && x->sel_mask == mask)) {
@@ -644,6 +649,8 @@ void nb_learn_teardown(nb_comm *c) {
   c->log = NULL;
   free(c->sub_buf);
   c->sub_buf = NULL;
+  free(c->steps);
+  c->steps = NULL;
   nb_static_free(c->stat_tab);
   c->stat_tab = NULL;
   nb_saved_free(c->saved);

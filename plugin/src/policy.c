@@ -212,8 +212,26 @@ int nb_gate(const nb_config *cfg, const nb_arm_stat *st, int idx, int auto_idx, 
   return idx;
 }
 
+void nb_steps_init(nb_steps *s, const nb_config *cfg) {
+  double n = cfg->pseudo_count;
+  for (int j = 0; j < NB_STEPS; j++) {
+    n = n + 1.0;
+    s->n[j] = n;
+    s->step[j] = cfg->sgd_lr * pow(n, -cfg->sgd_decay);
+  }
+}
+
+static double sgd_step(const nb_config *cfg, const nb_steps *s, double n_new) {
+  double j = n_new - cfg->pseudo_count - 1.0;
+  if (j > -0.5 && j < NB_STEPS - 0.5) {
+    int k = (int)(j + 0.5);
+    if (s->n[k] == n_new) return s->step[k];
+  }
+  return cfg->sgd_lr * pow(n_new, -cfg->sgd_decay);
+}
+
 /* estimators.BanditState.update with discount 1, after skip-first-k. */
-void nb_update(const nb_config *cfg, nb_arm_stat *st, double reward) {
+void nb_update(const nb_config *cfg, const nb_steps *steps, nb_arm_stat *st, double reward) {
   int learn = st->seen >= cfg->skip_first;
   st->seen++;
   if (!learn) return;
@@ -224,7 +242,7 @@ void nb_update(const nb_config *cfg, nb_arm_stat *st, double reward) {
   } else {
     double step = cfg->gain;
     if (cfg->estimator == NB_EST_SGD) { /* step lr * n^-decay, residual clipped to +-clip */
-      step = cfg->sgd_lr * pow(n_new, -cfg->sgd_decay);
+      step = sgd_step(cfg, steps, n_new);
       d = fmin(fmax(d, -cfg->sgd_clip), cfg->sgd_clip);
     }
     if (n_old == 0.0) { /* the first observation of a cold arm sets it */

@@ -92,8 +92,21 @@ static inline void nb_resolve(nb_arm_stat *st) {
   st->resolved++;
 }
 
+/*
+ * The clipped-SGD step lr * n^-decay for the counts an arm warm-started with the pseudo-count
+ * reaches (pseudo + 1, + 2, ... summed as nb_update sums them), computed once: the hot path
+ * then skips pow() with the same bits. Other counts (a saved state's) call pow().
+ */
+#define NB_STEPS 512
+typedef struct {
+  double n[NB_STEPS];
+  double step[NB_STEPS];
+} nb_steps;
+
+void nb_steps_init(nb_steps *s, const nb_config *cfg);
+
 /* One reward into one arm's statistics with the configured estimator and skip-first-k. */
-void nb_update(const nb_config *cfg, nb_arm_stat *st, double reward);
+void nb_update(const nb_config *cfg, const nb_steps *steps, nb_arm_stat *st, double reward);
 
 /* Reward of a latency (paper Eq. 1, no cap); <0 when the latency is unusable. */
 double nb_reward(double mu_min, double latency_us);

@@ -183,6 +183,7 @@ typedef struct nb_comm {
   nb_mq mq;
   nb_sync *sync;
   float *sub_buf; /* sync_every latencies of the round being sent */
+  nb_steps *steps; /* clipped-SGD steps of the configuration (policy.h) */
   nb_static *stat_tab;
   nb_saved *saved;
   nb_tracer *trace;

@@ -27,7 +27,7 @@ void nb_force_arm(float *table, int numAlgo, int numProto, int arm) {
   if (target < 0 || !nb_cost_available(table[target])) return;
   int ncell = numAlgo * numProto;
   for (int i = 0; i < ncell; i++) /* both directions: any other 0 could tie with ours */
-    if (i != target && table[i] <= 0.0f && nb_cost_available(table[i])) table[i] = FLT_MIN;
+    if (table[i] == 0.0f) table[i] = FLT_MIN; /* an available cell <= 0 is exactly 0 (or -0) */
   table[target] = 0.0f;
 }
 
