@@ -14,6 +14,7 @@ name               what changes                                                 
 ``mis-ranked``     TRLT on the contexts AUTO mis-ranks                           Table 10
 ``drift``          best/worst pool swap and gradual drift; discount, gain        Tables 8, 12, 52, Fig. 8
 ``dilution``       updates applied every k pulls (the plugin's sync period)      Table 9
+``live-rules``     the plugin's safety gate and hold rule on and off, delayed    (the plugin)
 =================  ============================================================  ==============
 """
 
@@ -28,7 +29,7 @@ import pandas as pd
 from ncclbot_sweep.errors import AnalysisError
 
 from ..replay import ReplayProblem
-from .ablations import arm_filter, dilution, horizon, mis_ranked, warm_cold
+from .ablations import arm_filter, dilution, horizon, live_rules, mis_ranked, warm_cold
 from .drift import drift
 from .gates import hybrid, size_gate
 from .harness import AblateOptions, Harness, PolicySet, Section, resolve_policies
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 ABLATIONS: dict[str, Callable[[Harness], Section]] = {
     "warm-cold": warm_cold, "nvls-toll": nvls_toll, "nvls-excluded": nvls_excluded, "size-gate": size_gate,
     "hybrid": hybrid, "filter": arm_filter, "horizon": horizon, "mis-ranked": mis_ranked, "drift": drift,
-    "dilution": dilution,
+    "dilution": dilution, "live-rules": live_rules,
 }
 
 

@@ -1,6 +1,6 @@
 """Ablations that toggle one knob of the replay (paper appendix D.4, I.7): the warm start
-(Tables 2, 42), the arm filter (Table 13), the horizon (Table 11), diluted updates (Table 9)
-and the contexts AUTO mis-ranks (Table 10).
+(Tables 2, 42), the arm filter (Table 13), the horizon (Table 11), diluted updates (Table 9),
+the contexts AUTO mis-ranks (Table 10), and the plugin's live rules (safety gate, hold).
 
 Each function takes a :class:`~.harness.Harness` and returns a :class:`~.harness.Section`.
 """
@@ -17,7 +17,7 @@ from ..replay import make_problem
 from ..summary import compare, per_context, summarize
 from .harness import Harness, Section, relabel
 
-__all__ = ["warm_cold", "arm_filter", "horizon", "mis_ranked", "dilution", "reference_policies"]
+__all__ = ["warm_cold", "arm_filter", "horizon", "mis_ranked", "dilution", "live_rules", "reference_policies"]
 
 
 def reference_policies(h: Harness, *extra: str) -> list:
@@ -175,3 +175,36 @@ def dilution(h: Harness) -> Section:
                    "the plain replay.", {"dilution": table}, pd.concat(frames, ignore_index=True),
                    ["Per context, as one communicator running one size back to back; the plugin's rounds span every "
                     "context of a communicator and apply a round's rewards two rounds late on several ranks."])
+
+
+#: The plugin's synchronisation as the live-rules ablation replays it: rounds of 16 pulls
+#: (the live campaigns' NCCLBOT_SYNC_EVERY) applied one round after they end (NCCLBOT_SYNC_LAG=1).
+LIVE_ROUNDS = (16, 1)
+
+
+def live_rules(h: Harness) -> Section:
+    """Each learner with the safety gate and the hold rule each on and off, replayed with the
+    plugin's delay (rounds of 16, applied one round late) and without it (the gate alone)."""
+    every, lag = LIVE_ROUNDS
+    steps = h.options.dilution_horizon
+    variants = [("gate and hold (default)", {}), ("no gate", {"safety_gate": False}),
+                ("no hold", {"probe": 10**9}), ("neither", {"safety_gate": False, "probe": 10**9})]
+    rows, frames = [], []
+    for learner in h.learners():
+        for delayed in (True, False):
+            for name, change in variants if delayed else variants[:2]:
+                label = f"{learner.display_name}, {name}" + ("" if delayed else ", no delay")
+                engine = {"dilution": every, "lag": lag} if delayed else {}
+                frame = h.replay([relabel(learner, label, **change)], horizon=steps, **engine)
+                ctx = per_context(frame, part=None)
+                rows.append({"policy": learner.display_name, "rules": name, "delayed": delayed,
+                             **h.stats(ctx["trlt_realized"]), "selection_mean_pct": 100 * ctx["trlt_selection"].mean()})
+                frames.append(ctx.assign(rules=name, delayed=delayed))
+    table = pd.DataFrame(rows)
+    return Section("live-rules", "The plugin's live rules: safety gate and hold",
+                   f"Realized TRLT (%) over every context at T={steps}, each learner with its safety gate (AUTO's "
+                   "arm where the choice measures 10% worse) and its hold rule (an arm waits for its pending "
+                   f"rewards) on and off, with the plugin's delay (rounds of {every} pulls applied {lag} round late) "
+                   "and without it (where nothing is pending, the hold never acts).",
+                   {"live-rules": table}, pd.concat(frames, ignore_index=True),
+                   ["Per context, as one communicator running one size back to back."])

@@ -634,7 +634,7 @@ def _echo_section(section) -> None:
 
 
 _ABLATION_NAMES = ("warm-cold, nvls-toll, nvls-excluded, size-gate, hybrid, filter, horizon, mis-ranked, drift, "
-                   "dilution")
+                   "dilution, live-rules")
 
 
 @analyze.command()

@@ -100,6 +100,17 @@ def test_dilution_one_equals_the_undiluted_replay_and_larger_k_learns_slower(har
     assert _row(table, "k", 16)["mean_pct"] != one["mean_pct"], "holding rewards back changes what is learned"
 
 
+def test_live_rules_default_row_is_the_delayed_replay_and_the_rules_change_it(harness):
+    table = ablations.live_rules(harness).tables["live-rules"]
+    featured = harness.featured()
+    delayed = per_context(harness.replay([featured], horizon=OPTIONS.dilution_horizon, dilution=16, lag=1), part=None)
+    rows = table[(table["policy"] == featured.display_name) & table["delayed"]].set_index("rules")
+    assert rows.loc["gate and hold (default)", "mean_pct"] == pytest.approx(100 * delayed["trlt_realized"].mean())
+    assert rows.loc["no hold", "mean_pct"] != rows.loc["gate and hold (default)", "mean_pct"], "the hold acted on nothing"
+    undelayed = table[(table["policy"] == featured.display_name) & ~table["delayed"]].set_index("rules")
+    assert set(undelayed.index) == {"gate and hold (default)", "no gate"}
+
+
 def test_filter_off_never_drops_an_arm(harness):
     problem = harness.problem
     off = make_problem(problem.pools, problem.predicted, rho_max=np.inf)
@@ -257,7 +268,7 @@ def test_cli_ablate_names_unknown_ablations_and_missing_studies(dataset, tmp_pat
     assert result.output.splitlines() == [
         "Error: unknown ablation 'margins' in --only",
         "  hint: choose from warm-cold, nvls-toll, nvls-excluded, size-gate, hybrid, filter, horizon, mis-ranked, "
-        "drift, dilution"]
+        "drift, dilution, live-rules"]
     empty = tmp_path / "empty"
     empty.mkdir()
     result = CliRunner().invoke(main, ["analyze", "ablate", "--dataset", str(dataset), "--out", str(tmp_path / "o"),
