@@ -402,10 +402,14 @@ def _has_iteration(item: Any) -> bool:
 
 def _merge_runs(text_runs: list[dict], json_runs: list[dict]) -> dict[str, Any]:
     run: dict[str, Any] = {}
+    lines: dict[str, int] = {}
     for candidate in (json_runs[:1] + text_runs[:1]):
         for key, value in candidate.items():
-            if value is not None and run.get(key) is None:
+            if value is not None and run.get(key) is None and key != "_lines":
                 run[key] = value
+                if (candidate.get("_lines") or {}).get(key) is not None:
+                    lines[key] = candidate["_lines"][key]  # the line of the file the value came from
+    run["_lines"] = lines
     if text_runs and json_runs:
         run["source_format"] = "nccl-tests-text+json"
         if text_runs[0].get("outcome") == "ok" or json_runs[0].get("outcome") == "ok":
@@ -531,9 +535,11 @@ def _write_tables(writer: datasets.SourceWriter, source: SourceInfo, result: Par
     try:
         for name, items in result.tables.items():
             for batch in _batches(items):
+                lines = None
                 if name == "runs":
+                    lines = [r.get("_lines") or {} for r in batch]
                     batch = [_clean_run(r, source) for r in batch]
-                _write_batch(writer, name, batch, result.issues)
+                _write_batch(writer, name, batch, result.issues, lines=lines)
     except (pa.ArrowInvalid, pa.ArrowTypeError, DatasetError, TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, DatasetError) and exc.path is not None:
             raise  # the dataset cannot be written (see SourceWriter), not a fault of this input
@@ -544,10 +550,12 @@ def _write_tables(writer: datasets.SourceWriter, source: SourceInfo, result: Par
     return sum(writer.rows.values())
 
 
-def _write_batch(writer: datasets.SourceWriter, name: str, batch: Any, issues: list[Issue]) -> None:
-    """One batch into the writer, without its impossible rows (those become issues)."""
-    good, bad = rowcheck.split_impossible(name, datasets.to_arrow(name, batch))
-    issues.extend(bad)
+def _write_batch(writer: datasets.SourceWriter, name: str, batch: Any, issues: list[Issue], *,
+                 lines: rowcheck.Lines | None = None) -> None:
+    """One batch into the writer, without its impossible values (those become issues)."""
+    table, unfit = rowcheck.fit(name, batch)
+    good, bad = rowcheck.split_impossible(name, table, lines=lines)
+    issues.extend(unfit + bad)
     writer.write(name, good)
 
 
