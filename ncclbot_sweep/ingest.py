@@ -22,20 +22,22 @@ import gzip
 import hashlib
 import json
 import logging
-import stat
+import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep import datasets, rowcheck
-from ncclbot_sweep.errors import DatasetError
+from ncclbot_sweep.errors import DatasetError, ParseError
+from ncclbot_sweep.filekind import REGULAR, file_kind
 from ncclbot_sweep.manifest import recorded_job_state
 from ncclbot_sweep.outcomes import StepOutcome, last_error_line, step_outcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines
 from ncclbot_sweep.paths import STEP_META, CampaignPaths, StepFiles
 from ncclbot_sweep.step_output import StepOutput, read_step_output
+from ncclbot_sweep.stepmeta import read_step_meta
 
 __all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
 
@@ -86,36 +88,39 @@ class IngestSummary:
 
 @dataclasses.dataclass(frozen=True)
 class _Unit:
-    kind: str  # "file", "step", or "special" (FIFO, device, socket, broken link: never read)
+    kind: str  # "file", "step", or "special" (FIFO, device, socket, broken or circular link: never read)
     path: Path
 
 
-def _is_special(path: Path) -> bool:
-    return not path.is_file() and not path.is_dir()
+def _file_unit(path: Path, kind: str) -> _Unit:
+    return _Unit("file" if kind == REGULAR else "special", path)
 
 
 def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
     """Expand inputs into units: step folders (``step.json``), loose files and special files,
-    sorted. Raises :class:`DatasetError` for a path that does not exist."""
+    sorted. A link that leads nowhere (or to itself) is a special file like a FIFO: quarantined,
+    never read. Raises :class:`DatasetError` for a path that does not exist."""
     for raw in paths:
         path = Path(raw)
-        if not path.exists() and not path.is_symlink():
+        kind = file_kind(path)
+        if kind is None:
             raise DatasetError("input does not exist", path=path, hint="check the path, or quote globs")
-        if path.is_file() or _is_special(path):
-            yield _Unit("file" if path.is_file() else "special", path)
+        if kind != "directory":
+            yield _file_unit(path, kind)
             continue
-        if (path / STEP_META).is_file():
+        if os.path.lexists(path / STEP_META):
             yield _Unit("step", path)
             continue
         step_dirs = sorted(p.parent for p in path.rglob(STEP_META))
         inside = set(step_dirs)
         for step in step_dirs:
             yield _Unit("step", step)
-        for file in sorted(p for p in path.rglob("*") if not p.is_dir()):
+        for file in sorted(path.rglob("*")):
             hidden = any(part.startswith(".") for part in file.relative_to(path).parts)
             if hidden or any(parent in inside for parent in file.parents):
                 continue  # executor bookkeeping (.executor/), editor files, and step members
-            yield _Unit("file" if file.is_file() else "special", file)
+            if (kind := file_kind(file)) not in ("directory", None):
+                yield _file_unit(file, kind)
 
 
 def _sha256_files(files: Sequence[Path], *, named: bool = False) -> str:
@@ -204,14 +209,14 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
     if unit.kind == "file" and unit.path.name in _CAMPAIGN_FILES:
         summary.ignored.append(str(unit.path))
         return
-    if unit.kind == "step" and not include_unfinished and not Path(StepFiles(unit.path).exit_marker).is_file():
+    if unit.kind == "step" and not include_unfinished and not os.path.lexists(StepFiles(unit.path).exit_marker):
         summary.unfinished.append(str(unit.path))
         return
     summary.files += 1
     key = None
     try:
         if unit.kind == "special":
-            raise _Unreadable(f"not a regular file ({_file_kind(unit.path)}): not read")
+            raise _Unreadable(f"not a regular file ({file_kind(unit.path)}): not read")
         members = _step_members(unit.path) if unit.kind == "step" else [unit.path]
         key = _sha256_files(members, named=unit.kind == "step")
         if datasets.source_done(root, key):
@@ -241,18 +246,6 @@ def _path_key(path: Path) -> str:
 
 class _Unreadable(Exception):
     """An input that is never read (special files); its message is the quarantine reason."""
-
-
-def _file_kind(path: Path) -> str:
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return "broken link"
-    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
-        if test(mode):
-            return name
-    return "special file"
 
 
 def _reason(exc: Exception) -> str:
@@ -320,14 +313,17 @@ def _step_members(folder: Path) -> list[Path]:
 
 
 def _ingest_step(folder: Path, members: list[Path], sha: str, root: Path, summary: IngestSummary) -> None:
+    """A step folder as a unit; a ``step.json`` or ``exit`` that cannot be what it says quarantines the step."""
     files = StepFiles(folder)
     try:
-        meta = json.loads(Path(files.meta).read_text(encoding="utf-8", errors="replace"))
-        if not isinstance(meta, dict):
-            raise ValueError("step.json is not an object")
-    except ValueError as exc:
+        meta = read_step_meta(files.meta).as_dict()
+        kind = file_kind(files.exit_marker)
+        if kind not in (REGULAR, None):
+            raise ParseError(f"exit is a {kind}, not the file the job writes the step's exit code into: "
+                             "the step is not ingested", path=files.exit_marker)
+    except ParseError as exc:
         source = SourceInfo(path=str(folder), sha256=sha, run_id=sha[:16])
-        result = ParseResult(unusable=True, issues=[Issue(1, f"step.json unreadable: {exc}")])
+        result = ParseResult(unusable=True, issues=[Issue(exc.line, exc.reason)])
         _finish(root, datasets.SourceWriter(root, sha), source, "step", result, summary, size=0)
         return
     run_id = f"{meta.get('step_key') or sha[:16]}.{sha[:8]}"
