@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep import datasets, rowcheck
-from ncclbot_sweep.errors import DatasetError, ParseError
+from ncclbot_sweep.errors import DatasetError, OutOfSpaceError, ParseError, is_out_of_space
 from ncclbot_sweep.filekind import REGULAR, file_kind
 from ncclbot_sweep.manifest import recorded_job_state
 from ncclbot_sweep.outcomes import StepOutcome, last_error_line, step_outcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines
-from ncclbot_sweep.paths import STEP_META, CampaignPaths, StepFiles
+from ncclbot_sweep.paths import PART_SUFFIX, STEP_META, CampaignPaths, StepFiles
 from ncclbot_sweep.step_output import StepOutput, read_step_output
 from ncclbot_sweep.stepmeta import read_step_meta
 
@@ -50,7 +50,8 @@ _GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 
 def _campaign_file_names() -> frozenset[str]:
     """Campaign bookkeeping files (named by :mod:`ncclbot_sweep.paths`): not measurements, so
-    neither ingested nor quarantined, only listed as ignored."""
+    neither ingested nor quarantined, only listed as ignored (as are files not finished yet,
+    ``*`` + :data:`~ncclbot_sweep.paths.PART_SUFFIX`)."""
     camp = CampaignPaths.local("c")
     names = {camp.campaign_yaml.name, camp.inventory_yaml.name, camp.manifest.name, camp.job_script("j").name,
              camp.job_log("j").name, camp.provenance("j").name, camp.coordinator_log("j").name}
@@ -190,23 +191,36 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
     ``on_progress(path, done, total)`` is called after each unit (the CLI draws a bar);
     ``on_wait()`` once if another ingest holds the dataset and this one waits for it.
     Raises :class:`DatasetError` for inputs that do not exist and for a dataset that cannot
-    be written (permissions, full or read-only disk); every problem of an input quarantines it.
+    be written (permissions, read-only disk), :class:`OutOfSpaceError` naming the path when its
+    disk is full (what was written stays; the same ingest again adds the rest); every problem
+    of an input quarantines it.
     """
     units = list(iter_inputs(paths))
     summary = IngestSummary()
-    with datasets.locked(dataset, on_wait=on_wait) as root:
-        for name in datasets.TABLES:
-            datasets.ensure_schema_file(root, name)
-        for done, unit in enumerate(units, 1):
-            _ingest_unit(unit, root, fabric or "unknown", include_unfinished, summary)
-            if on_progress is not None:
-                on_progress(str(unit.path), done, len(units))
+    try:
+        with datasets.locked(dataset, on_wait=on_wait) as root:
+            for name in datasets.TABLES:
+                datasets.ensure_schema_file(root, name)
+            for done, unit in enumerate(units, 1):
+                _ingest_unit(unit, root, fabric or "unknown", include_unfinished, summary)
+                if on_progress is not None:
+                    on_progress(str(unit.path), done, len(units))
+    except (OSError, OutOfSpaceError) as exc:
+        if not is_out_of_space(exc):
+            raise
+        if isinstance(exc, OutOfSpaceError):
+            reason, path = exc.reason, exc.path
+        else:
+            reason = f"cannot write the dataset: the file system is full ({exc.strerror or exc})"
+            path = exc.filename or str(dataset)
+        raise OutOfSpaceError(reason, path=path, hint="free space on that file system, then run the same ingest "
+                                                      "again: it keeps what is in and adds the rest") from exc
     return summary
 
 
 def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool, summary: IngestSummary) -> None:
     """One input, inside the one boundary where any failure of it becomes its quarantine."""
-    if unit.kind == "file" and unit.path.name in _CAMPAIGN_FILES:
+    if unit.kind == "file" and (unit.path.name in _CAMPAIGN_FILES or unit.path.name.endswith(PART_SUFFIX)):
         summary.ignored.append(str(unit.path))
         return
     if unit.kind == "step" and not include_unfinished and not os.path.lexists(StepFiles(unit.path).exit_marker):
@@ -226,7 +240,7 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
         else:
             _ingest_file(unit.path, key, root, fabric, summary)
     except Exception as exc:  # the one marked boundary: logged, then quarantined
-        if isinstance(exc, DatasetError):
+        if isinstance(exc, DatasetError) or is_out_of_space(exc):
             raise  # the dataset itself cannot be written: every later input would fail alike
         key = key or _path_key(unit.path)
         if datasets.source_done(root, key):  # unreadable last time too: already quarantined

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shlex
 from pathlib import Path, PurePath
@@ -42,6 +41,7 @@ import pydantic
 
 from ncclbot_sweep import __version__, pluginbuild
 from ncclbot_sweep.campaign import Job, Plan, Step
+from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.errors import RenderError
 from ncclbot_sweep.inventory import Inventory, NodeSet, sbatch_value_problem
 from ncclbot_sweep.jobspec import job_tag
@@ -296,14 +296,10 @@ def render_tune_script(inventory: Inventory, *, name: str, campaign_key: str, jo
 
 
 def _write_if_changed(path: Path, text: str, mode: int | None = None) -> bool:
-    if path.exists() and path.read_text(encoding="utf-8") == text:
+    if path.is_file() and path.read_bytes() == text.encode("utf-8"):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    write_atomic(path, text, mode=mode)
     return True
 
 

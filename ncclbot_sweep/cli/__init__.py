@@ -16,7 +16,7 @@ import sys
 import click
 
 from ncclbot_sweep import __version__
-from ncclbot_sweep.errors import ExitCode, NcclbotError, from_os_error
+from ncclbot_sweep.errors import ExitCode, Interrupted, NcclbotError, from_os_error
 
 __all__ = ["main"]
 
@@ -32,8 +32,8 @@ class _Group(click.Group):
         except OSError as exc:  # the boundary for OS faults (EACCES, EROFS, ENOSPC): one Error: line
             logging.getLogger(__name__).debug("OS error", exc_info=True)
             raise click.ClickException(str(from_os_error(exc))) from exc
-        except KeyboardInterrupt:
-            click.echo("Interrupted.", err=True)
+        except KeyboardInterrupt as exc:  # Interrupted says what is left and how to finish it
+            click.echo(f"Interrupted: {exc}" if isinstance(exc, Interrupted) else "Interrupted.", err=True)
             sys.exit(ExitCode.INTERRUPTED)
 
 
