@@ -21,10 +21,33 @@ from ncclbot_sweep.errors import ExitCode, Interrupted, NcclbotError, from_os_er
 __all__ = ["main"]
 
 
+class _OncePerCommand(logging.Filter):
+    """Say each warning once per command: loading one dataset several times (the two sides of a
+    comparison, a study's steps) must not repeat the same note on every load."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+_ONCE = _OncePerCommand()
+
+
 class _Group(click.Group):
     """A click group that maps library errors to exit codes."""
 
     def invoke(self, ctx: click.Context):
+        if ctx.parent is None:
+            _ONCE.seen.clear()  # a new command (tests invoke several in one process)
         try:
             return super().invoke(ctx)
         except NcclbotError as exc:
@@ -46,6 +69,9 @@ def _verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
     total = root.meta.get(_VERBOSITY, 0) + value
     root.meta[_VERBOSITY] = total
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        if _ONCE not in handler.filters:
+            handler.addFilter(_ONCE)
     if total:
         logging.getLogger().setLevel(logging.WARNING - 10 * min(total, 2))
 
