@@ -29,6 +29,14 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     assert result.exit_code == 0, result.output + _failed_steps(tmp_path / "campaign") + \
         _failed_steps(tmp_path / "live-campaign")
     assert "steps: 52/52 ok (52 ok)" in result.output and "steps: 3/3 ok (3 ok)" in result.output
+    # It ends with five lines: what was measured, AUTO's loss, the best learner's, where the outputs are.
+    summary = result.output.splitlines()[-5:]
+    assert re.fullmatch(r"demo: result on \d+ test contexts of sim-h100 \(synthetic: the simulated fabric\)", summary[0])
+    assert re.fullmatch(r"demo:   AUTO \(NCCL's own choice\) loses \d+\.\d% of the best arm's time on average; \d+ "
+                        r"contexts lose more than 10%", summary[1]), summary
+    assert re.fullmatch(r"demo:   the best learner, [\w-]+, loses \d+\.\d% .*", summary[2]), summary
+    assert summary[3].startswith(f"demo:   report {tmp_path / 'report' / 'index.html'} (data {tmp_path / 'dataset'}")
+    assert summary[4].startswith(f"demo:   live campaign analysis {tmp_path / 'live'}")
     assert elapsed < 180, f"the demo took {elapsed:.0f} s"
     live = read_table(tmp_path / "live-dataset", "live_events")
     assert "ucb1" in set(live["policy"]) and sorted(live["rank"].unique()) == [0, 1, 2, 3]
