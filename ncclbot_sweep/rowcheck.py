@@ -173,7 +173,8 @@ def split_impossible(name: str, table: pa.Table, *, lines: Lines | None = None) 
         if name in RECORD_TABLES:
             position = table.schema.get_field_index(column)
             nulls = pa.nulls(table.num_rows, table.schema.field(column).type)
-            table = table.set_column(position, table.schema.field(column), pc.if_else(bad, nulls, _values(table.column(column))))
+            kept = pc.if_else(bad, nulls, _values(table.column(column)))
+            table = table.set_column(position, table.schema.field(column), kept)
         else:
             bad_any = bad if bad_any is None else pc.or_(bad_any, bad)
     if bad_any is None:

@@ -29,8 +29,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Strict
 
 from ncclbot_sweep.errors import NcclbotError
 
-__all__ = ["BYTES_MAX", "INT_MAX", "MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "Bool", "Bytes", "Float", "Int", "SpecModel", "error_message",
-           "load_spec", "parse_spec", "validation_problem"]
+__all__ = ["BYTES_MAX", "INT_MAX", "MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "Bool", "Bytes", "Float", "Int", "SpecModel",
+           "error_message", "load_spec", "parse_spec", "validation_problem"]
 
 #: The largest spec file read (a campaign or inventory is a few kilobytes).
 MAX_BYTES = 1 << 20

@@ -68,10 +68,11 @@ def _verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
     root = ctx.find_root()
     total = root.meta.get(_VERBOSITY, 0) + value
     root.meta[_VERBOSITY] = total
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        if _ONCE not in handler.filters:
-            handler.addFilter(_ONCE)
+    if not logging.getLogger().handlers:  # the command's own console handler (an embedding program keeps its own)
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(_ONCE)
+        logging.basicConfig(level=logging.WARNING, handlers=[handler])
     if total:
         logging.getLogger().setLevel(logging.WARNING - 10 * min(total, 2))
 

@@ -112,4 +112,5 @@ def test_a_note_about_the_data_is_said_once_per_command_not_once_per_load(tmp_pa
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     notes = [line for line in done.stderr.splitlines() if "leaving out" in line]
-    assert notes == ["WARNING ncclbot_sweep.analysis.pools: leaving out 1 contexts whose message is 0 elements per rank"]
+    assert notes == ["WARNING ncclbot_sweep.analysis.pools: leaving out 1 contexts whose message is 0 elements "
+                     "per rank"]

@@ -275,7 +275,8 @@ def test_the_runner_reads_an_exit_marker_that_is_a_device_or_a_fifo_as_a_failure
     (tmp_path / "zero").symlink_to("/dev/zero")  # reading it would never end
     (tmp_path / "dir").mkdir()
     (tmp_path / "big").write_text("99999999999999999999\n")
-    assert [read_exit_marker(tmp_path / name) for name in ("fifo", "zero", "dir", "big", "none")] == [-1, -1, -1, -1, None]
+    names = ("fifo", "zero", "dir", "big", "none")
+    assert [read_exit_marker(tmp_path / name) for name in names] == [-1, -1, -1, -1, None]
 
 
 _INF_PROFILER = ('[\n{"name": "AllReduce", "cat": "COLL", "ph": "b", "id": 0, "pid": 1, "tid": 1, "ts": Infinity, '

@@ -81,7 +81,7 @@ def test_a_record_table_keeps_the_row_and_nulls_an_impossible_map_value():
     assert sorted(i.reason.split(" ")[1] for i in issues) == ["best_us", "steady_us"]
 
 
-def test_a_step_json_shaped_value_in_a_runs_row_never_fails_the_file(tmp_path):
+def test_an_out_of_range_count_in_a_json_config_is_left_out_not_the_whole_file(tmp_path):
     doc = tmp_path / "odd.json"
     doc.write_text(json.dumps({"version": 3, "config": {"iterations": 2, "warmup_iters": 10**12},
                                "results": [{"size": 8, "count": 2, "type": "float", "redop": "sum", "root": -1,

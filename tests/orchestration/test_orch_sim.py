@@ -31,7 +31,8 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     assert "steps: 52/52 ok (52 ok)" in result.output and "steps: 3/3 ok (3 ok)" in result.output
     # It ends with five lines: what was measured, AUTO's loss, the best learner's, where the outputs are.
     summary = result.output.splitlines()[-5:]
-    assert re.fullmatch(r"demo: result on \d+ test contexts of sim-h100 \(synthetic: the simulated fabric\)", summary[0])
+    assert re.fullmatch(r"demo: result on \d+ test contexts of sim-h100 \(synthetic: the simulated fabric\)",
+                        summary[0]), summary
     assert re.fullmatch(r"demo:   AUTO \(NCCL's own choice\) loses \d+\.\d% of the best arm's time on average; \d+ "
                         r"contexts lose more than 10%", summary[1]), summary
     assert re.fullmatch(r"demo:   the best learner, [\w-]+, loses \d+\.\d% .*", summary[2]), summary
