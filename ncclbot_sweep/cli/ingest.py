@@ -61,6 +61,15 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
                              on_progress=lambda p, done, total: progress.update(task, completed=done, total=total))
     else:
         summary = ingest(paths, dataset, **options)
+    _echo_ingest(summary, paths)
+    if strict and not summary.clean:
+        raise click.ClickException(
+            f"--strict: {len(summary.quarantined)} input(s) quarantined and {summary.partial} partly; the reasons "
+            f"are in the quarantine table (ncclbot-sweep datasets info {dataset})")
+
+
+def _echo_ingest(summary, paths: tuple[str, ...]) -> None:
+    """What an ingest did: the counts (or that it found nothing), rows per table, each quarantined input."""
     if not summary.files and not summary.unfinished:
         ignored = f" ({len(summary.ignored)} campaign bookkeeping files ignored)" if summary.ignored else ""
         click.echo(f"found nothing to ingest in {', '.join(paths)}{ignored}")
@@ -74,10 +83,6 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
     if summary.unfinished:
         click.echo(f"{len(summary.unfinished)} step folder(s) have no exit marker yet and were left for a later "
                    "ingest (--include-unfinished takes them now)")
-    if strict and not summary.clean:
-        raise click.ClickException(
-            f"--strict: {len(summary.quarantined)} input(s) quarantined and {summary.partial} partly; the reasons "
-            f"are in the quarantine table (ncclbot-sweep datasets info {dataset})")
 
 
 @click.group("datasets")
