@@ -18,6 +18,7 @@ table of the last run, whose settings are in its columns.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from pathlib import Path
 
@@ -34,6 +35,8 @@ __all__ = ["PRODUCER", "contexts_frame", "write_contexts"]
 
 #: ``source_path`` of every row: what produced the table.
 PRODUCER = "ncclbot-sweep analyze"
+
+log = logging.getLogger(__name__)
 
 
 def _arm_map(problem: ReplayProblem, values: np.ndarray, c: int) -> list[tuple[str, float]]:
@@ -74,7 +77,12 @@ def contexts_frame(problem: ReplayProblem, audit: pd.DataFrame) -> pd.DataFrame:
 
 def write_contexts(dataset: str | Path, problem: ReplayProblem, audit: pd.DataFrame) -> int:
     """Replace the dataset's ``contexts`` table with ``problem``'s rows; return rows newly written
-    (0 when the table already holds exactly these rows)."""
-    from ncclbot_sweep.datasets import replace_table
+    (0 when the table already holds exactly these rows). A value :mod:`ncclbot_sweep.rowcheck`
+    finds impossible (a NaN loss, an infinite time) is stored as null and logged, never stored."""
+    from ncclbot_sweep.datasets import replace_table, to_table
+    from ncclbot_sweep.rowcheck import split_impossible
 
-    return replace_table(dataset, "contexts", contexts_frame(problem, audit))
+    table, impossible = split_impossible("contexts", to_table("contexts", contexts_frame(problem, audit)))
+    for issue in impossible:  # the analysis computed them: a bug to report, never a value to store
+        log.warning("contexts table: %s", issue.reason)
+    return replace_table(dataset, "contexts", table)

@@ -30,7 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from _venv import require
+
+require("numpy", "pyarrow", "ncclbot_sweep.ingest")
+
+import numpy as np  # noqa: E402
 
 _HEADER = """# nccl-tests version 2.19.6 nccl-headers=22903 nccl-library=22903
 # Collective test starting: all_reduce_perf

@@ -18,8 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+from _venv import require
+
+require("numpy", "pandas", "ncclbot_sweep.analysis")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -20,6 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _venv import require
+
+require("numpy", "optuna", "ncclbot_sweep.analysis")
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 

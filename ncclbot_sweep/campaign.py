@@ -48,7 +48,8 @@ from ncclbot_sweep.names import (
     human_size,
     parse_size,
 )
-from ncclbot_sweep.specfile import SpecModel, load_spec, parse_spec
+from ncclbot_sweep.specfile import Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
+from ncclbot_sweep.stepmeta import MAX_TIMEOUT_S
 
 __all__ = [
     "AXES",
@@ -88,10 +89,10 @@ def content_key(payload: Any) -> str:
 class SizeSpec(SpecModel):
     """Message sizes: ``min``/``max``/``factor`` (nccl-tests ``-b -e -f``) or an explicit ``list``."""
 
-    min: int | str | None = None
-    max: int | str | None = None
-    factor: int = Field(2, ge=2)
-    list: tuple[int | str, ...] | None = Field(None, max_length=4096)
+    min: Bytes | str | None = None
+    max: Bytes | str | None = None
+    factor: Int = Field(2, ge=2)
+    list: tuple[Bytes | str, ...] | None = Field(None, max_length=4096)
 
     @model_validator(mode="after")
     def _shape(self) -> SizeSpec:
@@ -154,10 +155,10 @@ class PluginSettings(SpecModel):
 class Packing(SpecModel):
     """How steps share allocations."""
 
-    steps_per_job: int = Field(8, ge=1)
+    steps_per_job: Int = Field(8, ge=1)
     #: Put each repeat in jobs of its own, so repeats measure between-job variation too
     #: (placement, neighbours' traffic), which one job cannot show (paper section 8).
-    separate_repeats: bool = True
+    separate_repeats: Bool = True
 
 
 class Campaign(SpecModel):
@@ -167,7 +168,7 @@ class Campaign(SpecModel):
     kind: Literal["forced", "live", "stock", "overhead"]
     description: str = ""
     collectives: list[str]
-    nodes: list[int] = Field(min_length=1)
+    nodes: list[Int] = Field(min_length=1)
     node_set: str | None = None
     sizes: SizeSpec
     arms: Literal["all"] | list[str] | ArmExclusion = "all"
@@ -175,15 +176,15 @@ class Campaign(SpecModel):
     plugin: PluginSettings = Field(default_factory=PluginSettings)
     variants: list[Variant] = Field(default_factory=lambda: [Variant(name="default")])
     #: Untimed iterations before each size; 0 keeps the lazy-connection transient in the measured ones.
-    warmup: int = Field(0, ge=0)
-    iterations: int = Field(100, ge=1)
-    repeats: int = Field(1, ge=1)
-    timeout_s: int = Field(1800, ge=10)
+    warmup: Int = Field(0, ge=0)
+    iterations: Int = Field(100, ge=1)
+    repeats: Int = Field(1, ge=1)
+    timeout_s: Int = Field(1800, ge=10, le=MAX_TIMEOUT_S)
     #: Forced campaigns: add one step per scenario with NCCL's own choice (policy AUTO, no
     #: forcing, no plugin) in the same jobs, a paired baseline for forced-versus-stock.
-    baseline: bool = False
+    baseline: Bool = False
     packing: Packing = Field(default_factory=Packing)
-    budget_node_hours: float | None = Field(None, gt=0)
+    budget_node_hours: Float | None = Field(None, gt=0)
     zip: list[list[Axis]] = Field(default_factory=list)
     exclude: list[dict[Axis, Any]] = Field(default_factory=list)
     #: Extra environment for every step (applies to all kinds).

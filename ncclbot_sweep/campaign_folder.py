@@ -32,6 +32,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.campaign import Plan, load_campaign, plan_campaign, resolve_campaign_path
 from ncclbot_sweep.errors import CampaignBusyError, ManifestError
 from ncclbot_sweep.inventory import load_inventory, resolve_inventory_path
@@ -41,7 +42,7 @@ from ncclbot_sweep.outcomes import StepOutcome
 from ncclbot_sweep.paths import CampaignPaths
 from ncclbot_sweep.render import render_campaign
 
-__all__ = ["CampaignFolder", "create", "open_existing", "open_runner", "run_root_for"]
+__all__ = ["CampaignFolder", "create", "open_existing", "open_runner", "resumable", "run_root_for"]
 
 log = logging.getLogger(__name__)
 
@@ -159,41 +160,78 @@ def create(campaign_path: Path | str, inventory_path: Path | str, workdir: Path 
 
     Validation (both YAML files, the plan, the budget) runs before anything is written, so
     a command that fails it leaves no folder behind. Idempotent: files that did not change
-    are not rewritten and known jobs are not re-added. Raises CampaignBusyError when another
-    runner holds the folder, ManifestError when ``workdir`` holds another campaign.
+    are not rewritten and known jobs are not re-added. Recoverable at every moment: the YAML
+    copies come first, then the job scripts and ``step.json`` files, the manifest last, each
+    written whole (:mod:`ncclbot_sweep.atomicfile`, :meth:`Manifest.create`); so a folder
+    that has its YAML copies can always be finished by ``resume``, whatever stopped this one
+    (a full disk, a kill), and a new folder that did not get that far is removed again.
+    Raises CampaignBusyError when another runner holds the folder, ManifestError when
+    ``workdir`` holds another campaign, OutOfSpaceError (or OSError) when the disk is full.
     """
     campaign_file = resolve_campaign_path(Path(campaign_path))
     inventory_file = resolve_inventory_path(Path(inventory_path))
     plan = plan_campaign(load_campaign(campaign_file), load_inventory(inventory_file),
                          enforce_budget=enforce_budget)
     root = Path(workdir)
-    root.mkdir(parents=True, exist_ok=True)
-    lock = _take_lock(root, command, lock_wait_s)
+    new = not root.exists()
+    paths = CampaignPaths.local(root)
     try:
-        paths = CampaignPaths.local(root)
-        manifest = Manifest.create(Path(paths.manifest), {
-            "campaign": plan.campaign.name, "campaign_key": plan.campaign_key, "fabric": plan.inventory.name,
-            "kind": plan.campaign.kind})
+        root.mkdir(parents=True, exist_ok=True)
+        lock = _take_lock(root, command, lock_wait_s)
+    except BaseException:
+        _remove_if_new(root, new)
+        raise
+    try:
+        meta = {"campaign": plan.campaign.name, "campaign_key": plan.campaign_key, "fabric": plan.inventory.name,
+                "kind": plan.campaign.kind}
+        # A folder that has a manifest must be this campaign's before its copies are replaced.
+        manifest = Manifest.create(Path(paths.manifest), meta) if Path(paths.manifest).exists() else None
         try:
             _copy_source(campaign_file, Path(paths.campaign_yaml), "campaign.yaml")
             _copy_source(inventory_file, Path(paths.inventory_yaml), "inventory.yaml")
             run_root = run_root_for(plan, root)
             render_campaign(plan, root, run_root=run_root)
+            manifest = manifest or Manifest.create(Path(paths.manifest), meta)
             added = manifest.register(plan.jobs)
             if added:
                 log.info("registered %d new jobs", added)
         except BaseException:
-            manifest.close()
+            if manifest is not None:
+                manifest.close()
             raise
     except BaseException:
         lock.close()
+        _remove_if_new(root, new and not resumable(root))
         raise
     return CampaignFolder(root=root, plan=plan, manifest=manifest, run_root=run_root, writable=True, _lock=lock)
 
 
+def resumable(workdir: Path | str) -> bool:
+    """True when the folder holds both YAML copies: ``resume`` can finish it from them."""
+    paths = CampaignPaths.local(Path(workdir))
+    return Path(paths.campaign_yaml).is_file() and Path(paths.inventory_yaml).is_file()
+
+
+def _remove_if_new(root: Path, new: bool) -> None:
+    """Remove a folder this command created and could not make a campaign folder of (nothing to resume)."""
+    if new:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def open_runner(workdir: Path | str, *, command: str = "resume", lock_wait_s: float = 0.0) -> CampaignFolder:
-    """Open an existing campaign folder to run it (``resume``): :func:`create` from its own copies."""
-    paths = _existing(workdir)
+    """Open an existing campaign folder to run it (``resume``): :func:`create` from its own copies.
+
+    A folder whose creation stopped before its manifest was written (a full disk, a kill) is
+    finished here: its YAML copies are all :func:`create` needs.
+    """
+    paths = CampaignPaths.local(Path(workdir))
+    if not resumable(workdir):
+        _existing(workdir)  # not a campaign folder at all: says so
+        missing = paths.campaign_yaml if not Path(paths.campaign_yaml).is_file() else paths.inventory_yaml
+        raise ManifestError(f"the campaign folder has no {missing.name}: its creation was interrupted before the "
+                            "copy was written", path=workdir,
+                            hint=f"run the same 'ncclbot-sweep submit CAMPAIGN -i INVENTORY -w {workdir}' again: "
+                                 "it finishes the folder and runs nothing twice")
     return create(paths.campaign_yaml, paths.inventory_yaml, workdir, enforce_budget=False, command=command,
                   lock_wait_s=lock_wait_s)
 
@@ -218,6 +256,9 @@ def open_existing(workdir: Path | str, *, writable: bool) -> CampaignFolder:
 def _existing(workdir: Path | str) -> CampaignPaths:
     paths = CampaignPaths.local(Path(workdir))
     if not Path(paths.manifest).exists():
+        if resumable(workdir):
+            raise ManifestError(f"the campaign folder has no {paths.manifest.name} yet: its creation was "
+                                "interrupted", path=workdir, hint=f"run 'ncclbot-sweep resume {workdir}' to finish it")
         raise ManifestError(f"not a campaign folder (no {paths.manifest.name})", path=workdir,
                             hint="pass the --workdir given to 'ncclbot-sweep submit'")
     return paths
@@ -229,7 +270,5 @@ def _copy_source(src: Path, dest: Path, what: str) -> None:
         if src.resolve() == dest.resolve() or dest.read_bytes() == src.read_bytes():
             return
         log.warning("%s differs from the copy in the campaign folder; using %s", what, src)
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    tmp.replace(dest)
+    write_atomic(dest, src.read_bytes())
 

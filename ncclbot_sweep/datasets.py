@@ -89,7 +89,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ncclbot_sweep.errors import DatasetError
+from ncclbot_sweep.errors import DatasetError, NcclbotError, OutOfSpaceError, is_out_of_space
 
 __all__ = [
     "SCHEMAS",
@@ -333,7 +333,10 @@ def ensure_schema_file(root: str | Path, name: str) -> Path:
     """
     path = _partition_folder(root, name, [None] * len(partition_columns(name))) / SCHEMA_FILE
     if not path.exists():
-        _atomic_write(_storage_table(name, _schema_of(name).empty_table()), path)
+        try:
+            _atomic_write(_storage_table(name, _schema_of(name).empty_table()), path)
+        except OSError as exc:
+            raise _write_error(Path(root), exc) from exc
     return path
 
 
@@ -365,8 +368,7 @@ def locked(root: str | Path, *, on_wait: Callable[[], None] | None = None) -> It
         root.mkdir(parents=True, exist_ok=True)
         handle = open(root / _LOCK_FILE, "a+b")
     except OSError as exc:
-        raise DatasetError(f"cannot write the dataset: {exc.strerror}", path=root,
-                           hint="pick a folder you can write (--dataset), or fix its permissions") from exc
+        raise _write_error(root, exc) from exc
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -569,9 +571,15 @@ def _column_options(table: pa.Table) -> dict[str, Any]:
     }
 
 
-def _write_error(root: Path, exc: OSError) -> DatasetError:
-    return DatasetError(f"cannot write the dataset: {exc.strerror or exc}", path=exc.filename or root,
-                        hint="free some space, or pick a writable folder with --dataset")
+def _write_error(root: Path, exc: OSError) -> NcclbotError:
+    """A failed write as the error that says how to fix it: a full disk, or a folder not writable."""
+    path = exc.filename or root
+    if is_out_of_space(exc):
+        return OutOfSpaceError(f"cannot write the dataset: the file system is full ({exc.strerror or exc})", path=path,
+                               hint="free space on that file system, then run the command again: what is written "
+                                    "stays, and the rest is added")
+    return DatasetError(f"cannot write the dataset: {exc.strerror or exc}", path=path,
+                        hint="pick a folder you can write (--dataset), or fix its permissions")
 
 
 _DICT_STRING = pa.dictionary(pa.int32(), pa.string())

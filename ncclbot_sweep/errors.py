@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import enum
 import errno
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,6 +30,11 @@ __all__ = [
     "DatasetError",
     "AnalysisError",
     "PluginBuildError",
+    "OutOfSpaceError",
+    "Interrupted",
+    "NEARLY_FULL_BYTES",
+    "file_system_full",
+    "is_out_of_space",
     "from_os_error",
     "did_you_mean",
 ]
@@ -126,6 +132,21 @@ class PluginBuildError(NcclbotError):
     """The plugin could not be built from the shipped sources (no C compiler, a compile error, no writable folder)."""
 
 
+class OutOfSpaceError(NcclbotError):
+    """A write failed because its file system is full (or the disk quota is used up).
+
+    Whoever raises it has left nothing half-written; the hint says how to continue once
+    space is freed (``resume`` for a campaign, the same ``ingest`` for a dataset).
+    """
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what the interrupted command leaves behind and how to finish it.
+
+    The CLI prints the message instead of a bare "Interrupted." and exits 130.
+    """
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'sim-h100'?)`` for the choices closest to a mistyped name, else ``""``.
 
@@ -148,6 +169,29 @@ _OS_FIXES = {
     errno.EISDIR: "that path is a folder: give a file",
     errno.EEXIST: "that path exists already and is in the way: remove it or choose another",
 }
+
+
+#: Free space below which a failed write is taken for a full file system: SQLite reports some
+#: such writes only as "disk I/O error", and a job's step cannot even write why it failed.
+NEARLY_FULL_BYTES = 1 << 20
+
+
+def file_system_full(path: str | Path) -> bool:
+    """True when the file system holding ``path`` (or its nearest existing parent) has less than
+    :data:`NEARLY_FULL_BYTES` left for this user."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < NEARLY_FULL_BYTES
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """True for an error that says a file system is full or a disk quota used up."""
+    return isinstance(exc, OutOfSpaceError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))
 
 
 def from_os_error(exc: OSError) -> NcclbotError:

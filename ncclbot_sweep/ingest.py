@@ -22,20 +22,22 @@ import gzip
 import hashlib
 import json
 import logging
-import stat
+import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep import datasets, rowcheck
-from ncclbot_sweep.errors import DatasetError
+from ncclbot_sweep.errors import DatasetError, OutOfSpaceError, ParseError, is_out_of_space
+from ncclbot_sweep.filekind import REGULAR, file_kind
 from ncclbot_sweep.manifest import recorded_job_state
 from ncclbot_sweep.outcomes import StepOutcome, last_error_line, step_outcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines
-from ncclbot_sweep.paths import STEP_META, CampaignPaths, StepFiles
+from ncclbot_sweep.paths import PART_SUFFIX, STEP_META, CampaignPaths, StepFiles
 from ncclbot_sweep.step_output import StepOutput, read_step_output
+from ncclbot_sweep.stepmeta import read_step_meta
 
 __all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
 
@@ -48,7 +50,8 @@ _GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 
 def _campaign_file_names() -> frozenset[str]:
     """Campaign bookkeeping files (named by :mod:`ncclbot_sweep.paths`): not measurements, so
-    neither ingested nor quarantined, only listed as ignored."""
+    neither ingested nor quarantined, only listed as ignored (as are files not finished yet,
+    ``*`` + :data:`~ncclbot_sweep.paths.PART_SUFFIX`)."""
     camp = CampaignPaths.local("c")
     names = {camp.campaign_yaml.name, camp.inventory_yaml.name, camp.manifest.name, camp.job_script("j").name,
              camp.job_log("j").name, camp.provenance("j").name, camp.coordinator_log("j").name}
@@ -86,36 +89,39 @@ class IngestSummary:
 
 @dataclasses.dataclass(frozen=True)
 class _Unit:
-    kind: str  # "file", "step", or "special" (FIFO, device, socket, broken link: never read)
+    kind: str  # "file", "step", or "special" (FIFO, device, socket, broken or circular link: never read)
     path: Path
 
 
-def _is_special(path: Path) -> bool:
-    return not path.is_file() and not path.is_dir()
+def _file_unit(path: Path, kind: str) -> _Unit:
+    return _Unit("file" if kind == REGULAR else "special", path)
 
 
 def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
     """Expand inputs into units: step folders (``step.json``), loose files and special files,
-    sorted. Raises :class:`DatasetError` for a path that does not exist."""
+    sorted. A link that leads nowhere (or to itself) is a special file like a FIFO: quarantined,
+    never read. Raises :class:`DatasetError` for a path that does not exist."""
     for raw in paths:
         path = Path(raw)
-        if not path.exists() and not path.is_symlink():
+        kind = file_kind(path)
+        if kind is None:
             raise DatasetError("input does not exist", path=path, hint="check the path, or quote globs")
-        if path.is_file() or _is_special(path):
-            yield _Unit("file" if path.is_file() else "special", path)
+        if kind != "directory":
+            yield _file_unit(path, kind)
             continue
-        if (path / STEP_META).is_file():
+        if os.path.lexists(path / STEP_META):
             yield _Unit("step", path)
             continue
         step_dirs = sorted(p.parent for p in path.rglob(STEP_META))
         inside = set(step_dirs)
         for step in step_dirs:
             yield _Unit("step", step)
-        for file in sorted(p for p in path.rglob("*") if not p.is_dir()):
+        for file in sorted(path.rglob("*")):
             hidden = any(part.startswith(".") for part in file.relative_to(path).parts)
             if hidden or any(parent in inside for parent in file.parents):
                 continue  # executor bookkeeping (.executor/), editor files, and step members
-            yield _Unit("file" if file.is_file() else "special", file)
+            if (kind := file_kind(file)) not in ("directory", None):
+                yield _file_unit(file, kind)
 
 
 def _sha256_files(files: Sequence[Path], *, named: bool = False) -> str:
@@ -185,33 +191,46 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
     ``on_progress(path, done, total)`` is called after each unit (the CLI draws a bar);
     ``on_wait()`` once if another ingest holds the dataset and this one waits for it.
     Raises :class:`DatasetError` for inputs that do not exist and for a dataset that cannot
-    be written (permissions, full or read-only disk); every problem of an input quarantines it.
+    be written (permissions, read-only disk), :class:`OutOfSpaceError` naming the path when its
+    disk is full (what was written stays; the same ingest again adds the rest); every problem
+    of an input quarantines it.
     """
     units = list(iter_inputs(paths))
     summary = IngestSummary()
-    with datasets.locked(dataset, on_wait=on_wait) as root:
-        for name in datasets.TABLES:
-            datasets.ensure_schema_file(root, name)
-        for done, unit in enumerate(units, 1):
-            _ingest_unit(unit, root, fabric or "unknown", include_unfinished, summary)
-            if on_progress is not None:
-                on_progress(str(unit.path), done, len(units))
+    try:
+        with datasets.locked(dataset, on_wait=on_wait) as root:
+            for name in datasets.TABLES:
+                datasets.ensure_schema_file(root, name)
+            for done, unit in enumerate(units, 1):
+                _ingest_unit(unit, root, fabric or "unknown", include_unfinished, summary)
+                if on_progress is not None:
+                    on_progress(str(unit.path), done, len(units))
+    except (OSError, OutOfSpaceError) as exc:
+        if not is_out_of_space(exc):
+            raise
+        if isinstance(exc, OutOfSpaceError):
+            reason, path = exc.reason, exc.path
+        else:
+            reason = f"cannot write the dataset: the file system is full ({exc.strerror or exc})"
+            path = exc.filename or str(dataset)
+        raise OutOfSpaceError(reason, path=path, hint="free space on that file system, then run the same ingest "
+                                                      "again: it keeps what is in and adds the rest") from exc
     return summary
 
 
 def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool, summary: IngestSummary) -> None:
     """One input, inside the one boundary where any failure of it becomes its quarantine."""
-    if unit.kind == "file" and unit.path.name in _CAMPAIGN_FILES:
+    if unit.kind == "file" and (unit.path.name in _CAMPAIGN_FILES or unit.path.name.endswith(PART_SUFFIX)):
         summary.ignored.append(str(unit.path))
         return
-    if unit.kind == "step" and not include_unfinished and not Path(StepFiles(unit.path).exit_marker).is_file():
+    if unit.kind == "step" and not include_unfinished and not os.path.lexists(StepFiles(unit.path).exit_marker):
         summary.unfinished.append(str(unit.path))
         return
     summary.files += 1
     key = None
     try:
         if unit.kind == "special":
-            raise _Unreadable(f"not a regular file ({_file_kind(unit.path)}): not read")
+            raise _Unreadable(f"not a regular file ({file_kind(unit.path)}): not read")
         members = _step_members(unit.path) if unit.kind == "step" else [unit.path]
         key = _sha256_files(members, named=unit.kind == "step")
         if datasets.source_done(root, key):
@@ -221,7 +240,7 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
         else:
             _ingest_file(unit.path, key, root, fabric, summary)
     except Exception as exc:  # the one marked boundary: logged, then quarantined
-        if isinstance(exc, DatasetError):
+        if isinstance(exc, DatasetError) or is_out_of_space(exc):
             raise  # the dataset itself cannot be written: every later input would fail alike
         key = key or _path_key(unit.path)
         if datasets.source_done(root, key):  # unreadable last time too: already quarantined
@@ -241,18 +260,6 @@ def _path_key(path: Path) -> str:
 
 class _Unreadable(Exception):
     """An input that is never read (special files); its message is the quarantine reason."""
-
-
-def _file_kind(path: Path) -> str:
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return "broken link"
-    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
-        if test(mode):
-            return name
-    return "special file"
 
 
 def _reason(exc: Exception) -> str:
@@ -320,14 +327,17 @@ def _step_members(folder: Path) -> list[Path]:
 
 
 def _ingest_step(folder: Path, members: list[Path], sha: str, root: Path, summary: IngestSummary) -> None:
+    """A step folder as a unit; a ``step.json`` or ``exit`` that cannot be what it says quarantines the step."""
     files = StepFiles(folder)
     try:
-        meta = json.loads(Path(files.meta).read_text(encoding="utf-8", errors="replace"))
-        if not isinstance(meta, dict):
-            raise ValueError("step.json is not an object")
-    except ValueError as exc:
+        meta = read_step_meta(files.meta).as_dict()
+        kind = file_kind(files.exit_marker)
+        if kind not in (REGULAR, None):
+            raise ParseError(f"exit is a {kind}, not the file the job writes the step's exit code into: "
+                             "the step is not ingested", path=files.exit_marker)
+    except ParseError as exc:
         source = SourceInfo(path=str(folder), sha256=sha, run_id=sha[:16])
-        result = ParseResult(unusable=True, issues=[Issue(1, f"step.json unreadable: {exc}")])
+        result = ParseResult(unusable=True, issues=[Issue(exc.line, exc.reason)])
         _finish(root, datasets.SourceWriter(root, sha), source, "step", result, summary, size=0)
         return
     run_id = f"{meta.get('step_key') or sha[:16]}.{sha[:8]}"
@@ -402,10 +412,14 @@ def _has_iteration(item: Any) -> bool:
 
 def _merge_runs(text_runs: list[dict], json_runs: list[dict]) -> dict[str, Any]:
     run: dict[str, Any] = {}
+    lines: dict[str, int] = {}
     for candidate in (json_runs[:1] + text_runs[:1]):
         for key, value in candidate.items():
-            if value is not None and run.get(key) is None:
+            if value is not None and run.get(key) is None and key != "_lines":
                 run[key] = value
+                if (candidate.get("_lines") or {}).get(key) is not None:
+                    lines[key] = candidate["_lines"][key]  # the line of the file the value came from
+    run["_lines"] = lines
     if text_runs and json_runs:
         run["source_format"] = "nccl-tests-text+json"
         if text_runs[0].get("outcome") == "ok" or json_runs[0].get("outcome") == "ok":
@@ -531,9 +545,11 @@ def _write_tables(writer: datasets.SourceWriter, source: SourceInfo, result: Par
     try:
         for name, items in result.tables.items():
             for batch in _batches(items):
+                lines = None
                 if name == "runs":
+                    lines = [r.get("_lines") or {} for r in batch]
                     batch = [_clean_run(r, source) for r in batch]
-                _write_batch(writer, name, batch, result.issues)
+                _write_batch(writer, name, batch, result.issues, lines=lines)
     except (pa.ArrowInvalid, pa.ArrowTypeError, DatasetError, TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, DatasetError) and exc.path is not None:
             raise  # the dataset cannot be written (see SourceWriter), not a fault of this input
@@ -544,10 +560,12 @@ def _write_tables(writer: datasets.SourceWriter, source: SourceInfo, result: Par
     return sum(writer.rows.values())
 
 
-def _write_batch(writer: datasets.SourceWriter, name: str, batch: Any, issues: list[Issue]) -> None:
-    """One batch into the writer, without its impossible rows (those become issues)."""
-    good, bad = rowcheck.split_impossible(name, datasets.to_arrow(name, batch))
-    issues.extend(bad)
+def _write_batch(writer: datasets.SourceWriter, name: str, batch: Any, issues: list[Issue], *,
+                 lines: rowcheck.Lines | None = None) -> None:
+    """One batch into the writer, without its impossible values (those become issues)."""
+    table, unfit = rowcheck.fit(name, batch)
+    good, bad = rowcheck.split_impossible(name, table, lines=lines)
+    issues.extend(unfit + bad)
     writer.write(name, good)
 
 

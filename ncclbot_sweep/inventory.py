@@ -25,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from ncclbot_sweep import pluginbuild
 from ncclbot_sweep.errors import InventoryError
 from ncclbot_sweep.names import PROTOCOLS, FabricOffer, canonical_protocol
-from ncclbot_sweep.specfile import SpecModel, load_spec, parse_spec
+from ncclbot_sweep.specfile import Bool, Float, Int, SpecModel, load_spec, parse_spec
 
 __all__ = [
     "Access",
@@ -84,6 +84,10 @@ def _sbatch_words(values: list[str]) -> list[str]:
     return values
 
 
+#: The longest wait an inventory may ask for (a poll interval, a connect timeout): a day.
+_DAY_S = 86400.0
+
+
 def _sbatch_text(value: str | None) -> str | None:
     if value is not None and (problem := sbatch_value_problem(value)):
         raise ValueError(problem)
@@ -95,15 +99,15 @@ class Access(SpecModel):
 
     kind: Literal["local", "ssh"] = "local"
     host: str | None = None
-    port: int = Field(22, ge=1, le=65535)
+    port: Int = Field(22, ge=1, le=65535)
     user: str | None = None
     key_path: str | None = None
     known_hosts_path: str | None = None
     #: Host keys are verified against ``known_hosts_path``; a new host is refused unless this is set.
-    accept_new_host_key: bool = False
+    accept_new_host_key: Bool = False
     #: Where campaign folders live on the cluster (shared file system); default: same path as locally.
     remote_workdir: str | None = None
-    connect_timeout_s: float = Field(30.0, gt=0)
+    connect_timeout_s: Float = Field(30.0, gt=0, le=_DAY_S)
 
     @model_validator(mode="after")
     def _ssh_needs_host(self) -> Access:
@@ -123,25 +127,25 @@ class Scheduler(SpecModel):
     constraint: str | None = None
     exclude: list[str] = Field(default_factory=list)
     #: Upper bound for one job's time limit, in minutes (the plan asks for less when it can).
-    time_limit_min: int = Field(240, ge=1)
+    time_limit_min: Int = Field(240, ge=1)
     #: Lower bound for one job's time limit, in minutes.
-    min_time_limit_min: int = Field(5, ge=1)
+    min_time_limit_min: Int = Field(5, ge=1)
     #: Ask for GPUs with ``--gpus-per-node`` (off for clusters that hand out whole nodes without GRES).
-    request_gpus: bool = True
+    request_gpus: Bool = True
     #: Extra ``#SBATCH`` lines, given without the prefix, e.g. ``--exclusive``.
     extra_sbatch: list[str] = Field(default_factory=list)
     #: How many of the campaign's jobs may sit in the queue at once.
-    max_jobs_in_queue: int = Field(16, ge=1)
+    max_jobs_in_queue: Int = Field(16, ge=1)
     #: Cancel a job that stayed pending this long (seconds); null keeps it waiting.
-    cancel_pending_after_s: int | None = Field(None, ge=1)
+    cancel_pending_after_s: Int | None = Field(None, ge=1)
     #: Local executor only: how many jobs run at the same time.
-    max_concurrent_jobs: int = Field(2, ge=1)
+    max_concurrent_jobs: Int = Field(2, ge=1)
     #: Local executor only: rank processes of a step that loads the plugin (default: one
     #: per node, at most 8); other steps run task 0 only.
-    local_rank_processes: int | None = Field(None, ge=1, le=64)
+    local_rank_processes: Int | None = Field(None, ge=1, le=64)
     #: Seconds between polls: first interval and cap (the interval doubles up to the cap).
-    poll_interval_s: float = Field(0.2, gt=0)
-    poll_interval_max_s: float = Field(30.0, gt=0)
+    poll_interval_s: Float = Field(0.2, gt=0, le=_DAY_S)
+    poll_interval_max_s: Float = Field(30.0, gt=0, le=_DAY_S)
 
     _words = field_validator("partition", "account", "qos", "reservation")(_sbatch_word)
     _constraint = field_validator("constraint")(_sbatch_text)
@@ -197,7 +201,7 @@ class NodeSet(SpecModel):
     constraint: str | None = None
     exclude: list[str] = Field(default_factory=list)
     #: Nodes per NVLink block (18 for NVL72); jobs then ask ``--segment`` to stay inside blocks.
-    block_nodes: int | None = Field(None, ge=1)
+    block_nodes: Int | None = Field(None, ge=1)
 
     _nodelist = field_validator("nodelist")(_sbatch_word)
     _constraint = field_validator("constraint")(_sbatch_text)
@@ -311,9 +315,9 @@ class Algorithms(SpecModel):
         default_factory=lambda: ["tree", "ring"])
     protocols: list[str] = Field(default_factory=lambda: list(PROTOCOLS))
     #: PAT with more than one GPU per node (``NCCL_PAT_ENABLE=1``).
-    pat_multi_gpu: bool = False
+    pat_multi_gpu: Bool = False
     #: Multi-node NVLink: NCCL sees each NVLink block (segment) as one node.
-    mnnvl: bool = False
+    mnnvl: Bool = False
 
     @field_validator("protocols")
     @classmethod
@@ -329,11 +333,11 @@ class Estimate(SpecModel):
     """Rough cost model for the node-hour estimate of ``plan`` (not used for any decision)."""
 
     #: Seconds one step spends outside the timed loop (launch, NCCL init, connection set-up).
-    step_overhead_s: float = Field(30.0, ge=0)
+    step_overhead_s: Float = Field(30.0, ge=0)
     #: Seconds one job spends before its first step (allocation, provenance).
-    job_overhead_s: float = Field(60.0, ge=0)
-    latency_us: float = Field(20.0, ge=0)
-    busbw_gbs: float = Field(100.0, gt=0)
+    job_overhead_s: Float = Field(60.0, ge=0)
+    latency_us: Float = Field(20.0, ge=0)
+    busbw_gbs: Float = Field(100.0, gt=0)
 
     def iteration_us(self, size_bytes: int) -> float:
         return self.latency_us + size_bytes / (self.busbw_gbs * 1e3)
@@ -344,7 +348,7 @@ class Inventory(SpecModel):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     description: str = ""
-    gpus_per_node: int = Field(ge=1, le=64)
+    gpus_per_node: Int = Field(ge=1, le=64)
     access: Access = Field(default_factory=Access)
     scheduler: Scheduler = Field(default_factory=Scheduler)
     launcher: Launcher = Field(default_factory=Launcher)

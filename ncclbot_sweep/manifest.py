@@ -16,17 +16,18 @@ import dataclasses
 import enum
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep import __version__
-from ncclbot_sweep.errors import ManifestError
+from ncclbot_sweep.errors import ManifestError, NcclbotError, OutOfSpaceError, file_system_full
 from ncclbot_sweep.outcomes import JobState, StepOutcome
-from ncclbot_sweep.paths import CampaignPaths
+from ncclbot_sweep.paths import PART_SUFFIX, CampaignPaths
 
 __all__ = ["SCHEMA_VERSION", "JobPhase", "JobRow", "Manifest", "StepRow", "recorded_job_state"]
 
@@ -145,9 +146,17 @@ class Manifest:
     def create(cls, path: Path, meta: dict[str, str]) -> Manifest:
         """Create a manifest with ``meta`` (campaign, campaign_key, fabric), or open the existing one.
 
-        Raises ManifestError when the existing file belongs to another campaign key.
+        Creation is atomic: the tables and ``meta`` are written into ``<path>.ncclbot-part``
+        and renamed into place, so a manifest that exists is whole (a full disk or a kill
+        leaves none, and the next ``submit``/``resume`` creates it). A file left empty by an
+        older release that died while creating it holds nothing and is replaced. Raises
+        ManifestError when the existing file belongs to another campaign key,
+        OutOfSpaceError when the disk is full.
         """
         path = Path(path)
+        if path.exists() and _holds_nothing(path):
+            log.warning("%s was left empty by an interrupted submit; creating it again", path)
+            path.unlink()
         if path.exists():
             manifest = cls.open(path)
             existing = manifest.meta()
@@ -160,15 +169,9 @@ class Manifest:
                     path=path, hint="use another --workdir for a different campaign or fabric")
             return manifest
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = cls._connect(path)
-        conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
-        values = dict(meta, schema_version=str(SCHEMA_VERSION), writer_version=__version__,
-                      created_at=str(time.time()))
-        with _transaction(conn, path):
-            conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", sorted(values.items()))
-            _event(conn, None, None, "created", json.dumps(meta, sort_keys=True))
+        _write_new(path, meta)
         log.info("created manifest %s", path)
-        return cls(path, conn)
+        return cls(path, cls._connect(path))
 
     @classmethod
     def open(cls, path: Path) -> Manifest:
@@ -380,6 +383,43 @@ def recorded_job_state(step_dir: Path) -> JobState | None:
     return state if state is not None and state.finished else None
 
 
+def _write_new(path: Path, meta: dict[str, str]) -> None:
+    """A new manifest at ``path``, written whole under a temporary name and renamed into place."""
+    part = path.with_name(path.name + PART_SUFFIX)
+    for leftover in (part, Path(f"{part}-journal")):
+        leftover.unlink(missing_ok=True)
+    values = dict(meta, schema_version=str(SCHEMA_VERSION), writer_version=__version__, created_at=str(time.time()))
+    try:
+        conn = sqlite3.connect(str(part), isolation_level=None)
+        try:
+            conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
+            with _transaction(conn, path):
+                conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", sorted(values.items()))
+                _event(conn, None, None, "created", json.dumps(meta, sort_keys=True))
+        finally:
+            conn.close()
+        os.replace(part, path)
+    except sqlite3.OperationalError as exc:
+        raise _storage_error(exc, path) from exc
+    finally:
+        for leftover in (part, Path(f"{part}-journal")):
+            leftover.unlink(missing_ok=True)
+
+
+def _holds_nothing(path: Path) -> bool:
+    """True for a manifest file with no tables (an older release's interrupted creation)."""
+    if path.stat().st_size == 0:
+        return True
+    try:
+        conn = sqlite3.connect(_read_only_uri(path, immutable=False), uri=True, timeout=5)
+        try:
+            return conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return False  # not SQLite at all: opening it says so
+
+
 def _require(path: Path) -> None:
     if not path.exists():
         raise ManifestError("no manifest here", path=path,
@@ -425,19 +465,29 @@ def _transaction(conn: sqlite3.Connection, path: Path | None = None) -> Iterator
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
     except sqlite3.OperationalError as exc:
         raise _storage_error(exc, path) from exc
 
 
-def _storage_error(exc: sqlite3.OperationalError, path: Path | None) -> ManifestError:
+#: SQLite's primary result code for a full disk (``SQLITE_FULL``), and its I/O error, which it also
+#: gives when a full disk stops it growing its write-ahead index (``SQLITE_IOERR_SHMSIZE``).
+_SQLITE_FULL, _SQLITE_IOERR = 13, 10
+
+
+def _storage_error(exc: sqlite3.OperationalError, path: Path | None) -> NcclbotError:
     text = str(exc)
-    if "full" in text:
-        hint = "free space on that file system, then run the command again: it continues"
-    elif "readonly" in text or "read-only" in text or "unable to open" in text:
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code == _SQLITE_FULL or "full" in text or (
+            code == _SQLITE_IOERR and path is not None and file_system_full(path)):
+        return OutOfSpaceError(f"cannot write the manifest: the file system is full ({text})", path=path,
+                               hint="free space on that file system, then run the command again: it continues")
+    if "readonly" in text or "read-only" in text or "unable to open" in text:
         hint = "check the permissions of the campaign folder, or that its file system is writable"
     else:
         hint = "another program may hold the manifest; run the command again"

@@ -1,6 +1,7 @@
 """Step outcomes and the one rule that decides them (architecture section 4).
 
-A leaf module (it imports nothing of the package but :mod:`ncclbot_sweep.paths`): the runner
+A leaf module (it imports nothing of the package but :mod:`ncclbot_sweep.paths` and
+:mod:`ncclbot_sweep.filekind`): the runner
 (``manifest.sqlite``), ingest (the ``runs`` table), the parsers (NCCL's invalid-arm warning)
 and the executors (a job script's exit code) all call it, so a step cannot be ``timeout`` in
 one place and ``failed`` in another.
@@ -13,6 +14,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path, PurePath
 
+from ncclbot_sweep.filekind import REGULAR, file_kind
 from ncclbot_sweep.paths import StepFiles
 
 __all__ = [
@@ -96,6 +98,7 @@ def _head(path: Path) -> str:
         return ""
 
 
+_EXIT_BYTES = 64  # an exit marker holds one number and a newline
 _ERROR_WORDS = ("fatal", "error", "failure", "failed", "killed", "abort", "denied", "cannot", "not found")
 _TAIL = 65536  # bytes read from the end of a step's stderr or stdout
 
@@ -125,17 +128,24 @@ def _tail(path: Path) -> list[str]:
 def read_exit_marker(path: str | PurePath) -> int | None:
     """The exit code a step's ``exit`` marker holds; None when there is no marker.
 
-    A marker that does not hold a number (a truncated write) reads as -1: the step ended,
-    and not well.
+    A marker that does not hold a number (a truncated write), or that is not a regular file
+    (a directory, a FIFO, ``/dev/zero``: never read), reads as -1: the step ended, and not well.
     """
+    kind = file_kind(path)
+    if kind is None:
+        return None
+    if kind != REGULAR:
+        return -1
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
+        with open(path, "rb") as fh:
+            text = fh.read(_EXIT_BYTES).decode("utf-8", "replace").strip()
     except FileNotFoundError:
         return None
     except OSError:
         return -1
     head = text.split()[0] if text else ""
-    return int(head) if head.lstrip("-").isdigit() else -1
+    code = int(head) if head.lstrip("-").isdigit() else -1
+    return code if -(2**31) <= code < 2**31 else -1  # a process exit code, whatever else is written there
 
 
 def job_state_for_exit(code: int) -> JobState:

@@ -12,7 +12,8 @@ the studies and outputs the analysis writes there.
 
 ``.runner.lock`` is held by the one ``submit``/``resume`` that runs the campaign
 (:mod:`ncclbot_sweep.campaign_folder`); ``.executor/`` is the local executor's state. A
-download in progress is ``<file>.ncclbot-part`` (:data:`PART_SUFFIX`). ``step.json`` is
+file not finished yet (a download, or a write in progress: :mod:`ncclbot_sweep.atomicfile`)
+is ``<file>.ncclbot-part`` (:data:`PART_SUFFIX`). ``step.json`` is
 written when the job is rendered and says what the step is (campaign, fabric, kind,
 collective, nodes, ranks, arm or policy, environment); ingest reads it so a step folder
 explains itself. ``result.json`` is nccl-tests' ``-J`` output.
@@ -33,7 +34,8 @@ __all__ = ["COORDINATOR_LOG", "JOB_LOG", "JOB_SCRIPT", "PART_SUFFIX", "PROVENANC
 JOB_SCRIPT = "job.sh"
 #: What a step is, in every step folder (ingest finds steps by it).
 STEP_META = "step.json"
-#: Suffix of a download in progress; the remote listing and the mirror ignore such files.
+#: Suffix of a file not finished yet (a download, or a write in progress); the remote listing,
+#: the mirror and ingest ignore such files.
 PART_SUFFIX = ".ncclbot-part"
 #: The coordinator's log in a live job's folder.
 COORDINATOR_LOG = "coordinator.log"

@@ -18,7 +18,11 @@ __all__ = ["progress_reporter"]
 @contextmanager
 def progress_reporter(stream: IO[str] | None = None, *, label: str = "steps",
                       force_plain: bool = False) -> Iterator[Callable[[int, int, str], None]]:
-    """Yield a callback ``(done, total, message)`` that displays progress on ``stream`` (stderr)."""
+    """Yield a callback ``(done, total, message)`` that displays progress on ``stream`` (stderr).
+
+    The count is shown once, as ``done/total label`` (the bar's count on a terminal,
+    ``[done/total label]`` otherwise); ``message`` adds what the count does not say.
+    """
     stream = stream or sys.stderr
     if not force_plain and hasattr(stream, "isatty") and stream.isatty():
         from rich.console import Console
@@ -37,7 +41,7 @@ def progress_reporter(stream: IO[str] | None = None, *, label: str = "steps",
     last: list[str] = []
 
     def plain(done: int, total: int, message: str) -> None:
-        line = f"[{done}/{total}] {message}"
+        line = f"[{done}/{total} {label}] {message}"
         if not last or last[-1] != line:
             print(line, file=stream, flush=True)
             last[:] = [line]

@@ -31,21 +31,23 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shlex
 from pathlib import Path, PurePath
 from typing import Any
 
 import jinja2
+import pydantic
 
 from ncclbot_sweep import __version__, pluginbuild
 from ncclbot_sweep.campaign import Job, Plan, Step
+from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.errors import RenderError
 from ncclbot_sweep.inventory import Inventory, NodeSet, sbatch_value_problem
 from ncclbot_sweep.jobspec import job_tag
 from ncclbot_sweep.paths import CampaignPaths, StepFiles, TuneJobFiles
 from ncclbot_sweep.resources import resource_dir
+from ncclbot_sweep.stepmeta import StepMeta
 
 __all__ = ["DEBUG_ENV", "TUNE_TEMPLATE", "render_campaign", "render_job_script", "render_tune_script", "step_metadata",
            "template_name"]
@@ -184,10 +186,10 @@ def _test_args(plan: Plan, step: Step) -> list[str]:
 
 
 def step_metadata(plan: Plan, job: Job, *, step: Step) -> dict[str, Any]:
-    """What ``step.json`` says of a step (read by ingest; see ``ncclbot_sweep.paths``)."""
+    """What ``step.json`` says of a step, through the model ingest reads it with (:mod:`ncclbot_sweep.stepmeta`)."""
     inv = plan.inventory
     env = dict(inv.environment) | dict(step.env) | DEBUG_ENV
-    return {
+    fields = {
         "schema": 1, "writer": f"ncclbot-sweep {__version__}",
         "campaign": plan.campaign.name, "campaign_key": plan.campaign_key, "job_key": job.key,
         "step_key": step.key, "fabric": inv.name, "synthetic": inv.synthetic, "kind": step.kind,
@@ -202,6 +204,11 @@ def step_metadata(plan: Plan, job: Job, *, step: Step) -> dict[str, Any]:
         "plugin_path": inv.plugin.resolved_path() if step.plugin else None,
         "plugin_version": inv.plugin.version if step.plugin else None,
     }
+    try:
+        return StepMeta.model_validate(fields).as_dict()
+    except pydantic.ValidationError as exc:  # the plan was validated: a field out of step.json's range is a bug
+        raise RenderError(f"step {step.key} ({step.label}) cannot be described in step.json: {exc}",
+                          hint="report this as a bug, with the campaign and inventory") from exc
 
 
 def _file_names() -> dict[str, _Raw]:
@@ -289,14 +296,10 @@ def render_tune_script(inventory: Inventory, *, name: str, campaign_key: str, jo
 
 
 def _write_if_changed(path: Path, text: str, mode: int | None = None) -> bool:
-    if path.exists() and path.read_text(encoding="utf-8") == text:
+    if path.is_file() and path.read_bytes() == text.encode("utf-8"):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    write_atomic(path, text, mode=mode)
     return True
 
 

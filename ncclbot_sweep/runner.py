@@ -19,17 +19,18 @@ How a step's exit code, its job's state and its logs make an outcome is decided 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep import campaign_folder
 from ncclbot_sweep.campaign_folder import CampaignFolder
-from ncclbot_sweep.errors import ExecutorError
+from ncclbot_sweep.errors import ExecutorError, Interrupted, OutOfSpaceError, file_system_full, is_out_of_space
 from ncclbot_sweep.executors import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
                                      make_executor)
 from ncclbot_sweep.manifest import JobPhase
@@ -270,9 +271,13 @@ def _watch(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: boo
 
 
 def _progress_message(summary: CampaignSummary) -> str:
-    bad = len(summary.failed)
-    return (f"{summary.steps_ok}/{summary.total_steps} steps ok, {bad} not ok, "
-            f"{summary.open_jobs} jobs open")
+    """``12 ok, 1 not ok, 2 jobs open``: what the bar's ``done/total`` count does not say already."""
+    parts = [f"{summary.steps_ok} ok"] + ([f"{len(summary.failed)} not ok"] if summary.failed else [])
+    return ", ".join(parts) + f", {_jobs(summary.open_jobs)} open"
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
 
 
 def _summarise(camp: _Campaign) -> CampaignSummary:
@@ -309,12 +314,57 @@ def _summarise(camp: _Campaign) -> CampaignSummary:
 
 
 def _run(camp: _Campaign, progress: Progress | None, *, retry: bool, wait: bool) -> CampaignSummary:
+    """Reconcile, then submit and watch; a Ctrl-C says what is left and how to finish it."""
     try:
         reconcile(camp)
         _watch(camp, progress, retry=retry, wait=wait)
-        return _summarise(camp)
+        summary = _summarise(camp)
+        if summary.failed and file_system_full(camp.folder.root):
+            raise OutOfSpaceError(f"{len(summary.failed)} steps failed while the file system holding the campaign "
+                                  "folder is full", path=camp.folder.root)
+        return summary
+    except KeyboardInterrupt as exc:
+        raise Interrupted(_left_behind(_summarise(camp))) from exc
     finally:
         camp.close()
+
+
+def _left_behind(summary: CampaignSummary) -> str:
+    """What an interrupted ``submit``/``resume`` leaves: jobs still queued or running, jobs not
+    submitted, and the command that finishes the campaign."""
+    planned = summary.jobs.get(JobPhase.PLANNED.value, 0)
+    done = summary.total_steps - summary.steps.get("pending", 0)
+    queued = (f"{_jobs(summary.open_jobs)} still queued or running (they go on without this command; "
+              f"'ncclbot-sweep cancel {summary.root}' stops them)" if summary.open_jobs else "no job queued or running")
+    return (f"{done}/{summary.total_steps} steps done; {queued}; {_jobs(planned)} not submitted yet. "
+            f"'ncclbot-sweep resume {summary.root}' finishes the campaign.")
+
+
+@contextlib.contextmanager
+def _finishable(workdir: Path | str) -> Iterator[None]:
+    """``submit``/``resume`` stopped by a full disk or Ctrl-C at any moment: one error that names
+    the path and the command that continues. That is ``resume`` once the folder has its YAML
+    copies (it always can then, see :func:`ncclbot_sweep.campaign_folder.create`), the same
+    ``submit`` before (nothing was kept)."""
+    def way_on(what: str) -> str:
+        if campaign_folder.resumable(workdir):
+            return f"{what}'ncclbot-sweep resume {workdir}' finishes the campaign"
+        return f"{what}run the same 'ncclbot-sweep submit' again (nothing of the campaign was kept)"
+
+    try:
+        yield
+    except Interrupted:
+        raise
+    except KeyboardInterrupt as exc:  # while the folder was being created: nothing submitted yet
+        raise Interrupted(way_on("the campaign folder was being created; ") + ".") from exc
+    except (OSError, OutOfSpaceError) as exc:
+        if not is_out_of_space(exc):
+            raise
+        hint = way_on("free space on that file system, then ")
+        if isinstance(exc, OutOfSpaceError):
+            raise OutOfSpaceError(exc.reason, path=exc.path, line=exc.line, hint=hint) from exc
+        raise OutOfSpaceError(f"the file system is full ({exc.strerror or exc})", path=exc.filename or workdir,
+                              hint=hint) from exc
 
 
 def submit(campaign_path: Path | str, inventory_path: Path | str, workdir: Path | str, *, wait: bool = True,
@@ -326,18 +376,26 @@ def submit(campaign_path: Path | str, inventory_path: Path | str, workdir: Path 
     finished or failed) are left alone; use :func:`resume` to re-run missing or failed steps.
     With ``wait`` it returns when no job is open; without, right after submitting. A second
     ``submit``/``resume`` on the same folder waits ``lock_wait_s`` for this one, then raises
-    CampaignBusyError.
+    CampaignBusyError. A full disk at any moment raises OutOfSpaceError naming the path, with
+    the command that continues (:func:`resume`); Ctrl-C raises :class:`Interrupted` saying what
+    is still queued and that :func:`resume` finishes it.
     """
-    camp = prepare(campaign_path, inventory_path, workdir=workdir, enforce_budget=enforce_budget,
-                   executor=executor, lock_wait_s=lock_wait_s)
-    return _run(camp, progress, retry=False, wait=wait)
+    with _finishable(workdir):
+        camp = prepare(campaign_path, inventory_path, workdir=workdir, enforce_budget=enforce_budget,
+                       executor=executor, lock_wait_s=lock_wait_s)
+        return _run(camp, progress, retry=False, wait=wait)
 
 
 def resume(workdir: Path | str, *, wait: bool = True, progress: Progress | None = None,
            executor: Executor | None = None, lock_wait_s: float = 0.0) -> CampaignSummary:
-    """Finish a campaign: adopt what still runs, re-run only the steps that are missing or failed."""
-    folder = campaign_folder.open_runner(workdir, lock_wait_s=lock_wait_s)
-    return _run(_with_executor(folder, executor), progress, retry=True, wait=wait)
+    """Finish a campaign: adopt what still runs, re-run only the steps that are missing or failed.
+
+    Also finishes a folder whose creation was cut short (a full disk, a kill) once it has its
+    YAML copies. Raises OutOfSpaceError, saying to resume again, when the disk is full.
+    """
+    with _finishable(workdir):
+        folder = campaign_folder.open_runner(workdir, lock_wait_s=lock_wait_s)
+        return _run(_with_executor(folder, executor), progress, retry=True, wait=wait)
 
 
 def status(workdir: Path | str, *, executor: Executor | None = None) -> CampaignSummary:

@@ -16,19 +16,21 @@ Errors are raised as the caller's class (InventoryError, CampaignError), never a
 
 from __future__ import annotations
 
+import json
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Strict
 
 from ncclbot_sweep.errors import NcclbotError
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "SpecModel", "load_spec", "parse_spec", "validation_problem"]
+__all__ = ["BYTES_MAX", "INT_MAX", "MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "Bool", "Bytes", "Float", "Int", "SpecModel",
+           "error_message", "load_spec", "parse_spec", "validation_problem"]
 
 #: The largest spec file read (a campaign or inventory is a few kilobytes).
 MAX_BYTES = 1 << 20
@@ -42,9 +44,39 @@ M = TypeVar("M", bound=BaseModel)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+#: The largest integer a spec value (or a ``step.json`` field) may hold: counts are int32 in the
+#: dataset and the manifest, and a number beyond that is a typo, not a machine.
+INT_MAX = 2**31 - 1
+
+
+#: The largest size in bytes (int64, the dataset's size columns).
+BYTES_MAX = 2**63 - 1
+
+
+def _within(low: int, high: int) -> AfterValidator:
+    # A validator, not ge/le: pydantic keeps one bound of each kind, so the type's would replace a field's.
+    def check(value: int) -> int:
+        if not low <= value <= high:
+            raise ValueError(f"{value} is out of range ({low} to {high})")
+        return value
+
+    return AfterValidator(check)
+
+
+#: The number types of every model field. Strict: an integer is an integer, never a bool
+#: (``nodes: [true]`` is not 1 node), a float (``1.0e+20``) or text; a float may be given as an
+#: integer; a bool is ``true``/``false``, never 1 or "yes". Lax pydantic types accept all of these.
+Int = Annotated[int, Strict(), _within(-INT_MAX - 1, INT_MAX)]
+#: A size in bytes: an integer from 0 to :data:`BYTES_MAX`.
+Bytes = Annotated[int, Strict(), _within(0, BYTES_MAX)]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+
+
 class SpecModel(BaseModel):
     """Base of every inventory and campaign model: unknown keys and non-finite numbers are errors,
-    values are immutable once loaded."""
+    values are immutable once loaded. Number fields use :data:`Int`, :data:`Float` and :data:`Bool`
+    (``tests/orchestration/test_orch_specfile.py`` holds every model to it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -198,6 +230,37 @@ def _model_at(model: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | N
     return models[0] if models else None
 
 
+#: What a value of each strict type must be, for pydantic's type errors.
+_TYPE_WORDS = {"int_type": "a whole number (true, 2.0 and \"2\" are not)", "float_type": "a number",
+               "bool_type": "true or false", "string_type": "text", "dict_type": "a mapping of names to values",
+               "list_type": "a list"}
+#: How pydantic's bound errors read: (words, the bound's key in the error's context).
+_BOUND_WORDS = {"greater_than_equal": ("at least", "ge"), "less_than_equal": ("at most", "le"),
+                "greater_than": ("more than", "gt"), "less_than": ("less than", "lt")}
+
+
+def _spelled(value: Any) -> str:
+    """A value as YAML spells it (``true``, ``2.0``, ``"2"``), short."""
+    try:
+        return json.dumps(value)[:60]
+    except (TypeError, ValueError):
+        return repr(value)[:60]
+
+
+def error_message(err: Mapping[str, Any]) -> str:
+    """What one pydantic error (an item of ``ValidationError.errors()``) says, in our words."""
+    if err["type"] == "missing":
+        return "required field is missing"
+    if err["type"] == "finite_number":
+        return "must be a finite number (not .inf or .nan)"
+    if err["type"] in _TYPE_WORDS:
+        return f"must be {_TYPE_WORDS[err['type']]}, not {_spelled(err.get('input'))}"
+    if err["type"] in _BOUND_WORDS:
+        words, key = _BOUND_WORDS[err["type"]]
+        return f"must be {words} {err.get('ctx', {}).get(key)}, not {_spelled(err.get('input'))}"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
 def validation_problem(exc: pydantic.ValidationError, node: yaml.Node | None,
                        model: type[BaseModel]) -> tuple[str, int | None]:
     """Turn a pydantic error into (message listing every problem with field and line, first line)."""
@@ -209,17 +272,12 @@ def validation_problem(exc: pydantic.ValidationError, node: yaml.Node | None,
         line = _line_of(node, loc)
         if first_line is None:
             first_line = line
-        message = err["msg"]
         if err["type"] == "extra_forbidden":
             owner = _model_at(model, loc[:-1])
             allowed = ", ".join(owner.model_fields) if owner else "see the documentation"
             message = f"unknown key; allowed keys here: {allowed}"
-        elif err["type"] == "missing":
-            message = "required field is missing"
-        elif err["type"] == "finite_number":
-            message = "must be a finite number (not .inf or .nan)"
-        elif message.startswith("Value error, "):
-            message = message[len("Value error, "):]
+        else:
+            message = error_message(err)
         lines.append((line, f"{field}: {message}"))
     if len(lines) == 1:
         return lines[0][1], first_line

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePath, PurePosixPath
 
+from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.campaign import content_key
 from ncclbot_sweep.errors import DatasetError, InventoryError
 from ncclbot_sweep.executors import UNKNOWN_POLL_LIMIT, JobSpec, JobState, JobStatus
@@ -134,10 +135,7 @@ def _render(job: TuneJob) -> Path:
                               workers=job.workers, command=list(job.command))
     path = Path(job.files.job_script)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.chmod(0o755)
-    os.replace(tmp, path)
+    write_atomic(path, text, mode=0o755)
     return path
 
 

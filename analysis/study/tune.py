@@ -282,8 +282,11 @@ def _work(out: Path, train: ReplayProblem, options: TuneOptions, offset: int, pr
 
 
 def _worker_main(out, dataset_args, options, offset, messages) -> None:
+    from .. import pools
     from ..inputs import load_problem
 
+    # The parent loaded this dataset first and said what it leaves out; the command says it once.
+    logging.getLogger(pools.__name__).setLevel(logging.ERROR)
     train = train_partition(load_problem(**dataset_args), options.split, seed=options.split_seed)
     _work(Path(out), train, options, offset, lambda name, done, total: messages.put((name, done, total)))
 

@@ -16,15 +16,38 @@ import sys
 import click
 
 from ncclbot_sweep import __version__
-from ncclbot_sweep.errors import ExitCode, NcclbotError, from_os_error
+from ncclbot_sweep.errors import ExitCode, Interrupted, NcclbotError, from_os_error
 
 __all__ = ["main"]
+
+
+class _OncePerCommand(logging.Filter):
+    """Say each warning once per command: loading one dataset several times (the two sides of a
+    comparison, a study's steps) must not repeat the same note on every load."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+_ONCE = _OncePerCommand()
 
 
 class _Group(click.Group):
     """A click group that maps library errors to exit codes."""
 
     def invoke(self, ctx: click.Context):
+        if ctx.parent is None:
+            _ONCE.seen.clear()  # a new command (tests invoke several in one process)
         try:
             return super().invoke(ctx)
         except NcclbotError as exc:
@@ -32,8 +55,8 @@ class _Group(click.Group):
         except OSError as exc:  # the boundary for OS faults (EACCES, EROFS, ENOSPC): one Error: line
             logging.getLogger(__name__).debug("OS error", exc_info=True)
             raise click.ClickException(str(from_os_error(exc))) from exc
-        except KeyboardInterrupt:
-            click.echo("Interrupted.", err=True)
+        except KeyboardInterrupt as exc:  # Interrupted says what is left and how to finish it
+            click.echo(f"Interrupted: {exc}" if isinstance(exc, Interrupted) else "Interrupted.", err=True)
             sys.exit(ExitCode.INTERRUPTED)
 
 
@@ -45,7 +68,11 @@ def _verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
     root = ctx.find_root()
     total = root.meta.get(_VERBOSITY, 0) + value
     root.meta[_VERBOSITY] = total
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not logging.getLogger().handlers:  # the command's own console handler (an embedding program keeps its own)
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(_ONCE)
+        logging.basicConfig(level=logging.WARNING, handlers=[handler])
     if total:
         logging.getLogger().setLevel(logging.WARNING - 10 * min(total, 2))
 

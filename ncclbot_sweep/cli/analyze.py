@@ -29,6 +29,11 @@ def _dataset_option(f):
     return dataset_option(required=True, type=click.Path(file_okay=False, path_type=Path))(f)
 
 
+#: ``--split-seed``: the seed of ``--split random`` (every command that replays on a split takes it).
+_SPLIT_SEED = click.option("--split-seed", type=int, default=42, show_default=True,
+                           help="Seed of the random split (--split random).")
+
+
 def _problem(dataset, fabric, window, rho_max, keep_warmup=False):
     from ncclbot_sweep.analysis.inputs import load_problem
 
@@ -126,6 +131,7 @@ def audit(dataset, fabric, window, rho_max, keep_warmup, horizon, threshold, out
               help="scale: test on all but the two smallest node counts; reverse: train on the two largest; "
                    "largest: test on the largest only; random: 50/50; loco: leave one collective out "
                    "(loco:AllGather holds out one).")
+@_SPLIT_SEED
 @out_option("Parquet file of results, one row per policy x context x seed.",
             type=click.Path(dir_okay=False, path_type=Path), default=Path("replay.parquet"), show_default=True)
 @json_option("convention, out (the Parquet file written), summary (one object per policy: the columns of the "
@@ -133,7 +139,7 @@ def audit(dataset, fabric, window, rho_max, keep_warmup, horizon, threshold, out
 @click.option("--trajectories", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write per-step trajectories (arm, latency served, cumulative relative lost time) "
                    "to this Parquet file: one row per policy x seed x context x step.")
-def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, seeds, split, out, as_json,
+def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, seeds, split, split_seed, out, as_json,
            trajectories):
     """Replay bandit policies on the forced-arm pools and print the Table-1 summary.
 
@@ -150,9 +156,10 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
     if not as_json:
         click.echo(f"Pool convention: {problem.pools.convention}.")
     if trajectories is None:
-        results = run_replay(problem, chosen, horizon=horizon, seeds=range(seeds), split=split)
+        results = run_replay(problem, chosen, horizon=horizon, seeds=range(seeds), split=split, split_seed=split_seed)
     else:
-        results, steps = replay_with_trajectories(problem, chosen, horizon=horizon, seeds=range(seeds), split=split)
+        results, steps = replay_with_trajectories(problem, chosen, horizon=horizon, seeds=range(seeds), split=split,
+                                                  split_seed=split_seed)
         trajectories.parent.mkdir(parents=True, exist_ok=True)
         steps.to_parquet(trajectories, index=False)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -285,7 +292,7 @@ def _tune_progress():
 @click.option("--seeds", type=int, default=1, show_default=True, help="Replay seeds per trial (stochastic policies).")
 @click.option("--split", default="scale", show_default=True,
               help="Whose train partition the studies see: scale, reverse, largest, random, loco:<Collective>.")
-@click.option("--split-seed", type=int, default=42, show_default=True, help="Seed of the random split.")
+@_SPLIT_SEED
 @click.option("--storage", default=None,
               help="Optuna storage URL (an RDB; default: the journal file in --out). With -i every node uses it.")
 @click.option("--workers", type=int, default=1, show_default=True,
@@ -616,6 +623,7 @@ def compare(dataset_a, dataset_b, threshold, out, as_json):
 
 def _learner_options(f):
     """The options of the studies that ablate or replay the tuned learners (ablate, workload)."""
+    f = _SPLIT_SEED(f)
     f = click.option("--split", default="scale", show_default=True, help="Train/test split (as for 'analyze replay').")(f)
     f = click.option("--seeds", type=int, default=20, show_default=True, help="Seeds for stochastic policies.")(f)
     f = click.option("--policies", default=None, help="Learners instead of the study's UCB1, Softmax and KL-UCB "
@@ -647,8 +655,8 @@ _ABLATION_NAMES = ("warm-cold, nvls-toll, nvls-excluded, size-gate, hybrid, filt
               help="Folder of 'analyze tune --cold': the cold-tuned column of warm-cold (Table 42).")
 @click.option("--horizon", type=int, default=100, show_default=True, help="Steps per context (T).")
 @click.option("--threshold", type=float, default=0.10, show_default=True, help="Tail threshold (fraction).")
-def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, policies, seeds, split, cold_study, horizon,
-           threshold):
+def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, policies, seeds, split, split_seed,
+           cold_study, horizon, threshold):
     """Run the paper's ablations, one table each (and a figure where the paper has one).
 
     \b
@@ -663,7 +671,7 @@ def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, poli
     select_ablations(only)
     chosen = resolve_policies(study=study, cold_study=cold_study,
                               specs=expand_policy_list(policies) if policies else None)
-    options = AblateOptions(horizon=horizon, seeds=seeds, split=split, threshold=threshold)
+    options = AblateOptions(horizon=horizon, seeds=seeds, split=split, split_seed=split_seed, threshold=threshold)
     problem = _problem(dataset, fabric, window, rho_max, keep_warmup)
 
     run_ablations(problem, out, only=only, options=options, policies=chosen,
@@ -689,7 +697,7 @@ def ablate(dataset, fabric, window, rho_max, keep_warmup, out, only, study, poli
 @click.option("--horizon", type=int, default=100, show_default=True,
               help="Visits to each test context in the balanced uniform workload.")
 def workload(dataset, fabric, window, rho_max, keep_warmup, out, trace_id, workload_dataset, cycles, ranks, max_ratio,
-             study, policies, seeds, split, horizon):
+             study, policies, seeds, split, split_seed, horizon):
     """Replay a Kineto trace's ordered calls over the sweep (Table 25, Figure 12) and the balanced workload (Table 24).
 
     \b
@@ -704,7 +712,8 @@ def workload(dataset, fabric, window, rho_max, keep_warmup, out, trace_id, workl
     rows = None if trace_id is None else load_workload(workload_dataset or dataset, trace_id)
     chosen = resolve_policies(study=study, specs=expand_policy_list(policies) if policies else None)
     harness = Harness(_problem(dataset, fabric, window, rho_max, keep_warmup),
-                      AblateOptions(horizon=horizon, seeds=seeds, split=split), chosen, figures=out / "figures")
+                      AblateOptions(horizon=horizon, seeds=seeds, split=split, split_seed=split_seed), chosen,
+                      figures=out / "figures")
     for section in run_workload(harness, out, rows=rows, trace_id=trace_id, cycles=cycles, ranks=ranks,
                                 max_ratio=max_ratio):
         _echo_section(section)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from ncclbot_sweep.cli.jsonout import echo_json
@@ -10,8 +12,19 @@ from ncclbot_sweep.cli.options import dataset_option, folder_argument, json_opti
 __all__ = ["ingest_command", "datasets_group"]
 
 
+class _InputPath(click.Path):
+    """A path that exists, or a link even if it leads nowhere or to itself: ingest quarantines
+    such a link like any unreadable input and ingests the rest; a path that is not there at all
+    is a typo, refused before anything is written."""
+
+    def convert(self, value, param, ctx):
+        if os.path.islink(value):
+            return value
+        return super().convert(value, param, ctx)
+
+
 @click.command("ingest")
-@folder_argument("paths", ("-w", "--workdir"), what="paths to ingest", multiple=True, type=click.Path(exists=True),
+@folder_argument("paths", ("-w", "--workdir"), what="paths to ingest", multiple=True, type=_InputPath(exists=True),
                  help="A campaign folder, other folder or file to ingest; repeat for several")
 @dataset_option("Dataset folder to write (created if missing).", required=True, type=click.Path(file_okay=False))
 @click.option("--fabric", default=None, help="Fabric name for loose files without step.json (default: unknown).")
@@ -48,8 +61,21 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
                              on_progress=lambda p, done, total: progress.update(task, completed=done, total=total))
     else:
         summary = ingest(paths, dataset, **options)
-    click.echo(f"files: {summary.files}  ingested: {summary.ingested} (partly: {summary.partial})  "
-               f"already in dataset: {summary.skipped}  quarantined: {len(summary.quarantined)}")
+    _echo_ingest(summary, paths)
+    if strict and not summary.clean:
+        raise click.ClickException(
+            f"--strict: {len(summary.quarantined)} input(s) quarantined and {summary.partial} partly; the reasons "
+            f"are in the quarantine table (ncclbot-sweep datasets info {dataset})")
+
+
+def _echo_ingest(summary, paths: tuple[str, ...]) -> None:
+    """What an ingest did: the counts (or that it found nothing), rows per table, each quarantined input."""
+    if not summary.files and not summary.unfinished:
+        ignored = f" ({len(summary.ignored)} campaign bookkeeping files ignored)" if summary.ignored else ""
+        click.echo(f"found nothing to ingest in {', '.join(paths)}{ignored}")
+    else:
+        click.echo(f"files: {summary.files}  ingested: {summary.ingested} (partly: {summary.partial})  "
+                   f"already in dataset: {summary.skipped}  quarantined: {len(summary.quarantined)}")
     for name, count in sorted(summary.rows.items()):
         click.echo(f"  {name:14s} {count:>10d} rows")
     for path, reason in summary.quarantined:
@@ -57,10 +83,6 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
     if summary.unfinished:
         click.echo(f"{len(summary.unfinished)} step folder(s) have no exit marker yet and were left for a later "
                    "ingest (--include-unfinished takes them now)")
-    if strict and not summary.clean:
-        raise click.ClickException(
-            f"--strict: {len(summary.quarantined)} input(s) quarantined and {summary.partial} partly; the reasons "
-            f"are in the quarantine table (ncclbot-sweep datasets info {dataset})")
 
 
 @click.group("datasets")

@@ -9,7 +9,9 @@ option is accepted too, exactly one of them.
 from __future__ import annotations
 
 import functools
+import os
 import shlex
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,8 +31,36 @@ def dataset_option(help: str = DATASET_HELP, *, dest: str = "dataset", **kwargs:
 
 
 def out_option(help: str, **kwargs: Any) -> Callable:
-    """``-o/--out``: where a command writes its output (a folder, or a file where the help says so)."""
-    return click.option("-o", "--out", "out", help=help, **kwargs)
+    """``-o/--out``: where a command writes its output (a folder, or a file where the help says so).
+
+    A command that fails leaves nothing behind: folders it created for ``--out`` and left
+    without a file (an analysis of an empty dataset) are removed again; files are never touched.
+    """
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            created = _first_missing(kwargs.get("out"))
+            try:
+                return f(*args, **kwargs)
+            except BaseException:
+                if created is not None and created.is_dir() and not any(
+                        not p.is_dir() or p.is_symlink() for p in created.rglob("*")):
+                    shutil.rmtree(created, ignore_errors=True)
+                raise
+
+        return click.option("-o", "--out", "out", help=help, **kwargs)(command)
+
+    return decorate
+
+
+def _first_missing(path: Any) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (what the command would create)."""
+    if path is None or os.path.lexists(path):
+        return None
+    path = Path(path).absolute()
+    while not os.path.lexists(path.parent):
+        path = path.parent
+    return path
 
 
 def workdir_option(help: str, **kwargs: Any) -> Callable:

@@ -306,11 +306,8 @@ def demo_cmd(out: str) -> None:
                           on_stage=lambda name: click.echo(f"demo: {name}"))
     _echo_summary(status(result.campaign), False)
     _echo_summary(status(result.live_campaign), False)
-    click.echo(f"demo: campaign folder {result.campaign}")
-    click.echo(f"demo: dataset {result.dataset}")
-    click.echo(f"demo: report {result.report}")
-    click.echo(f"demo: live campaign folder {result.live_campaign}, dataset {result.live_dataset}, "
-               f"analysis {result.live_analysis}")
+    for line in result.summary():
+        click.echo(line)
 
 
 COMMANDS = [inventory_group, campaign_group, plan_cmd, render_cmd, submit_cmd, status_cmd, resume_cmd, cancel_cmd, demo_cmd]

@@ -37,6 +37,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,6 +45,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.errors import ExecutorError
 from ncclbot_sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
 from ncclbot_sweep.mirror import CollectReport
@@ -58,11 +60,12 @@ _CANCELLED = "cancelled"
 #: Seconds a claimed job may take to record its pid before it counts as never started.
 _START_GRACE_S = 30.0
 # The job's session leader: records its own pid and start time first (so a crash of the
-# caller right after starting it cannot hide it), runs the job under its time limit, and
-# records the exit code (each file written atomically). Arguments: script, rc, pid, limit.
+# caller right after starting it cannot hide it; a job that cannot record it, on a full disk,
+# does not run untracked), runs the job under its time limit, and records the exit code (each
+# file written atomically). Arguments: script, rc, pid, limit.
 _WRAPPER = (
     'script=$1 rcf=$2 pidf=$3 limit=$4; read -r stat </proc/$$/stat; set -- ${stat##*) }; '
-    'echo "$$ ${20}" >"$pidf.tmp" && mv -f "$pidf.tmp" "$pidf"; '
+    'echo "$$ ${20}" >"$pidf.tmp" && mv -f "$pidf.tmp" "$pidf" || exit 97; '
     'timeout --kill-after=10 "$limit" bash "$script"; rc=$?; '
     'echo "$rc" >"$rcf.tmp" && mv -f "$rcf.tmp" "$rcf"; exit "$rc"'
 )
@@ -168,11 +171,8 @@ class LocalExecutor(Executor):
         self._bin = self.state_dir / "bin"
         self._bin.mkdir(exist_ok=True)
         srun = self._bin / "srun"
-        if not srun.exists() or srun.read_text() != _SRUN:
-            tmp = srun.with_suffix(".tmp")
-            tmp.write_text(_SRUN)
-            tmp.chmod(0o755)
-            os.replace(tmp, srun)
+        if not srun.is_file() or srun.read_text() != _SRUN:
+            write_atomic(srun, _SRUN, mode=0o755)
         self._children: dict[str, subprocess.Popen] = {}
 
     # ------------------------------------------------------------------ records
@@ -211,11 +211,15 @@ class LocalExecutor(Executor):
         with self._locked():
             job_id = str(int(self._ids()[-1]) + 1 if self._ids() else 1)
             record = self._record_dir(job_id)
-            record.mkdir(parents=True)
             spec = {"tag": job.tag, "campaign_key": job.campaign_key, "job_key": job.job_key,
                     "dir": str(Path(job.local_dir).resolve()), "nodes": job.nodes,
                     "time_limit_s": job.time_limit_s, "submitted_at": time.time(), "env": job.rerun_env}
-            (record / "spec.json").write_text(json.dumps(spec))
+            try:
+                record.mkdir(parents=True)
+                write_atomic(record / "spec.json", json.dumps(spec))
+            except BaseException:  # a full disk: no half-recorded job that could never start
+                shutil.rmtree(record, ignore_errors=True)
+                raise
             log.info("local job %s queued for %s", job_id, job.tag)
             self._schedule()
         return job_id
@@ -296,6 +300,8 @@ class LocalExecutor(Executor):
         if not (record / "claim").exists():
             return JobStatus(JobState.PENDING, reason="waiting for a free slot")
         if not pid_recorded:
+            if child is not None and child.returncode is not None:
+                return JobStatus(JobState.FAILED, reason="the job could not record its start (is the disk full?)")
             if self._starting(job_id):
                 return JobStatus(JobState.PENDING, reason="starting")
             return JobStatus(JobState.FAILED, reason="the job was claimed but never started (crash while starting?)")
@@ -353,6 +359,9 @@ class LocalExecutor(Executor):
             record = self._record_dir(job_id)
             if (record / "claim").exists() or (record / "rc").exists():
                 continue
+            if not self._read(job_id):
+                log.warning("local job %s has no readable record (%s): not started", job_id, record)
+                continue
             self._start(job_id)
             free -= 1
 
@@ -361,7 +370,7 @@ class LocalExecutor(Executor):
         record = self._record_dir(job_id)
         job_dir = Path(spec["dir"])
         env = self._environment(job_id, spec)
-        (record / "claim").write_text(str(os.getpid()))
+        write_atomic(record / "claim", str(os.getpid()))  # whole or absent: a job half-claimed would never start
         with open(record / "output.txt", "ab") as out:
             child = subprocess.Popen(
                 ["bash", "-c", _WRAPPER, "ncclbot-local-job", str(job_dir / JOB_SCRIPT), str(record / "rc"),

@@ -8,6 +8,7 @@ number and a reason; ingest writes those to the ``quarantine`` table.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "PREFIX_RE",
     "nccl_version_from_code",
     "to_float",
+    "to_int",
     "FLOAT_RE",
     "normalize_chunks",
     "iter_lines",
@@ -30,13 +32,39 @@ FLOAT_RE = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
 
 def to_float(value) -> float | None:
-    """``float(value)``, or None for anything that is not a number (corrupt input never raises)."""
+    """``float(value)``, or None for anything that is not a number (corrupt input never raises).
+
+    NaN and infinities come back as they are: :mod:`ncclbot_sweep.rowcheck` quarantines them
+    with their line where they would be stored.
+    """
     if value is None or isinstance(value, bool):
         return None
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
+
+
+def to_int(value) -> int | None:
+    """An integer field (a fraction is cut), or None when absent or not a number: text, NaN, an
+    infinite or huge float (``1e999``, ``inf * 1000``, a float beyond int64).
+
+    Every integer a parser takes from a number it did not write itself goes through here, so
+    no input makes ``int()`` raise. An integer too large for its column comes back as it is:
+    :func:`ncclbot_sweep.rowcheck.fit` quarantines it with its line where it would be stored.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        # not through float (a nanosecond timestamp has more digits than a double), and not
+        # thousands of digits (int() refuses them)
+        return int(value) if len(value.strip()) <= 4000 else None
+    out = to_float(value)
+    if out is None or not math.isfinite(out) or abs(out) >= 2**63:
+        return None
+    return int(out)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from ncclbot_sweep.names import canonical_dtype, dtype_bytes, torch_collective
-from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, to_float
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, to_float, to_int
 from ncclbot_sweep.parsers.jsonfix import load_document
 
 __all__ = ["parse_kineto", "kernel_collective", "dtype_name"]
@@ -97,10 +97,9 @@ def parse_kineto(text: str, source: SourceInfo) -> ParseResult:
 
 def _call_from_args(coll: str, args: dict) -> tuple:
     width = _width(args.get("dtype"))
-    nelems = int(max(to_float(args.get("In msg nelems")) or 0, to_float(args.get("Out msg nelems")) or 0))
+    nelems = max(to_int(args.get("In msg nelems")) or 0, to_int(args.get("Out msg nelems")) or 0)
     size = nelems * width if width else None
-    group = args.get("Group size")
-    return coll, int(group) if isinstance(group, (int, float)) else None, size, dtype_name(args.get("dtype")), \
+    return coll, to_int(args.get("Group size")), size, dtype_name(args.get("dtype")), \
         str(args["Process Group Name"]) if args.get("Process Group Name") is not None else None
 
 

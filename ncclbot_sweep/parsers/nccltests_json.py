@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ncclbot_sweep.names import canonical_collective
-from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, nccl_version_from_code
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, nccl_version_from_code, to_float, to_int
 from ncclbot_sweep.parsers.jsonfix import load_document
 from ncclbot_sweep.parsers.nccltests_text import collective_from_name
 
@@ -30,27 +29,9 @@ __all__ = ["parse_nccltests_json", "parse_rccl_jsonlines", "looks_like_rccl_json
 log = logging.getLogger(__name__)
 
 
-def _num(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(str(value).strip())
-    except ValueError:
-        return None
-    return out
-
-
 def _nan(value: Any) -> float:
-    out = _num(value)
+    out = to_float(value)
     return np.nan if out is None else out
-
-
-def _int(value: Any) -> int | None:
-    """An integer field, or None when absent or not representable (``1e999``, NaN, beyond int64)."""
-    out = _num(value)
-    if out is None or not math.isfinite(out) or abs(out) >= 2.0 ** 63:
-        return None
-    return int(out)
 
 
 def _name(value: Any) -> str | None:
@@ -136,10 +117,10 @@ def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> 
         host = dev.get("hostname") if isinstance(dev, dict) else None
         if host and host not in hosts:
             hosts.append(host)
-    per_proc = (_int(config.get("nthreads")) or 1) * (_int(config.get("ngpus")) or 1)
+    per_proc = (to_int(config.get("nthreads")) or 1) * (to_int(config.get("ngpus")) or 1)
     ranks = base["ranks"] or max(len(devices), per_proc)
     base["ranks"] = ranks
-    iters = _int(config.get("iterations"))
+    iters = to_int(config.get("iterations"))
     nrows = 0
     sides = []
     for item in _typed(doc, "results", list, result):
@@ -167,12 +148,12 @@ def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> 
         "hosts": ",".join(hosts) or None, "n_hosts": len(hosts) or None,
         "gpu_name": next((d.get("device_info") for d in devices if isinstance(d, dict)), None),
         "outcome": outcome, "failure": failure,
-        "min_bytes": _int(config.get("minimum_bytes")), "max_bytes": _int(config.get("maximum_bytes")),
-        "warmup_iters": _int(config.get("warmup_iters")), "iters": iters,
-        "agg_iters": _int(config.get("aggregated_iterations")), "validation": _int(config.get("validation")),
-        "graph": _int(config.get("graph")), "cycles": 1 if nrows else 0,
-        "oob_values": _int(oob.get("count")),
-        "avg_busbw_gbs": _num(_typed(doc, "average_bus_bandwidth", dict, result).get("bandwidth")),
+        "min_bytes": to_int(config.get("minimum_bytes")), "max_bytes": to_int(config.get("maximum_bytes")),
+        "warmup_iters": to_int(config.get("warmup_iters")), "iters": iters,
+        "agg_iters": to_int(config.get("aggregated_iterations")), "validation": to_int(config.get("validation")),
+        "graph": to_int(config.get("graph")), "cycles": 1 if nrows else 0,
+        "oob_values": to_int(oob.get("count")),
+        "avg_busbw_gbs": to_float(_typed(doc, "average_bus_bandwidth", dict, result).get("bandwidth")),
         "started_at": _timestamp(doc.get("start_time")), "source_format": "nccl-tests-json",
         "synthetic": True if doc.get("simulator") else None,
     })
@@ -194,24 +175,24 @@ def _v3_side(item: dict, side: str, in_place: bool, iters: int | None) -> dict[s
     avg = item.get(side)
     if not isinstance(avg, dict):
         return None
-    size = _int(item.get("size"))
-    out = {"size_bytes": size, "count": _int(item.get("count")), "dtype": _name(item.get("type")),
-           "redop": _name(item.get("redop")), "root": _int(item.get("root")), "in_place": in_place,
-           "wrong": _int(avg.get("nwrong"))}
+    size = to_int(item.get("size"))
+    out = {"size_bytes": size, "count": to_int(item.get("count")), "dtype": _name(item.get("type")),
+           "redop": _name(item.get("redop")), "root": to_int(item.get("root")), "in_place": in_place,
+           "wrong": to_int(avg.get("nwrong"))}
     per = item.get(f"{side}_per_iter")
     times = per.get("times_us") if isinstance(per, dict) else None
     if isinstance(times, list) and times:
-        algbw, busbw = _num(avg.get("alg_bw")), _num(avg.get("bus_bw"))
+        algbw, busbw = to_float(avg.get("alg_bw")), to_float(avg.get("bus_bw"))
         factor = busbw / algbw if algbw and busbw is not None else np.nan
         try:
             t = np.asarray(times, dtype=np.float64)
         except (TypeError, ValueError):
-            t = np.array([_num(x) if _num(x) is not None else np.nan for x in times], dtype=np.float64)
+            t = np.array([to_float(x) if to_float(x) is not None else np.nan for x in times], dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             alg = (size / t / 1e3) if size is not None else np.full(len(t), np.nan)
         alg[~np.isfinite(alg)] = np.nan
         # -I with a skip drops the first iterations from times_us: keep the measured position.
-        skip = _int(per.get("skipped_iterations")) or 0
+        skip = to_int(per.get("skipped_iterations")) or 0
         out.update(time_us=t, algbw_gbs=alg, busbw_gbs=alg * factor,
                    iteration=np.arange(skip, skip + len(t), dtype=np.float64), n_iters=1)
     else:
@@ -256,11 +237,11 @@ def _fork(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool, c
                     continue
                 err = cols.get(f"{pre}error")
                 result.add("iterations", {
-                    **base, "size_bytes": _int(size_text), "count": _int(cols.get("count")),
-                    "dtype": cols.get("type"), "redop": cols.get("redop"), "root": _int(cols.get("root")),
-                    "in_place": in_place, "cycle": 0, "time_us": _num(cols.get(f"{pre}time")),
-                    "algbw_gbs": _num(cols.get(f"{pre}algbw")), "busbw_gbs": _num(cols.get(f"{pre}busbw")),
-                    "error": _num(err),
+                    **base, "size_bytes": to_int(size_text), "count": to_int(cols.get("count")),
+                    "dtype": cols.get("type"), "redop": cols.get("redop"), "root": to_int(cols.get("root")),
+                    "in_place": in_place, "cycle": 0, "time_us": to_float(cols.get(f"{pre}time")),
+                    "algbw_gbs": to_float(cols.get(f"{pre}algbw")), "busbw_gbs": to_float(cols.get(f"{pre}busbw")),
+                    "error": to_float(err),
                 })
                 nrows += 1
     result.add("runs", {
@@ -301,16 +282,16 @@ def parse_rccl_jsonlines(text: str, source: SourceInfo) -> ParseResult:
             coll = coll or canonical_collective(str(obj.get("name", "")))
         except ValueError:
             pass
-        gpus = gpus or _int(obj.get("gpus"))
+        gpus = gpus or to_int(obj.get("gpus"))
         rows.append((lineno, obj))
     base = _base(source, coll or collective_from_name(source.path))
     base["ranks"] = base["ranks"] or gpus
     for lineno, obj in rows:
         result.add("iterations", {
-            **base, "size_bytes": _int(obj.get("size")), "dtype": obj.get("type"), "redop": obj.get("redop"),
-            "in_place": bool(_int(obj.get("inPlace"))), "cycle": 0, "time_us": _num(obj.get("time")),
-            "algbw_gbs": _num(obj.get("algBw")), "busbw_gbs": _num(obj.get("busBw")),
-            "wrong": _int(obj.get("#wrong")), "line": lineno,
+            **base, "size_bytes": to_int(obj.get("size")), "dtype": obj.get("type"), "redop": obj.get("redop"),
+            "in_place": bool(to_int(obj.get("inPlace"))), "cycle": 0, "time_us": to_float(obj.get("time")),
+            "algbw_gbs": to_float(obj.get("algBw")), "busbw_gbs": to_float(obj.get("busBw")),
+            "wrong": to_int(obj.get("#wrong")), "line": lineno,
         })
     if not rows:
         result.unusable = True

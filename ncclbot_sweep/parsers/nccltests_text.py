@@ -198,6 +198,8 @@ class _Run:
     oob: int | None = None
     oob_failed: bool = False
     avg_busbw: float | None = None
+    #: The line of the ``# Avg bus bandwidth`` footer (where an impossible value is reported).
+    avg_busbw_line: int | None = None
     rows: int = 0
     cycle: int = 0
     last_size: int = -1
@@ -494,7 +496,7 @@ class TextParser:
         elif "Avg bus bandwidth" in core and (m := _AVG_RE.search(core)):
             self._flush()
             if run is not None:
-                run.avg_busbw = float(m.group(1))
+                run.avg_busbw, run.avg_busbw_line = float(m.group(1)), lineno
             self._layout = None
         elif mentions_invalid_arm(core):
             run = self._ensure_run(lineno)
@@ -786,7 +788,7 @@ class TextParser:
             "source_format": "nccl-tests-text", "arm": consts["arm"], "policy": consts["policy"],
             "synthetic": True if run.simulator else None,
             "source_path": self.source.path, "source_sha256": self.source.sha256,
-            "_gpus_per_process": gpus, "_rows": run.rows,
+            "_gpus_per_process": gpus, "_rows": run.rows, "_lines": {"avg_busbw_gbs": run.avg_busbw_line},
         }
 
 

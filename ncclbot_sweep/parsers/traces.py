@@ -21,7 +21,7 @@ from typing import Any
 
 from ncclbot_sweep.names import (Arm, canonical_algorithm, canonical_collective, canonical_protocol, dtype_bytes,
                                  parse_size)
-from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, to_float
+from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, to_float, to_int
 from ncclbot_sweep.parsers.jsonfix import load_lenient, load_truncated
 
 __all__ = ["parse_ncclbot_trace", "parse_profiler_trace", "parse_inspector_json", "parse_inspector_prometheus",
@@ -85,10 +85,9 @@ def parse_ncclbot_trace(text: str, source: SourceInfo) -> ParseResult:
                    "comm_id": row["comm_id"] or None, "collective": _coll(row["collective"]) if row["collective"] else None,
                    "arm": _arm(row["arm"]), "auto_arm": _arm(row["auto_arm"]), "policy": row["policy"] or None}
             for key in _INT:
-                out["ranks" if key == "nranks" else "nodes" if key == "nnodes" else key] = \
-                    int(row[key]) if row[key] else None
+                out["ranks" if key == "nranks" else "nodes" if key == "nnodes" else key] = _cell(row[key], int)
             for key in _FLOAT:
-                out[key] = float(row[key]) if row[key] else None
+                out[key] = _cell(row[key], float)
         except ValueError as exc:
             result.issues.append(Issue(offset, f"bad value: {exc}", ",".join(fields)[:200]))
             continue
@@ -101,8 +100,14 @@ def parse_ncclbot_trace(text: str, source: SourceInfo) -> ParseResult:
     return result
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**62 else None
+def _cell(text: str, kind: type) -> int | float | None:
+    """A trace cell as ``kind`` (empty: None); raises ValueError naming a cell that is not one."""
+    if not text:
+        return None
+    value = to_int(text) if kind is int and text.lstrip("-").isdigit() else to_float(text) if kind is float else None
+    if value is None:
+        raise ValueError(f"{text[:40]!r} is not {'an integer' if kind is int else 'a number'} in range")
+    return value
 
 
 def _delta(start: Any, end: Any) -> float | None:
@@ -123,11 +128,10 @@ def _profiler_row(base: dict, start: dict, latency: float | None, kind: str) -> 
     start_ts = to_float(start.get("ts"))
     return {
         **base, "source": "nccl-profiler", "kind": kind, "collective": _coll(start.get("name")),
-        "rank": _int_or_none(args.get("Rank")), "comm_id": str(args["CommHash"]) if "CommHash" in args else None,
+        "rank": to_int(args.get("Rank")), "comm_id": str(args["CommHash"]) if "CommHash" in args else None,
         "size_bytes": count * width if isinstance(count, int) and width else None,
-        "arm": arm, "latency_us": latency,
-        "round": args.get("SeqNum") if isinstance(args.get("SeqNum"), int) else None,
-        "t_ns": int(start_ts * 1000) if start_ts is not None else None,
+        "arm": arm, "latency_us": latency, "round": to_int(args.get("SeqNum")),
+        "t_ns": to_int(start_ts * 1000) if start_ts is not None else None,
     }
 
 
@@ -207,10 +211,10 @@ def parse_inspector_json(text: str, source: SourceInfo) -> ParseResult:
         head, perf = rec.get("header") or {}, rec["coll_perf"]
         result.add("live_events", {
             **base, "source": "nccl-inspector", "kind": "coll", "collective": _coll(perf.get("coll")),
-            "rank": _int_or_none(head.get("rank")), "ranks": _int_or_none(head.get("n_ranks")),
-            "nodes": _int_or_none(head.get("nnodes")), "comm_id": str(head.get("id")) if head.get("id") else None,
-            "size_bytes": _int_or_none(perf.get("coll_msg_size_bytes")),
-            "latency_us": to_float(perf.get("coll_exec_time_us")), "round": _int_or_none(perf.get("coll_sn")),
+            "rank": to_int(head.get("rank")), "ranks": to_int(head.get("n_ranks")),
+            "nodes": to_int(head.get("nnodes")), "comm_id": str(head.get("id")) if head.get("id") else None,
+            "size_bytes": to_int(perf.get("coll_msg_size_bytes")),
+            "latency_us": to_float(perf.get("coll_exec_time_us")), "round": to_int(perf.get("coll_sn")),
         })
     if not result.count("live_events"):
         result.unusable = True

@@ -150,3 +150,31 @@ def test_report_draws_learning_curves_from_a_given_replay_and_its_trajectories(d
     assert (tmp_path / "rep" / "learning_curves.png").exists()
     lone = CliRunner().invoke(main, ["analyze", "report", *args, "-o", str(tmp_path / "x"), "--trajectories", str(steps)])
     assert lone.exit_code == 2 and "--trajectories goes with --replay" in lone.output
+
+
+def test_split_seed_chooses_the_random_split_where_the_readme_says(dataset, tmp_path):
+    """README: ``random`` (50/50, ``--split-seed``): the seed changes which contexts are tested."""
+    def test_contexts(seed: int) -> set:
+        out = tmp_path / f"r{seed}.parquet"
+        result = CliRunner().invoke(main, ["analyze", "replay", "--dataset", str(dataset), "--policies", "AUTO",
+                                           "--seeds", "1", "--horizon", "10", "--split", "random",
+                                           "--split-seed", str(seed), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        frame = pd.read_parquet(out)
+        return set(map(tuple, frame.loc[frame["part"] == "test", ["collective", "nodes", "size_bytes"]].to_numpy()))
+
+    assert test_contexts(1) != test_contexts(2) and test_contexts(1) == test_contexts(1)
+    for command in ("replay", "tune", "ablate", "workload"):
+        assert "--split-seed" in CliRunner().invoke(main, ["analyze", command, "--help"]).output, command
+
+
+def test_report_on_an_empty_dataset_is_an_error_that_leaves_nothing_behind(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert CliRunner().invoke(main, ["ingest", str(empty), "-d", str(tmp_path / "ds")]).exit_code == 0
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = CliRunner().invoke(main, ["analyze", "report", "-d", str(tmp_path / "ds"), "-o",
+                                       str(tmp_path / "new" / "report")])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == f"Error: {tmp_path / 'ds'}: dataset has no iterations"
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -97,3 +97,20 @@ def test_compare_contexts_matches_without_the_fabric_and_counts_the_unmatched():
     only_a = compare_contexts(side("fab-a", [1.0, 1.0, 1.0], ["Ring/LL"] * 3, [0.0] * 3, sizes=(1, 2, 3)),
                               side("fab-b", [1.0], ["Ring/LL"], [0.0], sizes=(2,)))
     assert list(only_a["size_bytes"]) == [2]
+
+
+def test_a_note_about_the_data_is_said_once_per_command_not_once_per_load(tmp_path):
+    """Both sides load a dataset with zero-element contexts: the note that they are left out is
+    one line of the command's output, not one per load."""
+    import subprocess
+    import sys
+
+    root = write_sim_dataset(tmp_path / "ds", "sim-h100", collectives=("AllGather",), nodes=(2,), sizes=(0, 2**12),
+                             iters=30)
+    cli = "from ncclbot_sweep.cli import main; main()"
+    done = subprocess.run([sys.executable, "-c", cli, "analyze", "compare", str(root), str(root)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if "leaving out" in line]
+    assert notes == ["WARNING ncclbot_sweep.analysis.pools: leaving out 1 contexts whose message is 0 elements "
+                     "per rank"]

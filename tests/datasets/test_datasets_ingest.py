@@ -102,7 +102,7 @@ def _step(folder: Path, *, arm: str | None, exit_code: str | None = "0", log: st
     meta = {"campaign": "demo", "campaign_key": "ck", "job_key": "jk", "step_key": folder.name, "fabric": fabric,
             "kind": "forced", "collective": "AllReduce", "binary": "all_reduce_perf", "nodes": 2,
             "gpus_per_node": 8, "ranks": 16, "arm": arm, "policy": None if arm else "AUTO",
-            "env": {"NCCL_ALGO": arm.split("/")[0] if arm else None}}
+            "env": {"NCCL_ALGO": arm.split("/")[0]} if arm else {}}
     (folder / "step.json").write_text(json.dumps(meta))
     src = _real() / "A" / "a3mega-h100-2node-16rank-allreduce.txt"
     (folder / "stdout.txt").write_text(stdout if stdout is not None else src.read_text())

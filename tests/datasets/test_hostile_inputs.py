@@ -214,3 +214,124 @@ def test_cli_unwritable_dataset_is_an_error_line_not_a_traceback(tmp_path):
     res = CliRunner().invoke(main, ["ingest", str(GOOD), "--dataset", str(target / "ds")])
     assert res.exit_code == 1
     assert res.output.startswith(f"Error: {target / 'ds'}: cannot write the dataset")
+
+
+def _step_folder(folder: Path, **meta_changes) -> Path:
+    """A finished step folder (step.json, stdout, exit 0) with ``meta_changes`` in its step.json."""
+    folder.mkdir(parents=True)
+    meta = {"campaign": "c", "step_key": folder.name, "fabric": "sim-h100", "kind": "forced",
+            "collective": "Reduce", "binary": "reduce_perf", "nodes": 1, "gpus_per_node": 8, "ranks": 8,
+            "arm": "Ring/LL", "timeout_s": 600, "env": {"NCCL_ALGO": "Ring"}}
+    (folder / "step.json").write_text(json.dumps(meta | meta_changes, indent=2) + "\n")
+    (folder / "stdout.txt").write_bytes(GOOD.read_bytes())
+    (folder / "exit").write_text("0\n")
+    return folder
+
+
+_STEP_JSON_CASES = {
+    "fabric-list": ({"fabric": ["sim-h100", "x"]}, "fabric: must be text"),
+    "arm-dict": ({"arm": {"algo": "Ring"}}, "arm: must be text"),
+    "nodes-huge": ({"nodes": 10**30}, "nodes: 1000000000000000000000000000000 is out of range"),
+    "nodes-text": ({"nodes": "many"}, 'nodes: must be a whole number (true, 2.0 and "2" are not), not "many"'),
+    "nodes-bool": ({"nodes": True}, "nodes: must be a whole number"),
+    "ranks-negative": ({"ranks": -1}, "ranks: must be at least 1, not -1"),
+    "timeout-huge": ({"timeout_s": 1e20}, "timeout_s: must be a whole number"),
+    "env-number": ({"env": {"NCCL_ALGO": 7}}, "env.NCCL_ALGO: must be text, not 7"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_STEP_JSON_CASES))
+def test_a_step_json_of_the_wrong_shape_quarantines_the_step_naming_the_field_and_its_line(case, tmp_path, caplog):
+    change, reason = _STEP_JSON_CASES[case]
+    step = _step_folder(tmp_path / "c" / "jobs" / "j" / "steps" / case, **change)
+    field = reason.split(":")[0].split(".")[-1]  # the innermost key: its line is the one named
+    line = next(i for i, text in enumerate((step / "step.json").read_text().splitlines(), 1) if f'"{field}"' in text)
+    summary = ingest([tmp_path / "c"], tmp_path / "ds")
+    assert [path for path, _ in summary.quarantined] == [str(step)] and not summary.rows.get("runs")
+    q = _quarantine(tmp_path / "ds", step)
+    assert q["line"].tolist() == [line]
+    assert q["reason"].iloc[0].startswith(f"step.json: {reason}")
+    assert not [r for r in caplog.records if r.exc_info], "a step.json problem is an input's, not a parser bug"
+
+
+@pytest.mark.parametrize("kind", ["directory", "device"])
+def test_a_step_whose_exit_is_not_a_file_is_quarantined_not_left_as_unfinished(kind, tmp_path):
+    step = _step_folder(tmp_path / "c" / "jobs" / "j" / "steps" / kind)
+    (step / "exit").unlink()
+    if kind == "directory":
+        (step / "exit").mkdir()
+    else:
+        (step / "exit").symlink_to("/dev/zero")
+    summary = ingest([tmp_path / "c"], tmp_path / "ds")
+    assert not summary.unfinished and [path for path, _ in summary.quarantined] == [str(step)]
+    expected = "directory" if kind == "directory" else "character device"
+    assert _quarantine(tmp_path / "ds", step)["reason"].iloc[0].startswith(f"exit is a {expected}, not the file")
+
+
+def test_the_runner_reads_an_exit_marker_that_is_a_device_or_a_fifo_as_a_failure_without_reading_it(tmp_path):
+    from ncclbot_sweep.outcomes import read_exit_marker
+
+    os.mkfifo(tmp_path / "fifo")  # opening it would block for ever
+    (tmp_path / "zero").symlink_to("/dev/zero")  # reading it would never end
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "big").write_text("99999999999999999999\n")
+    names = ("fifo", "zero", "dir", "big", "none")
+    assert [read_exit_marker(tmp_path / name) for name in names] == [-1, -1, -1, -1, None]
+
+
+_INF_PROFILER = ('[\n{"name": "AllReduce", "cat": "COLL", "ph": "b", "id": 0, "pid": 1, "tid": 1, "ts": Infinity, '
+                 '"args": {"Count": 8, "Datatype": "ncclFloat32", "Algorithm": "RING", "Protocol": "LL", "Rank": 0, '
+                 '"SeqNum": 1e300}},\n'
+                 '{"name": "AllReduce", "cat": "COLL", "ph": "e", "id": 0, "pid": 1, "tid": 1, "ts": Infinity},\n'
+                 '{"name": "AllReduce", "cat": "COLL", "ph": "b", "id": 1, "pid": 1, "tid": 1, "ts": 1e300, '
+                 '"args": {"Count": 8, "Datatype": "ncclFloat32", "Algorithm": "RING", "Protocol": "LL", "Rank": 0}},\n'
+                 '{"name": "AllReduce", "cat": "COLL", "ph": "e", "id": 1, "pid": 1, "tid": 1, "ts": 1e300},\n'
+                 '{"name": "AllReduce", "cat": "COLL", "ph": "b", "id": 2, "pid": 1, "tid": 1, "ts": 10.0, '
+                 '"args": {"Count": 8, "Datatype": "ncclFloat32", "Algorithm": "RING", "Protocol": "LL", "Rank": 0}},\n'
+                 '{"name": "AllReduce", "cat": "COLL", "ph": "e", "id": 2, "pid": 1, "tid": 1, "ts": 12.5}\n]\n')
+_INF_KINETO = json.dumps({"traceEvents": [
+    {"name": "record_param_comms", "cat": "cpu_op", "ts": 1.0, "args": {
+        "Collective name": "allreduce", "dtype": "Float", "In msg nelems": "inf", "Out msg nelems": 1e999,
+        "Group size": float("nan")}},
+    {"name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "cat": "kernel", "ts": 2.0, "dur": 5.0, "args": {}}]})
+_HUGE_INSPECTOR = json.dumps({"header": {"id": "c1", "rank": 0, "n_ranks": 8, "nnodes": 10**30},
+                              "coll_perf": {"coll": "AllReduce", "coll_sn": 1, "coll_msg_size_bytes": 1024,
+                                            "coll_exec_time_us": 12.0}})
+
+
+@pytest.mark.parametrize(("name", "text", "kept", "reason"), [
+    ("profiler-trace.json", _INF_PROFILER, 1, "impossible latency_us nan"),
+    ("kineto-trace.json", _INF_KINETO, 1, None),
+    ("inspector.json", _HUGE_INSPECTOR, 1, "nodes 1000000000000000000000000000000 in live_events does not fit"),
+])
+def test_infinite_and_huge_numbers_in_traces_never_raise(name, text, kept, reason, tmp_path, caplog):
+    path = tmp_path / name
+    path.write_text(text)
+    summary = ingest([path], tmp_path / "ds")
+    assert not summary.quarantined and summary.ingested == 1
+    table = "workload" if name.startswith("kineto") else "live_events"
+    assert len(datasets.read_table(tmp_path / "ds", table)) == kept
+    if reason is not None:
+        assert _quarantine(tmp_path / "ds", path)["reason"].str.startswith(reason).any()
+    assert not [r for r in caplog.records if r.exc_info], "no traceback: a corrupt number is an input's problem"
+
+
+def test_cli_dangling_and_circular_links_are_quarantined_and_the_good_file_ingested(tmp_path):
+    good = tmp_path / "good.txt"
+    good.write_bytes(GOOD.read_bytes())
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    args = [str(good), str(tmp_path / "dangling"), str(tmp_path / "loop")]
+    res = CliRunner().invoke(main, ["ingest", *args, "--dataset", str(tmp_path / "ds")])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0] == "files: 3  ingested: 1 (partly: 0)  already in dataset: 0  quarantined: 2"
+    assert f"quarantined: {tmp_path / 'dangling'}: not a regular file (broken link): not read" in res.output
+    assert f"quarantined: {tmp_path / 'loop'}: not a regular file (circular link): not read" in res.output
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
+
+
+def test_cli_ingest_of_an_empty_folder_says_it_found_nothing(tmp_path):
+    (tmp_path / "empty").mkdir()
+    res = CliRunner().invoke(main, ["ingest", str(tmp_path / "empty"), "--dataset", str(tmp_path / "ds")])
+    assert res.exit_code == 0
+    assert res.output == f"found nothing to ingest in {tmp_path / 'empty'}\n"

@@ -43,7 +43,7 @@ def _run_step(folder: Path, bins: Path, binary: str, args: list[str], *, nodes: 
     (folder / "exit").write_text(f"{code}\n")
     meta = {"campaign": "rt", "campaign_key": "ck", "job_key": "jk", "step_key": folder.name,
             "fabric": "sim-h100", "kind": "forced", "collective": collective, "binary": binary, "nodes": nodes,
-            "gpus_per_node": 8, "ranks": 8 * nodes, "arm": arm, "policy": None, "sizes": args,
+            "gpus_per_node": 8, "ranks": 8 * nodes, "arm": arm, "policy": None,
             "env": {k: v for k, v in env.items() if k.startswith("NCCL")}}
     (folder / "step.json").write_text(json.dumps(meta))
     return code

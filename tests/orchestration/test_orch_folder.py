@@ -171,3 +171,57 @@ def test_an_os_fault_is_one_error_line_not_a_traceback(tmp_path, fake_bin):
     assert result.exit_code == 1
     assert result.output.splitlines()[0] == f"Error: {blocker / 'work'}: Not a directory"
     assert "a part of that path is a file, not a folder" in result.output and "Traceback" not in result.output
+
+
+def test_a_folder_whose_creation_stopped_before_its_manifest_is_finished_by_resume(tmp_path, fake_bin, fake_env,
+                                                                                     monkeypatch):
+    camp, inv = _files(tmp_path, fake_bin, TWO_JOBS)
+    work = tmp_path / "work"
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(work / "manifest.sqlite.ncclbot-part"))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Manifest, "create", full)
+        result = CliRunner().invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(work)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.splitlines() == [
+        f"Error: {work / 'manifest.sqlite.ncclbot-part'}: the file system is full (No space left on device)",
+        f"  hint: free space on that file system, then 'ncclbot-sweep resume {work}' finishes the campaign"]
+    assert not (work / "manifest.sqlite").exists() and (work / "campaign.yaml").exists()
+    status = CliRunner().invoke(main, ["status", str(work)])
+    assert status.exit_code == 1 and status.output.splitlines() == [
+        f"Error: {work}: the campaign folder has no manifest.sqlite yet: its creation was interrupted",
+        f"  hint: run 'ncclbot-sweep resume {work}' to finish it"]
+    done = CliRunner().invoke(main, ["resume", str(work)])
+    assert done.exit_code == 0 and "steps: 2/2 ok" in done.output, done.output
+
+
+def test_a_folder_an_older_release_left_half_created_is_finished_by_submit(tmp_path, fake_bin, fake_env):
+    """Older releases created the manifest first: a full disk left it empty and no YAML copies."""
+    camp, inv = _files(tmp_path, fake_bin, TWO_JOBS)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "manifest.sqlite").write_bytes(b"")
+    resumed = CliRunner().invoke(main, ["resume", str(work)])
+    assert resumed.exit_code == 1 and resumed.output.splitlines() == [
+        f"Error: {work}: the campaign folder has no campaign.yaml: its creation was interrupted before the copy "
+        "was written",
+        f"  hint: run the same 'ncclbot-sweep submit CAMPAIGN -i INVENTORY -w {work}' again: it finishes the folder "
+        "and runs nothing twice"]
+    done = CliRunner().invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(work)])
+    assert done.exit_code == 0 and "steps: 2/2 ok" in done.output, done.output
+
+
+def test_a_new_folder_that_got_nothing_of_the_campaign_is_removed_again(tmp_path, fake_bin, monkeypatch):
+    camp, inv = _files(tmp_path, fake_bin, TWO_JOBS)
+    work = tmp_path / "new" / "work"
+
+    def full(src, dest, what):
+        raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+
+    monkeypatch.setattr(campaign_folder, "_copy_source", full)
+    result = CliRunner().invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(work)])
+    assert result.exit_code == 1 and not work.exists()
+    assert result.output.splitlines()[-1] == ("  hint: free space on that file system, then run the same "
+                                              "'ncclbot-sweep submit' again (nothing of the campaign was kept)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -260,7 +261,9 @@ def test_cli_submit_failed_steps_exit_1(tmp_path, fake_bin, fake_env, monkeypatc
     result = CliRunner().invoke(main, ["submit", str(camp), "-i", str(inv), "-w", str(tmp_path / "w")])
     assert result.exit_code == 1
     assert "steps: 2/8 ok (6 failed, 2 ok)" in result.output
-    assert "[8/8] 2/8 steps ok, 6 not ok, 0 jobs open" in result.output  # plain progress lines off a terminal
+    assert "[8/8 steps] 2 ok, 6 not ok, 0 jobs open" in result.output  # plain progress lines off a terminal
+    progress = [line for line in result.output.splitlines() if line.startswith("[")]
+    assert progress and not [line for line in progress if re.search(r"\] .*\d+/\d+", line)], progress  # one count
 
 
 def test_other_campaign_in_same_folder_is_refused(tmp_path, fake_bin, fake_env):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
 from pathlib import Path
 
@@ -28,6 +29,15 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     assert result.exit_code == 0, result.output + _failed_steps(tmp_path / "campaign") + \
         _failed_steps(tmp_path / "live-campaign")
     assert "steps: 52/52 ok (52 ok)" in result.output and "steps: 3/3 ok (3 ok)" in result.output
+    # It ends with five lines: what was measured, AUTO's loss, the best learner's, where the outputs are.
+    summary = result.output.splitlines()[-5:]
+    assert re.fullmatch(r"demo: result on \d+ test contexts of sim-h100 \(synthetic: the simulated fabric\)",
+                        summary[0]), summary
+    assert re.fullmatch(r"demo:   AUTO \(NCCL's own choice\) loses \d+\.\d% of the best arm's time on average; \d+ "
+                        r"contexts lose more than 10%", summary[1]), summary
+    assert re.fullmatch(r"demo:   the best learner, [\w-]+, loses \d+\.\d% .*", summary[2]), summary
+    assert summary[3].startswith(f"demo:   report {tmp_path / 'report' / 'index.html'} (data {tmp_path / 'dataset'}")
+    assert summary[4].startswith(f"demo:   live campaign analysis {tmp_path / 'live'}")
     assert elapsed < 180, f"the demo took {elapsed:.0f} s"
     live = read_table(tmp_path / "live-dataset", "live_events")
     assert "ucb1" in set(live["policy"]) and sorted(live["rank"].unique()) == [0, 1, 2, 3]
@@ -104,3 +114,46 @@ def test_forced_arms_on_sim_gb200_mnnvl_off(tmp_path: Path):
     assert data["complete"] and data["fabric"] == "sim-gb200-mnnvl-off"
     logs = [p.read_text() for p in (tmp_path / "w").glob("jobs/*/steps/*/nccl.log")]
     assert any("NCCL_ALGO set by environment to PAT" in text for text in logs)
+
+
+_SIX_JOBS = """\
+name: interrupted
+kind: forced
+collectives: [AllReduce, AllGather]
+nodes: [4]
+sizes: {min: 512B, max: 64MiB, factor: 2}
+arms: [Ring/LL, Ring/LL128, Ring/Simple]
+iterations: 50
+timeout_s: 600
+packing: {steps_per_job: 1}
+"""
+
+
+def test_ctrl_c_during_submit_says_what_is_still_queued_and_resume_finishes_it(tmp_path: Path):
+    """A real SIGINT to a real ``submit`` on the local executor: the jobs go on, the message says
+    so and names the command that finishes the campaign, and that command does."""
+    import signal
+    import subprocess
+    import sys
+
+    campaign, work = tmp_path / "campaign.yaml", tmp_path / "work"
+    campaign.write_text(_SIX_JOBS)
+    cli = "from ncclbot_sweep.cli import main; main()"
+    proc = subprocess.Popen([sys.executable, "-c", cli, "submit", str(campaign), "-i", "sim-h100", "-w", str(work)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()  # the first progress line: every job has been handed to the executor
+        assert first.startswith("[0/6 steps]"), first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out + err
+    message = [line for line in err.splitlines() if line.startswith("Interrupted: ")]
+    assert len(message) == 1 and "Traceback" not in err, err
+    assert re.fullmatch(
+        rf"Interrupted: \d/6 steps done; [1-6] jobs? still queued or running \(they go on without this command; "
+        rf"'ncclbot-sweep cancel {re.escape(str(work))}' stops them\); 0 jobs not submitted yet\. "
+        rf"'ncclbot-sweep resume {re.escape(str(work))}' finishes the campaign\.", message[0]), message[0]
+    done = CliRunner().invoke(main, ["resume", str(work)])
+    assert done.exit_code == 0 and "steps: 6/6 ok (6 ok)" in done.output, done.output

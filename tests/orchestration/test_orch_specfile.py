@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import typing
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,66 @@ def test_non_finite_scheduler_numbers_are_refused():
     with pytest.raises(InventoryError, match="scheduler.poll_interval_s: must be a finite number") as info:
         parse_inventory_text(INVENTORY.replace("poll_interval_s: 0.05", "poll_interval_s: .inf"))
     assert info.value.line == 7
+
+
+@pytest.mark.parametrize(("old", "new", "needle"), [
+    ("nodes: [2, 4]", "nodes: [true, 4]", 'nodes.0: must be a whole number (true, 2.0 and "2" are not), not true'),
+    ("nodes: [2, 4]", "nodes: [2, 100000000000000000000]", "nodes.1: 100000000000000000000 is out of range"),
+    ("nodes: [2, 4]", "nodes: ['2', 4]", 'nodes.0: must be a whole number (true, 2.0 and "2" are not), not "2"'),
+    ("timeout_s: 60", "timeout_s: 1.0e+20",
+     "timeout_s: must be a whole number (true, 2.0 and \"2\" are not), not 1e+20"),
+    ("timeout_s: 60", "timeout_s: 100000000000000000000", "timeout_s: must be at most 604800"),
+    ("timeout_s: 60", "timeout_s: 1000000", "timeout_s: must be at most 604800, not 1000000"),
+    ("iterations: 5", "iterations: 5.0", "iterations: must be a whole number"),
+    ("warmup: 1", "warmup: false", "warmup: must be a whole number (true, 2.0 and \"2\" are not), not false"),
+    ("sizes: {min: 1K, max: 64K}", "sizes: {min: true, max: 64K}", "sizes.min"),
+    ("steps_per_job: 2", "steps_per_job: true", "packing.steps_per_job: must be a whole number"),
+    ("timeout_s: 60", "timeout_s: 60\nbudget_node_hours: true", "budget_node_hours: must be a number, not true"),
+    ("timeout_s: 60", "timeout_s: 60\nbaseline: 1", "baseline: must be true or false, not 1"),
+])
+def test_campaign_numbers_are_strict_and_in_range(old, new, needle):
+    with pytest.raises(CampaignError) as info:
+        parse_campaign_text(SMALL_CAMPAIGN.replace(old, new), "c.yaml")
+    assert needle in str(info.value) and info.value.line is not None
+
+
+@pytest.mark.parametrize(("old", "new", "needle"), [
+    ("gpus_per_node: 8", "gpus_per_node: true", "gpus_per_node: must be a whole number"),
+    ("max_concurrent_jobs: 2", "max_concurrent_jobs: 2.0", "scheduler.max_concurrent_jobs: must be a whole number"),
+    ("poll_interval_max_s: 0.2", "poll_interval_max_s: 1.0e+300", "scheduler.poll_interval_max_s: must be at most"),
+    ("step_overhead_s: 1", "step_overhead_s: yes", "estimate.step_overhead_s: must be a number, not true"),
+])
+def test_inventory_numbers_are_strict_and_in_range(old, new, needle):
+    assert old in INVENTORY
+    with pytest.raises(InventoryError) as info:
+        parse_inventory_text(INVENTORY.replace(old, new), "i.yaml")
+    assert needle in str(info.value) and info.value.line is not None
+
+
+def _spec_models():
+    import inspect
+
+    from ncclbot_sweep import campaign, inventory
+    from ncclbot_sweep.specfile import SpecModel
+
+    return sorted({model for module in (campaign, inventory) for _, model in inspect.getmembers(module, inspect.isclass)
+                   if issubclass(model, SpecModel) and model is not SpecModel}, key=lambda m: m.__name__)
+
+
+@pytest.mark.parametrize("model", _spec_models(), ids=lambda m: m.__name__)
+def test_every_number_field_of_every_spec_model_is_strict(model):
+    """A lax ``int``, ``float`` or ``bool`` takes ``true`` for 1 and ``1.0e+20`` for an integer:
+    every number field uses the strict types of :mod:`ncclbot_sweep.specfile`."""
+    from pydantic import Strict
+
+    def lax(annotation) -> list:
+        args = typing.get_args(annotation)
+        if annotation in (int, float, bool):
+            return [annotation]
+        if typing.get_origin(annotation) is typing.Annotated:
+            return [] if any(isinstance(m, Strict) for m in args[1:]) else lax(args[0])
+        return [t for arg in args for t in lax(arg)]
+
+    for name, field in model.model_fields.items():  # pydantic moves a field's own Annotated parts to .metadata
+        strict_here = any(isinstance(m, Strict) for m in field.metadata)
+        assert not (lax(typing.get_args(field.annotation)) if strict_here else lax(field.annotation)), name
