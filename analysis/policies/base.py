@@ -96,14 +96,20 @@ def unpulled_first(state: BanditState, chosen: np.ndarray) -> np.ndarray:
 
 
 def held(state: BanditState, probe: int) -> np.ndarray:
-    """The hold rule (``[B, K]``): arms with at least ``probe + 2 * resolved`` pulls whose
-    reward is not applied yet (``plugin/README.md``, "Hold"; the plugin's ``nb_held``).
+    """The hold rule (``[B, K]``): arms other than AUTO's with at least ``probe + 2 * resolved``
+    pulls whose reward is not applied yet (``plugin/README.md``, "Hold"; the plugin's
+    ``nb_held``); ``probe = 0`` holds nothing.
 
     A held arm is left out of the choice: a newly tried arm is played ``probe`` times and
     then waits for its rewards instead of being played blindly for the whole feedback delay;
-    the pulls an arm may have in flight grow with the evidence applied.
+    the pulls an arm may have in flight grow with the evidence applied. AUTO's arm, what NCCL
+    plays without the plugin, is never held.
     """
-    return state.pending >= probe + 2 * state.resolved
+    if probe <= 0:
+        return np.zeros(state.pending.shape, dtype=bool)
+    out = state.pending >= probe + 2 * state.resolved
+    out[state.rows, state.auto] = False
+    return out
 
 
 def selectable(state: BanditState, probe: int) -> np.ndarray:
@@ -168,8 +174,12 @@ class Policy:
     #: than it by ``gate_margin``. On for the families the plugin runs (their defaults).
     safety_gate: bool = False
     gate_margin: float = 0.1
-    #: Hold rule (:func:`held`): pulls an arm may have in flight before any reward is applied.
-    probe: int = 1
+    #: Hold rule (:func:`held`): pulls an arm may have in flight before any reward is applied
+    #: (0: no hold). On (1) for the deterministic index policies, which would otherwise play a
+    #: newly tried arm for the whole feedback delay, and ETC; the randomised learners spread
+    #: their exploration already and do better without it (the delayed replay, ``analyze
+    #: ablate live-rules``).
+    probe: int = 0
 
     @property
     def display_name(self) -> str:

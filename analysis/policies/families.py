@@ -66,6 +66,7 @@ class UCB1(Policy):
     """UCB1 with tuned alpha, warm start and clipped-SGD mean (C.3; champion defaults)."""
 
     name: ClassVar[str] = "UCB1"
+    probe: int = 1
     safety_gate: bool = True
     estimator: Estimator = Estimator(kind="sgd", clip=0.389, lr=0.468, decay=0.467)
     pseudo_count: float = 2.89
@@ -93,6 +94,7 @@ class KLUCB(Policy):
     """Bernoulli KL-UCB (C.6): largest ``q`` with ``n KL(mu, q) <= c ln N`` by bisection."""
 
     name: ClassVar[str] = "KL-UCB"
+    probe: int = 1
     pseudo_count: float = 1.56
     c: float = 0.0373
     iterations: int = 25
@@ -202,6 +204,7 @@ class ETC(Policy):
     """Explore-then-commit (C.8): ``m`` learned pulls per arm at random, then argmax mean."""
 
     name: ClassVar[str] = "ETC"
+    probe: int = 1
     safety_gate: bool = True
     deterministic: ClassVar[bool] = False
     estimator: Estimator = Estimator(skip_first=1)
@@ -294,6 +297,7 @@ class UCBV(Policy):
     """UCB-V (C.4): ``mu + sqrt(2 var zeta ln N / n) + c zeta ln N / n``."""
 
     name: ClassVar[str] = "UCB-V"
+    probe: int = 1
     pseudo_count: float = 1.73
     zeta: float = 0.501
     c: float = 1.02
@@ -312,6 +316,7 @@ class UCBTuned(Policy):
     """UCB-tuned (C.5): ``mu + sqrt(ln N / n * min(1/4, var + sqrt(2 ln N / n)))``."""
 
     name: ClassVar[str] = "UCB-tuned"
+    probe: int = 1
     pseudo_count: float = 2.0
 
     def select(self, state, t, u, z):

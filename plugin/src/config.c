@@ -98,9 +98,10 @@ static const nb_setting k_settings[] = {
         "A: round r's merged rewards apply at the boundary that starts round r+1+A; a rank sends "
         "round r once every sample is in, at the latest A*m/2 pulls after its end (a GPU up to "
         "that many collectives behind its host loses no sample)"),
-    INT(T_U32, "NCCLBOT_PROBE", probe, "1", 1, 1000000,
-        "hold rule: an arm may have at most PROBE + 2 x (its pulls already applied) pulls whose "
-        "rewards are not applied yet; a held arm is left out of the choice (see \"Hold\")"),
+    INT(T_U32, "NCCLBOT_PROBE", probe, "0", 0, 1000000,
+        "hold rule: an arm other than AUTO's may have at most PROBE + 2 x (its pulls already "
+        "applied) pulls whose rewards are not applied yet; a held arm is left out of the choice; "
+        "0 = no hold (see \"Hold\")"),
     INT(T_U64, "NCCLBOT_GATE", gate, "1", 0, 1,
         "safety gate: 1 = play AUTO's arm (NCCL's choice) whenever the policy's choice has a "
         "learned mean reward below (1 - NCCLBOT_GATE_MARGIN) times AUTO's arm's (both with a "
@@ -142,6 +143,9 @@ static const struct {
     {NB_POLICY_EPS_GREEDY, "NCCLBOT_ESTIMATOR", "gain"},
     {NB_POLICY_SOFTMAX, "NCCLBOT_ESTIMATOR", "gain"},
     {NB_POLICY_THOMPSON, "NCCLBOT_ESTIMATOR", "gain"},
+    /* the hold rule for the learners that would replay a new arm blindly through the delay */
+    {NB_POLICY_UCB1, "NCCLBOT_PROBE", "1"},
+    {NB_POLICY_ETC, "NCCLBOT_PROBE", "1"},
 };
 #define NPD (sizeof k_policy_defaults / sizeof *k_policy_defaults)
 

@@ -506,7 +506,7 @@ static int select_arm(nb_comm *c, nb_ctx *x, uint64_t key, uint32_t mask) {
   if (c->cfg.policy == NB_POLICY_AUTO) return 0;
   uint32_t available = mask;
   if (x->pulls != x->n_rewarded + x->n_missing) { /* some reward pending: the hold rule */
-    uint32_t free_arms = mask & ~nb_held(&c->tab.stat[x->arm_off], x->narms, c->cfg.probe);
+    uint32_t free_arms = mask & ~nb_held(&c->tab.stat[x->arm_off], x->narms, c->cfg.probe, x->auto_idx);
     if (free_arms) mask = free_arms; /* every arm held: the policy chooses among all */
   }
   int cacheable = nb_policy_cacheable(&c->cfg);

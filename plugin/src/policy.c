@@ -191,11 +191,12 @@ int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t a
   }
 }
 
-uint32_t nb_held(const nb_arm_stat *st, int narms, uint32_t probe) {
+uint32_t nb_held(const nb_arm_stat *st, int narms, uint32_t probe, int auto_idx) {
   uint32_t held = 0;
+  if (!probe) return 0;
   for (int i = 0; i < narms; i++)
     held |= (uint32_t)((uint64_t)st[i].inflight >= (uint64_t)probe + 2ULL * st[i].resolved) << i;
-  return held;
+  return auto_idx >= 0 && auto_idx < narms ? held & ~(1u << auto_idx) : held;
 }
 
 /* Rewards learned from (skip-first-k: the first k received are not). */

@@ -73,12 +73,13 @@ double nb_ucb_total(const nb_arm_stat *st, int narms);
 double nb_ucb_index(const nb_arm_stat *st, double total, double alpha);
 
 /*
- * The hold rule: arms with at least probe + 2 * resolved pulls in flight (issued, reward not
- * applied yet), as a mask. A held arm is left out of the choice, so a newly tried arm is
- * played `probe` times and then waits for its rewards instead of being played blindly for
- * the whole synchronisation delay; trust grows with the evidence applied.
+ * The hold rule: arms other than auto_idx (AUTO's, never held) with at least
+ * probe + 2 * resolved pulls in flight (issued, reward not applied yet), as a mask; probe 0
+ * holds nothing. A held arm is left out of the choice, so a newly tried arm is played `probe`
+ * times and then waits for its rewards instead of being played blindly for the whole
+ * synchronisation delay; trust grows with the evidence applied.
  */
-uint32_t nb_held(const nb_arm_stat *st, int narms, uint32_t probe);
+uint32_t nb_held(const nb_arm_stat *st, int narms, uint32_t probe, int auto_idx);
 /*
  * The safety gate: `auto_idx` (AUTO's arm) instead of `idx` when both have a learned reward and
  * idx's mean is below (1 - margin) times AUTO's; idx otherwise (or when auto_idx is not in mask).

@@ -137,7 +137,8 @@ class Bandit:
     def hold(self):
         """The hold rule: offered arms with pending >= probe + 2 * resolved are left out,
         unless that leaves none."""
-        free = [self.offered[k] and self.pending[k] < self.p.probe + 2 * self.resolved[k] for k in range(self.K)]
+        free = [self.offered[k] and (self.p.probe <= 0 or k == self.auto
+                                     or self.pending[k] < self.p.probe + 2 * self.resolved[k]) for k in range(self.K)]
         self.mask = free if any(free) else list(self.offered)
 
     def gate(self, k):
