@@ -71,7 +71,7 @@ def open_host(env: Mapping[str, str], fabric: SimFabric, *, nodes: int, ranks: i
         comm_id=derive_seed("ncclbot-sim-comm", *seed_parts),
         nranks=place.processes, nnodes=nccl_nodes, rank=place.rank,
         nvl_domains=nccl_nodes, nvl_ranks=max(1, ranks // nccl_nodes),
-        debug_level=env.get("NCCL_DEBUG", "").strip() or "NONE",
+        debug_level=env.get("NCCL_DEBUG", "").strip() or "NONE", couple=place.processes > 1,
     )
     return PluginHost(comm, tuner=tuner, profiler=profiler, host_lib=host_library(dict(env)),
                       constants=tuner_constants())

@@ -54,6 +54,9 @@ class CommInfo:
     nvl_ranks: int
     debug_level: str = "WARN"
     name: str = "ncclbot-sim"
+    #: The ``nranks`` rank processes launch each collective together, as a collective makes real
+    #: ranks do (a barrier outside the timed plugin calls; ``plugin/host/simhost.c``, "coupling").
+    couple: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +72,8 @@ class LogRecord:
 class _Comm(C.Structure):
     _fields_ = [("comm_id", C.c_uint64), ("nranks", C.c_int), ("nnodes", C.c_int), ("rank", C.c_int),
                 ("nvl_domains", C.c_int), ("nvl_min_ranks", C.c_int), ("nvl_max_ranks", C.c_int),
-                ("log_level", C.c_int), ("constants", C.POINTER(C.c_double)), ("comm_name", C.c_char_p)]
+                ("log_level", C.c_int), ("constants", C.POINTER(C.c_double)), ("comm_name", C.c_char_p),
+                ("couple", C.c_int)]
 
 
 class _Stats(C.Structure):
@@ -130,7 +134,7 @@ class PluginHost:
         self._constants = (C.c_double * 144)(*(constants or [0.0] * 144))
         info = _Comm(comm.comm_id, comm.nranks, comm.nnodes, comm.rank, comm.nvl_domains, comm.nvl_ranks,
                      comm.nvl_ranks, _LEVELS.get(comm.debug_level.upper(), 2), self._constants,
-                     comm.name.encode())
+                     comm.name.encode(), int(comm.couple))
         err = C.create_string_buffer(1024)
         handle = self._lib.nbh_open(_encode(tuner), _encode(profiler), C.byref(info), err, len(err))
         if not handle:

@@ -29,12 +29,17 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../src/nccl_abi.h"
 
@@ -56,6 +61,7 @@ typedef struct {
   int log_level;            /* NCCL_DEBUG as a level: 0 none ... 3 INFO */
   const double *constants;  /* 144 doubles in ncclTunerConstants_v5 order, or NULL */
   const char *comm_name;
+  int couple;               /* 1: the nranks rank processes launch each collective together */
 } nbh_comm;
 
 typedef struct {
@@ -72,6 +78,12 @@ typedef struct {
   uint64_t start_ns, lat_ns;
   int nch;
 } nbh_job;
+
+/* The coupling of a communicator's rank processes (a shared page, see "coupling" below). */
+typedef struct {
+  uint32_t count; /* ranks arrived at the current barrier */
+  uint32_t gen;   /* barriers completed: the futex word */
+} nbh_shared;
 
 typedef struct {
   void *tuner_lib, *prof_lib;
@@ -91,6 +103,9 @@ typedef struct {
   nbh_job ring[NBH_RING];
   uint64_t head, tail;
   int stop;
+  nbh_shared *couple; /* NULL: this process runs on its own */
+  int nranks, couple_waits;
+  char couple_name[64];
 } nbh_host;
 
 /* ---- logger: NCCL's ncclDebugLog stand-in; records go to Python, which prefixes them ---- */
@@ -221,6 +236,62 @@ static uint64_t wall_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * ---- coupling: the rank processes launch each collective together ----
+ *
+ * A real collective cannot run until every rank has launched it, so NCCL's ranks move in
+ * step. The simulated rank processes share the machine's cores and would drift apart; the
+ * plugin's round boundaries would then wait for the slow ones, and those waits would pose as
+ * plugin overhead. So the ranks of a communicator meet at a barrier before each collective
+ * (outside the timed plugin calls, as a rank's wait inside a real collective is): a page of
+ * POSIX shared memory named by the communicator and the launching process, a counter and a
+ * futex word. A rank that waits 10 s (a peer died) stops coupling; the page's name is
+ * removed once every rank has mapped it.
+ */
+#define NBH_COUPLE_TIMEOUT_S 10
+
+static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
+  return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
+
+static void couple_open(nbh_host *h, const nbh_comm *c) {
+  if (!c->couple || c->nranks < 2) return;
+  snprintf(h->couple_name, sizeof h->couple_name, "/ncclbot-sim-%016llx-%ld",
+           (unsigned long long)c->comm_id, (long)getppid());
+  int fd = shm_open(h->couple_name, O_CREAT | O_RDWR, 0600);
+  if (fd < 0) return; /* uncoupled: the simulation still runs, its waits count */
+  if (ftruncate(fd, 4096) == 0) { /* a fresh page is zero: a valid first barrier */
+    void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) h->couple = p;
+  }
+  close(fd);
+  h->nranks = c->nranks;
+}
+
+/* Every rank process of the communicator has launched this collective (or one gave up). */
+static void couple_wait(nbh_host *h) {
+  nbh_shared *s = h->couple;
+  if (!s) return;
+  uint32_t gen = __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
+  if (__atomic_add_fetch(&s->count, 1, __ATOMIC_ACQ_REL) == (uint32_t)h->nranks) {
+    __atomic_store_n(&s->count, 0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->gen, 1, __ATOMIC_RELEASE);
+    futex(&s->gen, FUTEX_WAKE, INT32_MAX, NULL);
+  } else {
+    uint64_t deadline = mono_ns() + NBH_COUPLE_TIMEOUT_S * 1000000000ull;
+    while (__atomic_load_n(&s->gen, __ATOMIC_ACQUIRE) == gen) {
+      struct timespec ts = {0, 100000000};
+      futex(&s->gen, FUTEX_WAIT, gen, &ts);
+      if (mono_ns() > deadline) { /* a peer is gone: run on alone */
+        munmap(s, 4096);
+        h->couple = NULL;
+        return;
+      }
+    }
+  }
+  if (++h->couple_waits == 1) shm_unlink(h->couple_name); /* every rank has it mapped now */
 }
 
 /* ---- the proxy thread: kernel-channel events, as NCCL's proxy progress thread sends them ---- */
@@ -387,6 +458,7 @@ EXPORT nbh_host *nbh_open(const char *tuner_path, const char *profiler_path, con
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->work, NULL);
   pthread_cond_init(&h->space, NULL);
+  couple_open(h, c);
   if ((profiler_path && open_profiler(h, profiler_path, c, err, errlen) != 0) ||
       (tuner_path && open_tuner(h, tuner_path, c, err, errlen) != 0)) {
     nbh_close(h, NULL, NULL);
@@ -436,6 +508,7 @@ EXPORT int nbh_choose(nbh_host *h, int coll, uint64_t nbytes, const float *table
   memcpy(copy, table, sizeof copy);
   int channels = 0;
   ncclResult_t rc = ncclSuccess;
+  couple_wait(h);
   if (h->get_coll_info && h->tctx) {
     nbh_span sp = span_open();
     rc = h->get_coll_info(h->tctx, coll, (size_t)nbytes, 1, (float **)copy, 7, 3, 0, &channels);
@@ -536,6 +609,8 @@ EXPORT int nbh_close(nbh_host *h, uint64_t *host_ns, nbh_stats *final) {
   pthread_cond_destroy(&h->work);
   pthread_cond_destroy(&h->space);
   pthread_mutex_destroy(&h->mu);
+  if (h->couple) munmap(h->couple, 4096);
+  if (h->couple_name[0] && h->couple_waits == 0) shm_unlink(h->couple_name);
   free(h);
   return (int)rc;
 }
