@@ -118,12 +118,14 @@ def selectable(state: BanditState, probe: int) -> np.ndarray:
     return np.where(free.any(axis=1, keepdims=True), free, state.offered)
 
 
-def safety_gate(state: BanditState, arms: np.ndarray, margin: float) -> np.ndarray:
-    """AUTO's arm where the chosen arm's learned mean is below ``(1 - margin)`` times AUTO's
-    (both with at least one learned reward); the chosen arm elsewhere (the plugin's gate)."""
+def safety_gate(state: BanditState, arms: np.ndarray, margin: float, min_learned: int) -> np.ndarray:
+    """AUTO's arm where the chosen arm's mean is below ``(1 - margin)`` times AUTO's arm's, the
+    chosen arm having ``min_learned`` learned rewards (past the first-use transient, whose
+    inflated first samples must not condemn a good arm for good) and AUTO's arm one; the
+    chosen arm elsewhere (the plugin's ``nb_gate``)."""
     rows = state.rows
     auto = state.auto
-    worse = ((arms != auto) & (state.learned[rows, arms] >= 1) & (state.learned[rows, auto] >= 1)
+    worse = ((arms != auto) & (state.learned[rows, arms] >= min_learned) & (state.learned[rows, auto] >= 1)
              & (state.mu[rows, arms] < (1.0 - margin) * state.mu[rows, auto]))
     return np.where(worse, auto, arms)
 
@@ -174,6 +176,9 @@ class Policy:
     #: than it by ``gate_margin``. On for the families the plugin runs (their defaults).
     safety_gate: bool = False
     gate_margin: float = 0.1
+    #: Learned rewards the chosen arm needs before the gate judges it: the transient window
+    #: (an arm's first ten calls at a size, paper section 5).
+    gate_min: int = 10
     #: Hold rule (:func:`held`): pulls an arm may have in flight before any reward is applied
     #: (0: no hold). On (1) for the deterministic index policies, which would otherwise play a
     #: newly tried arm for the whole feedback delay, and ETC; the randomised learners spread
