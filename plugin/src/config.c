@@ -92,7 +92,7 @@ static const nb_setting k_settings[] = {
      "coordinator `host:port`; an empty value turns synchronisation (and the Slurm default) off"},
     STR("NCCLBOT_SYNC_TOKEN", sync_token, F_SECRET,
         "shared secret, required whenever a coordinator address is set (the coordinator checks it)"),
-    INT(T_U32, "NCCLBOT_SYNC_EVERY", sync_every, "64", 1, 4096,
+    INT(T_U32, "NCCLBOT_SYNC_EVERY", sync_every, "16", 1, 4096,
         "m: timed pulls per synchronisation round"),
     INT(T_U32, "NCCLBOT_SYNC_LAG", sync_lag, "1", 1, 8,
         "A: round r's merged rewards apply at the boundary that starts round r+1+A; a rank sends "
