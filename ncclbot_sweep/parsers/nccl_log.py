@@ -41,7 +41,8 @@ from ncclbot_sweep.names import (
     nccl_datatype,
 )
 from ncclbot_sweep.outcomes import mentions_invalid_arm
-from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, strip_prefix
+from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo
+from ncclbot_sweep.parsers.prefixes import strip_prefix
 
 __all__ = ["LogFacts", "LogParser", "parse_nccl_log", "INFO_OF_INTEREST"]
 

@@ -41,16 +41,15 @@ from ncclbot_sweep.outcomes import mentions_invalid_arm
 from ncclbot_sweep.parsers import fixedwidth, textblock
 from ncclbot_sweep.parsers.common import (
     FLOAT_RE,
-    PREFIX_RE_B,
     Issue,
     ParseResult,
     SourceInfo,
     nccl_version_from_code,
     normalize_chunks,
-    strip_prefix,
 )
 from ncclbot_sweep.parsers.infer import infer_collective
 from ncclbot_sweep.parsers.nccl_log import INFO_OF_INTEREST
+from ncclbot_sweep.parsers.prefixes import PREFIX_RE_B, strip_prefix, unglue
 
 __all__ = ["TextParser", "parse_nccltests_text", "Layout", "collective_from_name"]
 
@@ -176,9 +175,32 @@ def _is_cell(tok: str) -> bool:
     return _is_num(tok) or tok == "N/A" or tok.isalnum()
 
 
+def _starts_row(tokens: list[str]) -> bool:
+    """The first piece of a row: size, count, then the type's name (more may follow)."""
+    return len(tokens) > 3 and _is_int(tokens[0]) and _is_int(tokens[1]) and not _is_num(tokens[2])
+
+
+def _is_piece(tokens: list[str]) -> bool:
+    """A later piece of a row: numbers (or ``N/A``) only."""
+    return bool(tokens) and all(_is_num(t) or t in textblock.NULL_TEXT for t in tokens)
+
+
+def _row_trouble(tokens: list[str], ncols: int) -> str | None:
+    """Why a line that looks like (part of) a table row could not be one; None if it does not."""
+    if len(tokens) >= 2 and _is_int(tokens[0]) and _is_int(tokens[1]):
+        if len(tokens) < ncols:
+            return f"data row cut short: {len(tokens)} of {ncols} fields"
+        if len(tokens) > ncols:
+            return f"data row has {len(tokens)} fields, the table header has {ncols}"
+        return "data row has a field that is not a number where the table header expects one"
+    if len(tokens) >= 3 and _is_piece(tokens):
+        return "numbers without a size and count: the rest of a table row whose start is not in the output"
+    return None
+
+
 #: An NCCL log line (``host:pid:tid [dev] NCCL INFO ...``) that starts inside another line;
 #: the host must start with a letter, so that the row's last number is not taken for it.
-_EMBEDDED_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE)")
+_EMBEDDED_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] (?:[\d.]+ \S+ )?NCCL (?:INFO|WARN|TRACE)")
 
 
 @dataclasses.dataclass
@@ -440,16 +462,19 @@ class TextParser:
             run.ranks.setdefault(rank, (match.group(4), match.group(3), match.group(7)))
             run.rank_lines += 1
             return
-        if tokens and tokens[0][:1].isdigit() and self._layout is None:
-            layout = Layout.infer(tokens)
-            if layout is not None:
+        if tokens and tokens[0][:1].isdigit():
+            tokens = unglue(core).split()
+            if self._layout is not None:
+                self._queue(" ".join(tokens), 0, 1, np.array([lineno]))
+                return
+            if (layout := Layout.infer(tokens)) is not None:
                 self._ensure_run(lineno)
                 self._layout = layout
                 self._queue(" ".join(tokens), 0, 1, np.array([lineno]))
                 return
-        if tokens and tokens[0][:1].isdigit() and self._layout is not None:
-            self._queue(" ".join(tokens), 0, 1, np.array([lineno]))
-            return
+            if len(tokens) >= 3 and _is_piece(tokens):
+                self.result.issues.append(Issue(lineno, _row_trouble(tokens, 0) or "", core[:200]))
+                return
         if self.on_other is not None:
             self.on_other(line, lineno)
         self._annotation(core, lineno)
@@ -614,9 +639,12 @@ class TextParser:
     def _slow_block(self, lines: list[str], nums: list[int], layout: Layout, run: _Run) -> None:
         """A block that did not convert at once: keep the rows that fit, explain the rest.
 
-        An NCCL log line printed while nccl-tests was writing a row lands inside it: the log
-        text goes to the log parser, and a row left short is completed by the next line's
-        fields (the rest of the row, printed after the log line's newline).
+        nccl-tests prints a row in three writes (size to root, then each side after its
+        timed calls), so whatever else is printed meanwhile lands inside it: NCCL log lines
+        (their text goes to the log parser), other ranks' lines, launcher labels glued to a
+        value (``-1[0]``). A row left short is completed by the pieces that follow it, each
+        all numbers, however many lines apart; a piece that completes no row, or a row that
+        stays short, is an issue with its line.
         """
         good: list[str] = []
         good_nums: list[int] = []
@@ -626,16 +654,17 @@ class TextParser:
             if (m := _EMBEDDED_LOG.search(text)) is not None and m.start() > 0:
                 if self.on_other is not None:
                     self.on_other(text[m.start():], num)
-                text = text[: m.start()].strip()
+                text = text[: m.start()]
+            text = unglue(text).strip()
             tokens = text.split()
             if partial is not None:
-                if tokens and len(partial[0]) + len(tokens) == layout.ncols and _is_num(tokens[0]):
+                if _is_piece(tokens) and len(partial[0]) + len(tokens) <= layout.ncols:
                     tokens, num = partial[0] + tokens, partial[1]
                     text = " ".join(tokens)
                 else:
                     self._cut_row(partial, layout)
                 partial = None
-            if 3 < len(tokens) < layout.ncols and _is_int(tokens[0]) and all(map(_is_cell, tokens[3:])):
+            if len(tokens) < layout.ncols and _starts_row(tokens) and all(map(_is_cell, tokens[3:])):
                 partial = (tokens, num)
                 continue
             fits = len(tokens) == layout.ncols and _is_int(tokens[0]) and textblock.convert_rows(
@@ -643,10 +672,7 @@ class TextParser:
             if fits:
                 good.append(text)
                 good_nums.append(num)
-            elif tokens and _is_int(tokens[0]) and len(tokens) > 3 and text.count(":") <= 1:
-                why = (f"data row has {len(tokens)} fields, the table header has {layout.ncols}"
-                       if len(tokens) != layout.ncols else "data row has a field that is not a number where the "
-                                                           "table header expects one")
+            elif (why := _row_trouble(tokens, layout.ncols)) is not None and text.count(":") <= 1:
                 self.result.issues.append(Issue(num, why, text[:200]))
             else:
                 if self.on_other is not None:
