@@ -42,12 +42,12 @@ from ncclbot_sweep.names import (
 )
 from ncclbot_sweep.outcomes import mentions_invalid_arm
 from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo
+from ncclbot_sweep.parsers.library import VERSION_RE, library_of_version
 from ncclbot_sweep.parsers.prefixes import strip_prefix
 
 __all__ = ["LogFacts", "LogParser", "parse_nccl_log", "INFO_OF_INTEREST"]
 
 _MSG_RE = re.compile(r"NCCL (INFO|WARN|TRACE|ERROR) ?(.*)$")
-_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)(\S*)")
 _CHOICE_RE = re.compile(
     r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
     r"(?: time (?P<time>" + FLOAT_RE + r"))?"
@@ -73,7 +73,7 @@ _TUNING_DEPTH = 4
 
 #: What makes an ``NCCL INFO`` line worth a look, for every test in :meth:`LogParser.line`
 #: (the text parser drops the others in bulk, before Python sees them). Keep in step.
-INFO_OF_INTEREST = (r"\||Bytes -> |opCount|NCCL version|set by environment|Enabled NCCL|nRanks|coll channels"
+INFO_OF_INTEREST = (r"\||Bytes -> |opCount|CL version|set by environment|Enabled NCCL|nRanks|coll channels"
                     r"|Channel \d|/Plugin|lgorithm/protocol|Input: \{|Best tuning \{")
 
 
@@ -83,6 +83,8 @@ class LogFacts:
     """Run-level facts a log gives; ingest merges them into the ``runs`` row."""
 
     nccl_version: str | None = None
+    #: ``nccl`` or ``rccl`` (:mod:`~ncclbot_sweep.parsers.library`).
+    library: str | None = None
     plugins: list[str] = dataclasses.field(default_factory=list)
     algo_env: str | None = None
     proto_env: str | None = None
@@ -102,7 +104,7 @@ class LogFacts:
         if forced_arm and self.observed_arms:
             mismatch = any(arm != forced_arm for arm in self.observed_arms)
         return {
-            "nccl_version": self.nccl_version,
+            "nccl_version": self.nccl_version, "library": self.library,
             "plugins": json.dumps(self.plugins) if self.plugins else None,
             "func_matrix": json.dumps(self.func_matrix) if self.func_matrix else None,
             "nccl_algo_env": self.algo_env, "nccl_proto_env": self.proto_env,
@@ -297,8 +299,9 @@ class LogParser:
             self._tuning_best(text[:at] if at > 0 else "", stripped, lineno)
         elif "opCount" in stripped and (c := _COLL_RE.match(stripped)) is not None:
             self._coll(c, lineno)
-        elif "NCCL version" in stripped and (v := _VERSION_RE.search(stripped)) is not None:
-            self.facts.nccl_version = self.facts.nccl_version or v.group(1)
+        elif "CL version" in stripped and (v := VERSION_RE.search(stripped)) is not None:
+            self.facts.nccl_version = self.facts.nccl_version or v.group(2)
+            self.facts.library = "rccl" if self.facts.library == "rccl" else library_of_version(v)
         elif "set by environment" in stripped and (e := _ENV_RE.search(stripped)) is not None:
             setattr(self.facts, "algo_env" if e.group(1) == "ALGO" else "proto_env", e.group(2))
         elif stripped.startswith("Enabled NCCL Func/Proto/Algo Matrix"):

@@ -47,7 +47,15 @@ from ncclbot_sweep.parsers.common import (
     nccl_version_from_code,
     normalize_chunks,
 )
+from ncclbot_sweep.parsers.footer import ELISION_RE, FooterCheck
 from ncclbot_sweep.parsers.infer import infer_collective
+from ncclbot_sweep.parsers.library import (
+    RCCL_TESTS_ONLY,
+    TESTS_VERSION_RE,
+    VERSION_RE,
+    library_of_gpu,
+    library_of_version,
+)
 from ncclbot_sweep.parsers.nccl_log import INFO_OF_INTEREST
 from ncclbot_sweep.parsers.prefixes import PREFIX_RE_B, strip_prefix, unglue
 
@@ -71,13 +79,9 @@ _HEADER_KEYS = {
 _RANK_RE = re.compile(
     r"Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
-_VERSION_RE = re.compile(r"nccl-tests version (\d[\w.+-]*)(?:.*?nccl-headers=(\d+))?(?:.*?nccl-library=(\d+))?"
-                         r"(?:.*?simulator=(\S+))?")
-_NCCL_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
-_RCCL_TESTS_RE = re.compile(r"rccl-tests: Version (\S+)")
 _COLL_TEST_RE = re.compile(r"Collective test (starting|concluded):\s*(\S+)")
 _BINARY_RE = re.compile(r"\b(" + "|".join(sorted(BINARY_COLLECTIVE, key=len, reverse=True)) + r")(?:_mpi)?\b")
-_FAILURE_RE = re.compile(r"Test (?:CUDA |NCCL |NVML )?failure\b.*")
+_FAILURE_RE = re.compile(r"Test (?:CUDA |HIP |NCCL |RCCL |NVML )?failure\b.*")
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 _AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(" + FLOAT_RE + r"|nan|inf)")
 
@@ -198,6 +202,9 @@ def _row_trouble(tokens: list[str], ncols: int) -> str | None:
     return None
 
 
+#: rccl-tests marks an error beyond its threshold with ``*`` after the value (its footer says
+#: so: "Errors with asterisks indicate errors that have exceeded the maximum threshold").
+_OVER_THRESHOLD = re.compile(r"(?<=[\d.A])\*(?=\s|$)")
 #: An NCCL log line (``host:pid:tid [dev] NCCL INFO ...``) that starts inside another line;
 #: the host must start with a letter, so that the row's last number is not taken for it.
 _EMBEDDED_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] (?:[\d.]+ \S+ )?NCCL (?:INFO|WARN|TRACE)")
@@ -216,12 +223,16 @@ class _Run:
     binary: str | None = None
     nccl_version: str | None = None
     nccl_tests_version: str | None = None
+    #: ``nccl`` or ``rccl`` (:mod:`~ncclbot_sweep.parsers.library`); RCCL's marks win.
+    library: str | None = None
     failures: list[str] = dataclasses.field(default_factory=list)
     oob: int | None = None
     oob_failed: bool = False
     avg_busbw: float | None = None
     #: The line of the ``# Avg bus bandwidth`` footer (where an impossible value is reported).
     avg_busbw_line: int | None = None
+    #: The stored rows' bus bandwidths, for whether the footer is their mean.
+    footer: FooterCheck = dataclasses.field(default_factory=FooterCheck)
     rows: int = 0
     cycle: int = 0
     last_size: int = -1
@@ -435,8 +446,8 @@ class TextParser:
             # (if listening) gets every such line.
             if self.on_other is not None:
                 self.on_other(line, lineno)
-            if "NCCL version" in line and self._run is not None and (m := _NCCL_VERSION_RE.search(line)):
-                self._run.nccl_version = self._run.nccl_version or m.group(1)
+            if "CL version" in line and self._run is not None and (m := VERSION_RE.search(line)):
+                _library_version(self._run, m, keep=True)
             return
         text = strip_prefix(line).rstrip()
         body = text.lstrip()
@@ -487,18 +498,19 @@ class TextParser:
         """
         run = self._run
         if "NCCL INFO" in core or "NCCL WARN" in core:
-            if "NCCL version" in core and run is not None and (m := _NCCL_VERSION_RE.search(core)):
-                run.nccl_version = run.nccl_version or m.group(1)
+            if "CL version" in core and run is not None and (m := VERSION_RE.search(core)):
+                _library_version(run, m, keep=True)
             elif mentions_invalid_arm(core):
                 run = self._ensure_run(lineno)
                 run.invalid_arm = True
                 run.failures.append(core[:300])
             return
-        if "nccl-tests version" in core and (m := _VERSION_RE.search(core)):
+        if "ccl-tests" in core and (m := TESTS_VERSION_RE.search(core)):
             run = self._ensure_run(lineno, fresh=bool(run and run.rows))
-            run.nccl_tests_version = m.group(1)
-            run.nccl_version = run.nccl_version or nccl_version_from_code(m.group(3) or m.group(2))
-            run.simulator = m.group(4)
+            run.library = "rccl" if run.library == "rccl" else library_of_version(m)
+            run.nccl_tests_version = m.group(2) if m.group(1) == "n" else f"rccl-tests {m.group(2)}"
+            run.nccl_version = run.nccl_version or nccl_version_from_code(m.group(4) or m.group(3))
+            run.simulator = m.group(5)
         elif "Collective test" in core and (m := _COLL_TEST_RE.search(core)):
             if m.group(1) == "starting":
                 run = self._ensure_run(lineno, fresh=bool(run and (run.rows or run.binary)))
@@ -506,12 +518,9 @@ class TextParser:
             elif run is not None:
                 run.binary = run.binary or m.group(2)
                 run.concluded = True
-        elif "NCCL version" in core and (m := _NCCL_VERSION_RE.search(core)):
+        elif "CL version" in core and (m := VERSION_RE.search(core)):
             if run is not None:
-                run.nccl_version = m.group(1)
-        elif "rccl-tests" in core and (m := _RCCL_TESTS_RE.search(core)):
-            if run is not None:
-                run.nccl_tests_version = f"rccl-tests {m.group(1)}"
+                _library_version(run, m, keep=False)
         elif "Out of bounds" in core and (m := _OOB_RE.search(core)):
             self._flush()
             if run is not None:
@@ -527,6 +536,11 @@ class TextParser:
             run = self._ensure_run(lineno)
             run.invalid_arm = True
             run.failures.append(core[:300])
+        elif RCCL_TESTS_ONLY in core:
+            if run is not None:
+                run.library = "rccl"
+        elif run is not None and self._layout is not None and ELISION_RE.match(core):
+            run.footer.elision_line = run.footer.elision_line or lineno
         elif "failure" in core and _FAILURE_RE.search(core):
             self._ensure_run(lineno).failures.append(core[:300])
         elif "_perf" in core and (m := _BINARY_RE.search(core)) and "NCCL" not in core:
@@ -655,7 +669,7 @@ class TextParser:
                 if self.on_other is not None:
                     self.on_other(text[m.start():], num)
                 text = text[: m.start()]
-            text = unglue(text).strip()
+            text = _OVER_THRESHOLD.sub("", unglue(text)).strip()
             tokens = text.split()
             if partial is not None:
                 if _is_piece(tokens) and len(partial[0]) + len(tokens) <= layout.ncols:
@@ -743,6 +757,7 @@ class TextParser:
             data["time_us"] = pc.multiply(time_col, layout.time_scale) if layout.time_scale != 1.0 else time_col
             for name, out in (("algbw", "algbw_gbs"), ("busbw", "busbw_gbs"), ("error", "error")):
                 data[out] = col(pre + name, pa.float64())
+            run.footer.add(pc.fill_null(data["busbw_gbs"], float("nan")).to_numpy(zero_copy_only=False))
             data["wrong"] = col(pre + "wrong", pa.int64())
             sides.append(pa.table(data))
         # One batch for both sides (the columns they share are not copied).
@@ -803,13 +818,14 @@ class TextParser:
                                     and _collective(run, self.source.meta, self.source.path) is None else None),
             "gpus_per_node": (consts["ranks"] // consts["nodes"]) if consts["ranks"] and consts["nodes"] else None,
             "nccl_version": run.nccl_version, "nccl_tests_version": run.nccl_tests_version,
+            "library": run.library or library_of_gpu(next((r[2] for r in run.ranks.values() if r[2]), None)),
             "hosts": ",".join(hosts) if hosts else None, "n_hosts": len(hosts) if hosts else None,
             "gpu_name": next((r[2] for r in run.ranks.values() if r[2]), None),
             "outcome": outcome, "failure": failure, "dtype": run.dtype, "redop": run.redop,
             "min_bytes": h.get("min_bytes"), "max_bytes": h.get("max_bytes"),
             "warmup_iters": h.get("warmup_iters"), "iters": h.get("iters"), "agg_iters": h.get("agg_iters"),
             "validation": h.get("validation"), "graph": h.get("graph"), "cycles": run.cycle + 1 if run.rows else 0,
-            "oob_values": run.oob, "avg_busbw_gbs": run.avg_busbw,
+            "oob_values": run.oob, "avg_busbw_gbs": run.avg_busbw, "avg_busbw_elided": run.footer.elided(run.avg_busbw),
             "header": run.header_text if run.header_text else None,
             "source_format": "nccl-tests-text", "arm": consts["arm"], "policy": consts["policy"],
             "synthetic": True if run.simulator else None,
@@ -918,6 +934,14 @@ def _csv_of(group: list[list | str]) -> bytes | None:
                 return None
             parts.append(prep.csv(first, stop))
     return b"".join(parts)
+
+
+def _library_version(run: _Run, match: re.Match, *, keep: bool) -> None:
+    """Note a library version line (``NCCL version ...``, ``RCCL version : ...``) on ``run``;
+    ``keep``: a version already known stays (NCCL INFO lines repeat it per rank)."""
+    run.library = "rccl" if run.library == "rccl" else library_of_version(match)
+    if not (keep and run.nccl_version):
+        run.nccl_version = match.group(2)
 
 
 def _scale(run: _Run) -> tuple[int | None, int | None, list[str]]:
