@@ -24,7 +24,8 @@ TESTS_VERSION_RE = re.compile(
     r"\b([nr])ccl-tests(?: version |: Version )(\S+)(?:.*?[nr]ccl-headers=(\d+))?(?:.*?[nr]ccl-library=(\d+))?"
     r"(?:.*?simulator=(\S+))?")
 _AMD_GPU = re.compile(r"\bAMD\b|Radeon|Instinct|\bgfx\d", re.I)
-_NVIDIA_GPU = re.compile(r"NVIDIA|Tesla|GeForce|Quadro", re.I)
+#: NVIDIA's names, with or without the vendor (older nccl-tests print ``A100-SXM4-40GB``).
+_NVIDIA_GPU = re.compile(r"NVIDIA|Tesla|GeForce|Quadro|TITAN|\b(?:G[BH])?[ABHLTV]\d{1,3}[A-Z]?\b", re.I)
 
 
 def library_of_version(match: re.Match) -> str:

@@ -221,3 +221,12 @@ def test_cli_ingest_missing_path_is_a_usage_error(tmp_path):
     res = CliRunner().invoke(main, ["ingest", str(tmp_path / "nope"), "--dataset", str(tmp_path / "ds")])
     assert res.exit_code == 2
     assert "does not exist" in res.output and not (tmp_path / "ds").exists()
+
+
+def test_library_and_footer_flag_reach_the_runs_table(tmp_path):
+    src = _real() / "A" / "issue-rccl-pr2078-allreduce-mi300x-16rank-tail-footer-elided-partial.txt"
+    ingest([src], tmp_path / "ds")
+    run = datasets.read_table(tmp_path / "ds", "runs").iloc[0]
+    assert run["library"] == "rccl" and run["collective"] == "AllReduce"
+    assert run["avg_busbw_gbs"] == pytest.approx(142.652) and bool(run["avg_busbw_elided"]) is True
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 8
