@@ -29,21 +29,30 @@ _TIME = r"\d\d:\d\d:\d\d(?:[.,]\d+)?"
 _ZONE = r"(?:Z|[+-]\d\d:?\d\d)"
 #: What may follow a host-like label: the start of an nccl-tests line, or another label.
 _NCCLTESTS_START = r"(?=[ \t]*(?:[#\d\[(]|nThread\b))"
-_ONE = (
-    r"(?:\[\d+,\d+\]<std(?:out|err)>:"                                   # OpenMPI --tag-output
-    r"|[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}<std(?:out|err)>:"  # --timestamp-output
-    r"|\([A-Za-z_]\w* pid=\d+(?:, ip=[\d.]+)?\) "                          # Ray workers
-    r"|\[pod/[^\]\s]+\] "                                                  # kubectl logs --prefix
-    r"|\d{4}-\d\d-\d\dT" + _TIME + _ZONE + r"?[ \t]"                       # ISO 8601 (kubectl, CI)
-    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+" + _ZONE + r"?|" + _ZONE + r")[ \t]"
-    r"|\[(?:\d{4}-\d\d-\d\d[T ])?" + _TIME + _ZONE + r"?\] ?"              # [12:00:01]
-    r"|[A-Z][a-z]{2} [ \d]\d " + _TIME + r" "                              # ts(1), syslog
-    r"| *\d{1,5}: "                                                        # srun -l
-    r"|\[\d{1,5}\] (?=\S| +[-\d#])|\[default\d{1,5}\]:"                    # torchrun
-    r"|[A-Za-z0-9][\w.-]{0,63}: " + _NCCLTESTS_START +                     # pdsh, clush
-    r")"
+# The labels, grouped by their first character, so that a line (or the rest of one) that
+# starts with none of them costs one test, not one per label: ingest strips every line of a
+# labelled file.
+_BRACKETED = (
+    r"\[(?:\d+,\d+\]<std(?:out|err)>:"                                    # OpenMPI --tag-output
+    r"|pod/[^\]\s]+\] "                                                   # kubectl logs --prefix
+    r"|(?:\d{4}-\d\d-\d\d[T ])?" + _TIME + _ZONE + r"?\] ?"               # [12:00:01]
+    r"|\d{1,5}\] (?=\S| +[-\d#])|default\d{1,5}\]:)"                      # torchrun
 )
-_PREFIX = r"(?:[ \t]*" + _ONE + r")+"
+_NUMERIC = (
+    r"\d(?:\d{3}-\d\d-\d\dT" + _TIME + _ZONE + r"?[ \t]"                   # ISO 8601 (kubectl, CI)
+    r"|\d{3}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+" + _ZONE + r"?|" + _ZONE + r")[ \t]"
+    r"|\d{0,4}: "                                                          # srun -l
+    r"|[\w.-]{0,62}: " + _NCCLTESTS_START + r")"                           # pdsh, clush (10.0.0.3: )
+)
+_WORDY = (
+    r"[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}<std(?:out|err)>:"  # --timestamp-output
+    r"|[A-Z][a-z]{2} [ \d]\d " + _TIME + r" "                               # ts(1), syslog
+    r"|[A-Za-z][\w.-]{0,63}: " + _NCCLTESTS_START                           # pdsh, clush
+)
+_ONE = (r"(?:(?=\[)" + _BRACKETED + r"|(?=\d)" + _NUMERIC + r"|(?=[A-Za-z])(?:" + _WORDY + r")"
+        r"|\([A-Za-z_]\w* pid=\d+(?:, ip=[\d.]+)?\) )")                     # Ray workers
+#: Blanks before a label (srun right-aligns, pastes indent) are taken whole, never backtracked into.
+_PREFIX = r"(?:[ \t]*+" + _ONE + r")+"
 PREFIX_RE = re.compile("^" + _PREFIX)
 PREFIX_RE_B = re.compile(("^" + _PREFIX).encode(), re.M)
 #: A torchrun or OpenMPI label glued to the value before it, inside a line.
