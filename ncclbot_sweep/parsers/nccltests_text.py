@@ -49,6 +49,16 @@ from ncclbot_sweep.parsers.common import (
 )
 from ncclbot_sweep.parsers.footer import ELISION_RE, FooterCheck
 from ncclbot_sweep.parsers.infer import infer_collective
+from ncclbot_sweep.parsers.layout import (
+    EMBEDDED_LOG,
+    OVER_THRESHOLD,
+    Layout,
+    is_cell,
+    is_int,
+    is_piece,
+    row_trouble,
+    starts_row,
+)
 from ncclbot_sweep.parsers.library import (
     RCCL_TESTS_ONLY,
     TESTS_VERSION_RE,
@@ -59,7 +69,7 @@ from ncclbot_sweep.parsers.library import (
 from ncclbot_sweep.parsers.nccl_log import INFO_OF_INTEREST
 from ncclbot_sweep.parsers.prefixes import PREFIX_RE_B, strip_prefix, unglue
 
-__all__ = ["TextParser", "parse_nccltests_text", "Layout", "collective_from_name"]
+__all__ = ["TextParser", "parse_nccltests_text", "collective_from_name"]
 
 log = logging.getLogger(__name__)
 
@@ -84,131 +94,6 @@ _BINARY_RE = re.compile(r"\b(" + "|".join(sorted(BINARY_COLLECTIVE, key=len, rev
 _FAILURE_RE = re.compile(r"Test (?:CUDA |HIP |NCCL |RCCL |NVML )?failure\b.*")
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 _AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(" + FLOAT_RE + r"|nan|inf)")
-
-# Column names as printed, normalised to ours.
-_NAME_MAP = {
-    "bytes": "size", "size": "size", "n": "count", "count": "count", "type": "type",
-    "op": "redop", "redop": "redop", "root": "root", "time": "time", "algbw": "algbw",
-    "busbw": "busbw", "#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error",
-    "timestamp": "timestamp",
-}
-
-
-@dataclasses.dataclass
-class Layout:
-    """Which token of a data row is which column.
-
-    ``prefix`` are the leading columns (``size count type [redop] [root]``, ``timestamp``
-    first with ``-S``); ``sides`` are the out-of-place and in-place groups, each starting
-    with ``time``. ``time_scale`` converts the printed unit to microseconds.
-    """
-
-    prefix: list[str]
-    sides: list[list[str]]
-    time_scale: float = 1.0
-    #: Trailing columns: ``-S`` prints a timestamp as two tokens (date and time).
-    suffix: list[str] = dataclasses.field(default_factory=list)
-
-    def without_redop(self) -> Layout | None:
-        """This layout without its ``redop`` column (rows that leave it blank), or None."""
-        if "redop" not in self.prefix:
-            return None
-        return Layout([c for c in self.prefix if c != "redop"], [list(s) for s in self.sides],
-                      self.time_scale, list(self.suffix))
-
-    @property
-    def ncols(self) -> int:
-        return len(self.prefix) + sum(len(s) for s in self.sides) + len(self.suffix)
-
-    @classmethod
-    def from_header(cls, tokens: list[str]) -> Layout | None:
-        names = [_NAME_MAP.get(t.lower(), t.lower()) for t in tokens]
-        if "size" not in names or "time" not in names:
-            return None
-        suffix: list[str] = []
-        if names[-1] == "timestamp":
-            names, suffix = names[:-1], ["ts_date", "ts_time"]
-        if names[0] == "timestamp":
-            names = ["ts_date", "ts_time"] + names[1:]
-        starts = [i for i, n in enumerate(names) if n == "time"]
-        prefix = names[: starts[0]]
-        sides = [names[a:b] for a, b in zip(starts, starts[1:] + [len(names)])]
-        return cls(prefix, sides, suffix=suffix)
-
-    @classmethod
-    def infer(cls, tokens: list[str]) -> Layout | None:
-        """Guess the layout from one data row (fragments without a header)."""
-        if len(tokens) < 6 or not tokens[0].isdigit() or not tokens[1].isdigit() or _is_num(tokens[2]):
-            return None
-        prefix = ["size", "count", "type"]
-        i = 3
-        if i < len(tokens) and not _is_num(tokens[i]) and tokens[i] != "N/A":
-            prefix.append("redop")
-            i += 1
-        if i < len(tokens) and _is_int(tokens[i]) and len(tokens) - i - 1 in (8, 6, 4, 2) and "." not in tokens[i]:
-            # A bare integer before the times is the root (times carry a decimal point).
-            prefix.append("root")
-            i += 1
-        rest = len(tokens) - i
-        if rest < 3:
-            return None
-        nside = 2 if rest % 2 == 0 and rest >= 6 else 1
-        width = rest // nside
-        side = ["time", "algbw", "busbw"]
-        if width >= 4:
-            last = tokens[i + 3]
-            side.append("error" if ("e" in last.lower() and last != "N/A") or "." in last else "wrong")
-        side += [f"extra{k}" for k in range(width - len(side))]
-        return cls(prefix, [list(side) for _ in range(nside)])
-
-
-def _is_num(tok: str) -> bool:
-    try:
-        float(tok)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_int(tok: str) -> bool:
-    return tok.lstrip("-").isdigit()
-
-
-def _is_cell(tok: str) -> bool:
-    """A token a row may hold after its size and count: a number, ``N/A`` or a name."""
-    return _is_num(tok) or tok == "N/A" or tok.isalnum()
-
-
-def _starts_row(tokens: list[str]) -> bool:
-    """The first piece of a row: size, count, then the type's name (more may follow)."""
-    return len(tokens) > 3 and _is_int(tokens[0]) and _is_int(tokens[1]) and not _is_num(tokens[2])
-
-
-def _is_piece(tokens: list[str]) -> bool:
-    """A later piece of a row: numbers (or ``N/A``) only."""
-    return bool(tokens) and all(_is_num(t) or t in textblock.NULL_TEXT for t in tokens)
-
-
-def _row_trouble(tokens: list[str], ncols: int) -> str | None:
-    """Why a line that looks like (part of) a table row could not be one; None if it does not."""
-    if len(tokens) >= 2 and _is_int(tokens[0]) and _is_int(tokens[1]):
-        if len(tokens) < ncols:
-            return f"data row cut short: {len(tokens)} of {ncols} fields"
-        if len(tokens) > ncols:
-            return f"data row has {len(tokens)} fields, the table header has {ncols}"
-        return "data row has a field that is not a number where the table header expects one"
-    if len(tokens) >= 3 and _is_piece(tokens):
-        return "numbers without a size and count: the rest of a table row whose start is not in the output"
-    return None
-
-
-#: rccl-tests marks an error beyond its threshold with ``*`` after the value (its footer says
-#: so: "Errors with asterisks indicate errors that have exceeded the maximum threshold").
-_OVER_THRESHOLD = re.compile(r"(?<=[\d.A])\*(?=\s|$)")
-#: An NCCL log line (``host:pid:tid [dev] NCCL INFO ...``) that starts inside another line;
-#: the host must start with a letter, so that the row's last number is not taken for it.
-_EMBEDDED_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] (?:[\d.]+ \S+ )?NCCL (?:INFO|WARN|TRACE)")
-
 
 @dataclasses.dataclass
 class _Run:
@@ -483,8 +368,8 @@ class TextParser:
                 self._layout = layout
                 self._queue(" ".join(tokens), 0, 1, np.array([lineno]))
                 return
-            if len(tokens) >= 3 and _is_piece(tokens):
-                self.result.issues.append(Issue(lineno, _row_trouble(tokens, 0) or "", core[:200]))
+            if len(tokens) >= 3 and is_piece(tokens):
+                self.result.issues.append(Issue(lineno, row_trouble(tokens, 0) or "", core[:200]))
                 return
         if self.on_other is not None:
             self.on_other(line, lineno)
@@ -665,28 +550,28 @@ class TextParser:
         partial: tuple[list[str], int] | None = None
         for raw, num in zip(lines, nums):
             text = strip_prefix(raw).strip()
-            if (m := _EMBEDDED_LOG.search(text)) is not None and m.start() > 0:
+            if (m := EMBEDDED_LOG.search(text)) is not None and m.start() > 0:
                 if self.on_other is not None:
                     self.on_other(text[m.start():], num)
                 text = text[: m.start()]
-            text = _OVER_THRESHOLD.sub("", unglue(text)).strip()
+            text = OVER_THRESHOLD.sub("", unglue(text)).strip()
             tokens = text.split()
             if partial is not None:
-                if _is_piece(tokens) and len(partial[0]) + len(tokens) <= layout.ncols:
+                if is_piece(tokens) and len(partial[0]) + len(tokens) <= layout.ncols:
                     tokens, num = partial[0] + tokens, partial[1]
                     text = " ".join(tokens)
                 else:
                     self._cut_row(partial, layout)
                 partial = None
-            if len(tokens) < layout.ncols and _starts_row(tokens) and all(map(_is_cell, tokens[3:])):
+            if len(tokens) < layout.ncols and starts_row(tokens) and all(map(is_cell, tokens[3:])):
                 partial = (tokens, num)
                 continue
-            fits = len(tokens) == layout.ncols and _is_int(tokens[0]) and textblock.convert_rows(
+            fits = len(tokens) == layout.ncols and is_int(tokens[0]) and textblock.convert_rows(
                 pa.array([text], pa.large_string()), layout.prefix, layout.sides, layout.suffix) is not None
             if fits:
                 good.append(text)
                 good_nums.append(num)
-            elif (why := _row_trouble(tokens, layout.ncols)) is not None and text.count(":") <= 1:
+            elif (why := row_trouble(tokens, layout.ncols)) is not None and text.count(":") <= 1:
                 self.result.issues.append(Issue(num, why, text[:200]))
             else:
                 if self.on_other is not None:
