@@ -26,7 +26,7 @@ import re
 from typing import Any
 
 from ncclbot_sweep.names import FULL_BUFFER_COLLECTIVES, canonical_collective, canonical_dtype, dtype_bytes
-from ncclbot_sweep.parsers.common import FLOAT_RE
+from ncclbot_sweep.parsers.common import FLOAT_RE, to_float, to_int
 
 __all__ = ["Choice", "parse_choice", "thread_of", "PendingColls"]
 
@@ -81,27 +81,27 @@ def parse_choice(msg: str) -> Choice | None:
     """The facts of a choice line's message (after ``NCCL INFO``/``TRACE``), or None."""
     if (t := _TRACE.match(msg)) is not None:
         found = Choice(t.group("algo"), t.group("proto"), collective=_collective(t.group("coll")),
-                       count=int(t.group("count")), datatype=canonical_dtype(t.group("dtype")), trace=True)
+                       count=to_int(t.group("count")), datatype=canonical_dtype(t.group("dtype")), trace=True)
     elif (a := _ALGO.search(msg)) is not None:
         found = Choice(a.group("algo"), a.group("proto"))
         if (n := _NAMED.match(msg)) is not None:
-            found.collective, found.nbytes = _collective(n.group("coll")), int(n.group("bytes"))
+            found.collective, found.nbytes = _collective(n.group("coll")), to_int(n.group("bytes"))
         elif (n := _NUMERIC.match(msg)) is not None:
-            found.nbytes, found.whole = int(n.group("bytes")), True
+            found.nbytes, found.whole = to_int(n.group("bytes")), True
         elif (o := _OPCOUNT.search(msg)) is not None:
-            found.op_count = int(o.group(1), 16)
+            found.op_count = int(o.group(1)[-16:], 16)
             if (b := _NBYTES.search(msg)) is not None:
-                found.nbytes, found.whole = int(b.group(1) or b.group(2)), True
+                found.nbytes, found.whole = to_int(b.group(1) or b.group(2)), True
         else:
             return None
     else:
         return None
     if (c := _CHANNELS.search(msg)) is not None:
-        found.lo, found.hi = int(c.group(1)), int(c.group(2))
+        found.lo, found.hi = to_int(c.group(1)), to_int(c.group(2))
     if (c := _NCHANNELS.search(msg)) is not None:
-        found.nchannels = int(c.group(1))
+        found.nchannels = to_int(c.group(1))
     if (c := _TIME.search(msg)) is not None:
-        found.predicted_us = float(c.group(1))
+        found.predicted_us = to_float(c.group(1))
     if (c := _COMM.search(msg)) is not None:
         found.comm = c.group(1)
     return found

@@ -106,6 +106,12 @@ def _kernel_dtype(name: str) -> str | None:
     return None
 
 
+def _id(value: Any) -> int | str | None:
+    """An id a trace gives (``External id``, ``correlation``, pid, tid) when it is one: a
+    number or a name; anything else (a list, an object) is no id."""
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+
+
 def _key_from_args(coll: str, args: dict) -> tuple:
     width = _width(args.get("dtype"))
     nelems = max(to_int(args.get("In msg nelems")) or 0, to_int(args.get("Out msg nelems")) or 0)
@@ -143,19 +149,19 @@ def collect(events: list) -> tuple[list[Call], list[Kernel], dict[Any, tuple]]:
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
         cat, name = str(ev.get("cat", "")).lower(), str(ev.get("name", ""))
         ts, dur = to_float(ev.get("ts")) or 0.0, to_float(ev.get("dur")) or 0.0
-        thread = (ev.get("pid"), ev.get("tid")) if ev.get("tid") is not None else None
+        thread = (_id(ev.get("pid")), _id(ev.get("tid"))) if _id(ev.get("tid")) is not None else None
         if cat == "kernel":
             kernels.append(_kernel(name, args, ts, dur))
-        elif cat in ("cuda_runtime", "cuda_driver") and args.get("correlation") is not None:
-            launches[args["correlation"]] = (thread, ts)
+        elif cat in ("cuda_runtime", "cuda_driver") and _id(args.get("correlation")) is not None:
+            launches[_id(args.get("correlation"))] = (thread, ts)
         elif cat == "cpu_op" and name == "record_param_comms" and args.get("Collective name"):
             if coll := torch_collective(str(args["Collective name"])):
-                call = Call(_key_from_args(coll, args), ts, ts + dur, thread, {args.get("External id")},
+                call = Call(_key_from_args(coll, args), ts, ts + dur, thread, {_id(args.get("External id"))},
                             _seq(args), from_op=True)
                 ops[(thread, coll)].append((ts, 0, call))
         elif cat in ("user_annotation", "cpu_op") and name.startswith("nccl:"):
             if coll := torch_collective(name):
-                call = Call(_annotation_key(coll, args), ts, ts + dur, thread, {args.get("External id")},
+                call = Call(_annotation_key(coll, args), ts, ts + dur, thread, {_id(args.get("External id"))},
                             annotated=True)
                 ops[(thread, coll)].append((ts, 1, call))
     calls = [call for views in ops.values() for call in _merge_views(sorted(views, key=lambda v: (v[0], v[1])))]
@@ -169,7 +175,7 @@ def _kernel(name: str, args: dict, ts: float, dur: float) -> Kernel:
         key = _key_from_args(torch_collective(str(args["Collective name"])) or coll, args)
     else:
         key = (coll, None, None, dtype_name(_kernel_dtype(name)) if coll else None, None)
-    return Kernel(coll, key, meta, ts, dur, args.get("External id"), args.get("correlation"), _seq(args))
+    return Kernel(coll, key, meta, ts, dur, _id(args.get("External id")), _id(args.get("correlation")), _seq(args))
 
 
 def _merge_views(views: list[tuple[float, int, Call]]) -> list[Call]:
