@@ -38,6 +38,11 @@ Column notes:
   output (``simulator=`` on the version line, a ``"simulator"`` key in ``-J`` JSON); a
   fabric's name says nothing. ``runs.collective_inferred`` is true when no binary name was
   in the output and the collective was read from the table's numbers (``parsers.infer``).
+* ``runs.avg_busbw_gbs`` is the ``# Avg bus bandwidth`` footer as printed (nccl-tests' mean of
+  every row it measured); ``avg_busbw_elided`` is true when the stored rows do not give it
+  (rows elided or cut in the output, or quarantined), false when they do, null without a
+  footer (``parsers.footer``). ``runs.library`` is ``nccl`` or ``rccl`` (rccl-tests and RCCL
+  outputs; ``parsers.library``), null when the output does not say.
 * ``choices``: one row per run of identical consecutive per-call lines of an NCCL log;
   ``calls`` counts them and ``seq`` is the index of the first (``kind`` ``algo``); ``COLL``
   lines (``kind`` ``coll``) are one row each, with ``op_count``. NCCL 2.31+'s per-call
@@ -46,7 +51,9 @@ Column notes:
   model's, or with a tuner plugin what the plugin left in the table, 0 for a forced arm;
   null for NCCL's -1), ``tuning_mask`` the candidates of that pass (beyond bit 20: the
   symmetric-kernel scheduler's pass) and ``sym_kernel`` the symmetric kernel it chose
-  (``arm`` then null). ``predicted_us`` of ``algo`` rows is 2.23's ``time`` field.
+  (``arm`` then null). ``predicted_us`` of ``algo`` rows is the choice line's ``time`` field.
+  An ``algo`` row whose line names no collective takes it (and count, datatype, ``op_count``)
+  from the ``COLL`` line of its call (``parsers.choices``), else keeps it null.
 * ``runs``: ``outcome`` is a :class:`~ncclbot_sweep.executors.base.StepOutcome` value;
   ``failure`` says why a run is not ``ok``; ``arm_observed`` is the arm NCCL's choice lines
   show most and ``arm_mismatch`` is true when a forced ``arm`` did not run; ``hosts`` is a
@@ -57,7 +64,8 @@ Column notes:
 * ``cost_tables`` rows written by ingest come from choice lines that print NCCL's predicted
   time (``source`` ``nccl-log-choice``: the chosen arm only).
 * ``live_events.source``: ``ncclbot`` (plugin trace), ``nccl-profiler``, ``nccl-inspector``,
-  ``nccl-inspector-prometheus``; ``workload`` comes from Kineto traces.
+  ``nccl-inspector-prometheus``; ``workload`` comes from Kineto traces, each collective call
+  counted once across its views and only NCCL's (``parsers.kineto_calls``).
 * ``quarantine`` lists what could not be used (file, line, reason); ``sources`` is the ledger
   of ingested files (status ``ingested``, ``partial`` or ``quarantined``).
 * ``contexts`` is written by ``analyze`` (``analyze contexts``, ``analyze report``), not by
@@ -140,12 +148,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("fabric", _S), ("synthetic", _B), ("kind", _S), ("collective", _S), ("collective_inferred", _B),
         ("binary", _S),
         ("nodes", _I32), ("ranks", _I32), ("gpus_per_node", _I32), ("arm", _S), ("policy", _S),
-        ("nccl_version", _S), ("nccl_tests_version", _S), ("hosts", _S), ("n_hosts", _I32),
+        ("nccl_version", _S), ("nccl_tests_version", _S), ("library", _S), ("hosts", _S), ("n_hosts", _I32),
         ("gpu_name", _S), ("started_at", _TS), ("outcome", _S), ("exit_code", _I32),
         ("failure", _S), ("arm_observed", _S), ("arm_mismatch", _B), ("dtype", _S), ("redop", _S),
         ("min_bytes", _I64), ("max_bytes", _I64), ("warmup_iters", _I32), ("iters", _I32),
         ("agg_iters", _I32), ("validation", _I32), ("graph", _I32), ("cycles", _I32),
-        ("oob_values", _I64), ("avg_busbw_gbs", _F64), ("header", _S), ("source_format", _S),
+        ("oob_values", _I64), ("avg_busbw_gbs", _F64), ("avg_busbw_elided", _B), ("header", _S), ("source_format", _S),
         ("plugins", _S), ("func_matrix", _S), ("nccl_algo_env", _S), ("nccl_proto_env", _S), ("env", _S),
         ("variant", _S),
     ),

@@ -33,7 +33,9 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     parser.on_other = log.line
     parser.feed_all(normalize_chunks(chunks), workers=2)
     result = parser.close()
-    log_result, facts = log.finish(ranks=next((r["ranks"] for r in result.rows("runs") if r.get("ranks")), None))
+    tested = {r["collective"] for r in result.rows("runs")} - {None}
+    log_result, facts = log.finish(ranks=next((r["ranks"] for r in result.rows("runs") if r.get("ranks")), None),
+                                   collective=tested.pop() if len(tested) == 1 else None)
     for name in ("tuning_tables", "choices", "cost_tables"):
         if log_result.tables.get(name):
             result.tables[name] = log_result.tables[name]

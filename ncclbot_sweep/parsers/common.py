@@ -1,4 +1,4 @@
-"""What every parser shares: the result container, issues for quarantine, launcher prefixes.
+"""What every parser shares: the result container, issues for quarantine, number readers.
 
 Parsers are pure: they map text plus source metadata to rows and never
 touch the file system. Anything they cannot interpret becomes an :class:`Issue` with a line
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -17,8 +16,6 @@ __all__ = [
     "Issue",
     "ParseResult",
     "SourceInfo",
-    "strip_prefix",
-    "PREFIX_RE",
     "nccl_version_from_code",
     "to_float",
     "to_int",
@@ -129,25 +126,6 @@ class ParseResult:
         for name, items in other.tables.items():
             self.tables.setdefault(name, []).extend(items)
         self.issues.extend(other.issues)
-
-
-# Launcher prefixes, one alternative each: OpenMPI --tag-output, OpenMPI --timestamp-output,
-# Ray workers, srun -l ("0: "), torchrun/--label ("[0] ", also before a right-aligned table row).
-_PREFIX = (
-    r"(?:\[\d+,\d+\]<std(?:out|err)>:"
-    r"|[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}<std(?:out|err)>:"
-    r"|\([A-Za-z_]\w* pid=\d+(?:, ip=[\d.]+)?\) "
-    r"|\d{1,5}: "
-    r"|\[\d{1,5}\] (?=\S| +[-\d#]))"
-)
-PREFIX_RE = re.compile("^" + _PREFIX)
-PREFIX_RE_B = re.compile(("^" + _PREFIX).encode(), re.M)
-
-
-def strip_prefix(line: str) -> str:
-    """Remove one launcher prefix (``[1,0]<stdout>:``, ``0: ``, ``[0] ``, Ray's) from a line."""
-    match = PREFIX_RE.match(line)
-    return line[match.end():] if match else line
 
 
 def nccl_version_from_code(code: int | str | None) -> str | None:

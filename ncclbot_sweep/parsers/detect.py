@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ncclbot_sweep.parsers.common import PREFIX_RE_B, normalize_chunks
+from ncclbot_sweep.parsers.common import normalize_chunks
+from ncclbot_sweep.parsers.prefixes import PREFIX_RE_B, unglue
 
 __all__ = ["detect_format", "FORMATS"]
 
@@ -42,7 +43,7 @@ def detect_format(head: bytes) -> str | None:
     if _FORK_JSON.search(text) or (stripped.startswith("{") and '"results"' in text) \
             or (stripped.startswith("{") and '"config"' in text and '"nccl_version"' in text):
         return "nccl-tests-json"
-    if _TEXT_TABLE.search(text):
+    if _TEXT_TABLE.search(unglue(text)):
         return "nccl-tests-text"
     if "NCCL INFO" in text or "NCCL WARN" in text:
         return "nccl-log"

@@ -37,22 +37,20 @@ from ncclbot_sweep.names import (
     canonical_algorithm,
     canonical_collective,
     canonical_protocol,
+    dtype_bytes,
     full_buffer_bytes,
     nccl_datatype,
 )
 from ncclbot_sweep.outcomes import mentions_invalid_arm
-from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo, strip_prefix
+from ncclbot_sweep.parsers.choices import Choice, PendingColls, parse_choice, thread_of
+from ncclbot_sweep.parsers.common import FLOAT_RE, Issue, ParseResult, SourceInfo
+from ncclbot_sweep.parsers.library import VERSION_RE, library_of_version
+from ncclbot_sweep.parsers.prefixes import strip_prefix
 
 __all__ = ["LogFacts", "LogParser", "parse_nccl_log", "INFO_OF_INTEREST"]
 
 _MSG_RE = re.compile(r"NCCL (INFO|WARN|TRACE|ERROR) ?(.*)$")
-_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)(\S*)")
-_CHOICE_RE = re.compile(
-    r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
-    r"(?: time (?P<time>" + FLOAT_RE + r"))?"
-    r"(?:.*?channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
-    r"(?:.*?nchannels (?P<nch>\d+))?"
-)
+_STREAM_RE = re.compile(r"\S+:\d+:\d+ \[\d+\]")
 _COLL_RE = re.compile(
     r"^(?P<coll>[A-Za-z]+): opCount (?P<op>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ count (?P<count>\d+) "
     r"datatype (?P<dt>\d+) op (?P<redop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)"
@@ -72,7 +70,7 @@ _TUNING_DEPTH = 4
 
 #: What makes an ``NCCL INFO`` line worth a look, for every test in :meth:`LogParser.line`
 #: (the text parser drops the others in bulk, before Python sees them). Keep in step.
-INFO_OF_INTEREST = (r"\||Bytes -> |opCount|NCCL version|set by environment|Enabled NCCL|nRanks|coll channels"
+INFO_OF_INTEREST = (r"\||Bytes -> | proto |opCount|CL version|set by environment|Enabled NCCL|nRanks|coll channels"
                     r"|Channel \d|/Plugin|lgorithm/protocol|Input: \{|Best tuning \{")
 
 
@@ -82,6 +80,8 @@ class LogFacts:
     """Run-level facts a log gives; ingest merges them into the ``runs`` row."""
 
     nccl_version: str | None = None
+    #: ``nccl`` or ``rccl`` (:mod:`~ncclbot_sweep.parsers.library`).
+    library: str | None = None
     plugins: list[str] = dataclasses.field(default_factory=list)
     algo_env: str | None = None
     proto_env: str | None = None
@@ -101,7 +101,7 @@ class LogFacts:
         if forced_arm and self.observed_arms:
             mismatch = any(arm != forced_arm for arm in self.observed_arms)
         return {
-            "nccl_version": self.nccl_version,
+            "nccl_version": self.nccl_version, "library": self.library,
             "plugins": json.dumps(self.plugins) if self.plugins else None,
             "func_matrix": json.dumps(self.func_matrix) if self.func_matrix else None,
             "nccl_algo_env": self.algo_env, "nccl_proto_env": self.proto_env,
@@ -167,6 +167,13 @@ def _tuning_mask(value: str | None) -> int | None:
         return None
 
 
+def _stream(head: str) -> str:
+    """The printing thread and device of a line (``host:pid:tid [dev]``): TUNING pairs are
+    matched per stream, whatever launcher labels or TRACE timestamps surround it."""
+    m = _STREAM_RE.search(head)
+    return m.group(0) if m else head.strip()
+
+
 class LogParser:
     """Line-at-a-time NCCL log parser: :meth:`line` for each line, then :meth:`finish`."""
 
@@ -180,7 +187,12 @@ class LogParser:
         self.seq = 0
         self.any_nccl = False
         self.group = -1
-        self._last_choice: tuple[tuple, dict, str] | None = None
+        #: The last choice row: its merge key, the row, the line's message and thread.
+        self._last_choice: tuple[tuple, dict, str, str] | None = None
+        #: COLL rows waiting for the choice line of their call, per thread.
+        self._pending = PendingColls()
+        #: Per thread, the last INFO choice a 2.19+ TRACE ``Collective ...`` line would repeat.
+        self._echo: dict[str, tuple] = {}
         self.blocks: dict[int, int] = {}
         #: The rank count of the last COLL line (``[nranks=N]``), for choice sizes.
         self.coll_ranks: int | None = None
@@ -189,14 +201,21 @@ class LogParser:
         self._tuning_open: dict[str, list[tuple[dict[str, str], str, int]]] = {}
         self._last_tuning: dict[str, tuple[tuple[str, str], dict]] = {}
 
-    def finish(self, *, ranks: int | None = None) -> tuple[ParseResult, LogFacts]:
+    def finish(self, *, ranks: int | None = None, collective: str | None = None) -> tuple[ParseResult, LogFacts]:
         """Close the log: stamp the NCCL version on table rows, report cut tables; return rows and facts.
 
         ``ranks`` is the rank count when the output around the log gives it (nccl-tests' Rank
         lines). Choice lines printed before the log said its rank count get their AllGather
         and ReduceScatter full-buffer sizes here, from whatever the whole log told.
+        ``collective`` is the one collective the output around the log runs (an nccl-tests
+        binary calls nothing else): choice lines that name none and that no COLL line
+        explained are its calls.
         """
         result, facts = self.result, self.facts
+        if collective is not None:
+            for row in result.tables.get("choices", []):
+                if row["kind"] == "algo" and row["collective"] is None:
+                    row["collective"] = collective
         self._late_sizes(self.source.meta.get("ranks") or facts.ranks or self.coll_ranks or ranks)
         channels = facts.nchannels or facts.ring_channels
         for row in result.tables.get("tuning_tables", []):
@@ -271,7 +290,7 @@ class LogParser:
             if m is None:
                 self._continuation(text, lineno)
                 return
-            level, msg = m.group(1), m.group(2)
+            level, msg, at = m.group(1), m.group(2), m.start()
         self.any_nccl = True
         if mentions_invalid_arm(msg):
             self.facts.invalid_arm = msg.strip()[:300]
@@ -282,22 +301,17 @@ class LogParser:
         if "|" in stripped and self._table_line(stripped, lineno):
             return
         # Substring guards first: a debug log is long and most of its lines match nothing here.
-        if " Bytes -> " in stripped:
-            last = self._last_choice
-            if last is not None and last[2] == stripped:
-                last[1]["calls"] += 1  # the same call again (the common case in a sweep)
-                self.facts.observed_arms[last[1]["arm"]] += 1
-                self.seq += 1
-            elif (c := _CHOICE_RE.match(stripped)) is not None:
-                self._choice(c, lineno, stripped)
+        if " Bytes -> " in stripped or " proto " in stripped or stripped.startswith("Collective "):
+            self._choice_line(thread_of(text[:at]), stripped, lineno)
         elif stripped.startswith("Input: {"):
-            self._tuning_input(text[:at] if at > 0 else "", stripped, lineno)
+            self._tuning_input(_stream(text[:at]), stripped, lineno)
         elif stripped.startswith("Best tuning {"):
-            self._tuning_best(text[:at] if at > 0 else "", stripped, lineno)
+            self._tuning_best(_stream(text[:at]), stripped, lineno)
         elif "opCount" in stripped and (c := _COLL_RE.match(stripped)) is not None:
-            self._coll(c, lineno)
-        elif "NCCL version" in stripped and (v := _VERSION_RE.search(stripped)) is not None:
-            self.facts.nccl_version = self.facts.nccl_version or v.group(1)
+            self._coll(c, lineno, thread_of(text[:at]))
+        elif "CL version" in stripped and (v := VERSION_RE.search(stripped)) is not None:
+            self.facts.nccl_version = self.facts.nccl_version or v.group(2)
+            self.facts.library = "rccl" if self.facts.library == "rccl" else library_of_version(v)
         elif "set by environment" in stripped and (e := _ENV_RE.search(stripped)) is not None:
             setattr(self.facts, "algo_env" if e.group(1) == "ALGO" else "proto_env", e.group(2))
         elif stripped.startswith("Enabled NCCL Func/Proto/Algo Matrix"):
@@ -392,44 +406,71 @@ class LogParser:
         for row in rows:
             self.result.add("tuning_tables", row)
 
-    def _choice(self, m: re.Match, lineno: int, text: str) -> None:
-        algo, proto = m.group("algo"), m.group("proto")
+    def _choice_line(self, thread: str, msg: str, lineno: int) -> None:
+        """A per-call choice line (:mod:`~ncclbot_sweep.parsers.choices`): one ``choices`` row,
+        or one more call of the row before when nothing changed (NCCL prints one line per call:
+        a sweep's repeated calls become a count, which keeps the sequence and not millions of
+        copies)."""
+        last = self._last_choice
+        if last is not None and last[2] == msg and last[3] == thread and not self._pending.waiting(thread):
+            last[1]["calls"] += 1  # the same call again (the common case in a sweep)
+            self.facts.observed_arms[last[1]["arm"]] += 1
+            self.seq += 1
+            self._echo[thread] = last[0][:4]
+            return
+        choice = parse_choice(msg)
+        if choice is None:
+            return
+        arm = self._arm(choice, lineno)
+        if arm is None:
+            return
+        if choice.trace and self._echo.pop(thread, None) == (choice.collective, arm, choice.lo, choice.hi):
+            return  # the TRACE line that repeats the INFO line of the same call
+        row = self._choice_row(choice, arm, self._pending.match(thread, choice), lineno)
+        self.facts.observed_arms[arm] += 1
+        self.seq += 1
+        key = (row["collective"], arm, row["channel_lo"], row["channel_hi"], row["size_bytes"], row["channels"],
+               row["predicted_us"], row["datatype"])
+        if not choice.trace:
+            self._echo[thread] = key[:4]
+        if last is not None and last[0] == key:
+            last[1]["calls"] += 1
+            self._last_choice = (key, last[1], msg, thread)
+            return
+        row["seq"] = self.seq - 1
+        self._last_choice = (key, row, msg, thread)
+        self.result.add("choices", row)
+
+    def _arm(self, choice: Choice, lineno: int) -> str | None:
+        algo, proto = choice.algo, choice.proto
         try:
             if algo.isdigit() and proto.isdigit():
-                arm = str(Arm.from_indices(int(algo), int(proto)))
-            else:
-                arm = str(Arm(canonical_algorithm(algo), canonical_protocol(proto)))
+                return str(Arm.from_indices(int(algo), int(proto)))
+            return str(Arm(canonical_algorithm(algo), canonical_protocol(proto)))
         except ValueError:
             self.result.issues.append(Issue(lineno, f"unknown algorithm/protocol {algo}/{proto}"))
-            return
-        coll = None
-        if m.group("coll"):
-            try:
-                coll = canonical_collective(m.group("coll"))
-            except ValueError:
-                coll = None
-        lo, hi = m.group("lo"), m.group("hi")
-        channels = int(m.group("nch")) if m.group("nch") else (int(hi) - int(lo) + 1 if lo and hi else None)
-        self.facts.observed_arms[arm] += 1
-        size = int(m.group("bytes"))
-        predicted = float(m.group("time")) if m.group("time") else None
-        key = (coll, size, arm, lo, hi, channels, predicted)
-        last = self._last_choice
-        self.seq += 1
-        if last is not None and last[0] == key:
-            # NCCL prints one line per call: identical consecutive calls become one row
-            # with a count, which keeps the sequence and not millions of copies.
-            last[1]["calls"] += 1
-            self._last_choice = (key, last[1], text)
-            return
+            return None
+
+    def _choice_row(self, choice: Choice, arm: str, coll_row: dict | None, lineno: int) -> dict[str, Any]:
+        """A choice line's row, its missing facts taken from the COLL row of its call."""
+        known = coll_row or {}
+        coll = choice.collective or known.get("collective")
+        datatype = choice.datatype or known.get("datatype")
+        count = choice.count if choice.count is not None else known.get("count")
+        log_bytes = choice.nbytes
+        if log_bytes is None and count is not None and datatype and (width := dtype_bytes(datatype)):
+            log_bytes = count * width
         base = self.base()
-        row = {**base, "seq": self.seq - 1, "collective": coll,
-               "size_bytes": full_buffer_bytes(coll, size, base["ranks"]),
-               "log_bytes": size, "arm": arm,
-               "channels": channels, "channel_lo": int(lo) if lo else None, "channel_hi": int(hi) if hi else None,
-               "predicted_us": predicted, "kind": "algo", "line": lineno, "calls": 1}
-        self._last_choice = (key, row, text)
-        self.result.add("choices", row)
+        base["ranks"] = base["ranks"] or known.get("ranks")
+        size = log_bytes if choice.whole else (
+            full_buffer_bytes(coll, log_bytes, base["ranks"]) if log_bytes is not None else None)
+        lo, hi = choice.lo, choice.hi
+        channels = choice.nchannels or (hi - lo + 1 if lo is not None and hi is not None else None)
+        return {**base, "collective": coll, "size_bytes": size, "log_bytes": log_bytes, "count": count,
+                "datatype": datatype, "arm": arm, "channels": channels, "channel_lo": lo, "channel_hi": hi,
+                "predicted_us": choice.predicted_us,
+                "op_count": choice.op_count if choice.op_count is not None else known.get("op_count"),
+                "comm": choice.comm or known.get("comm"), "kind": "algo", "line": lineno, "calls": 1}
 
     def _tuning_input(self, stream: str, msg: str, lineno: int) -> None:
         stack = self._tuning_open.setdefault(stream, [])
@@ -492,7 +533,7 @@ class LogParser:
                 "comm": inp.get("comm"), "kind": "tuning", "line": lineno, "calls": 1,
                 "tuning_mask": mask, "sym_kernel": sym}
 
-    def _coll(self, m: re.Match, lineno: int) -> None:
+    def _coll(self, m: re.Match, lineno: int, thread: str) -> None:
         try:
             coll = canonical_collective(m.group("coll"))
         except ValueError:
@@ -509,11 +550,13 @@ class LogParser:
             size = full_buffer_bytes(coll, per_rank, nranks) if nranks else per_rank
         base = self.base()
         base["ranks"] = base["ranks"] or nranks
-        self.result.add("choices", {
+        row = {
             **base, "seq": self.seq, "collective": coll, "size_bytes": size, "count": count,
             "datatype": datatype[0] if datatype else str(dt), "op_count": int(m.group("op"), 16),
             "comm": m.group("comm"), "kind": "coll", "line": lineno, "calls": 1,
-        })
+        }
+        self.result.add("choices", row)
+        self._pending.add(thread, row)
         self._last_choice = None
         self.seq += 1
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 from ncclbot_sweep.names import canonical_collective
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, nccl_version_from_code, to_float, to_int
 from ncclbot_sweep.parsers.jsonfix import load_document
+from ncclbot_sweep.parsers.library import library_of_gpu
 from ncclbot_sweep.parsers.nccltests_text import collective_from_name
 
 __all__ = ["parse_nccltests_json", "parse_rccl_jsonlines", "looks_like_rccl_jsonlines"]
@@ -141,12 +142,13 @@ def _v3(doc: dict, source: SourceInfo, result: ParseResult, truncated: bool) -> 
         failure = (failure + "; " if failure else "") + "JSON truncated (run did not finish)"
     okay = _bool(oob.get("okay"))
     outcome = "failed" if (errors or truncated or okay is False or nrows == 0) else "ok"
+    gpu_name = next((d.get("device_info") for d in devices if isinstance(d, dict)), None)
     result.add("runs", {
         **{k: base[k] for k in ("run_id", "fabric", "collective", "nodes", "ranks", "arm", "policy",
                                 "source_path", "source_sha256")},
         "binary": binary, "nccl_version": nccl_version_from_code(doc.get("nccl_version")),
         "hosts": ",".join(hosts) or None, "n_hosts": len(hosts) or None,
-        "gpu_name": next((d.get("device_info") for d in devices if isinstance(d, dict)), None),
+        "gpu_name": gpu_name, "library": library_of_gpu(gpu_name),
         "outcome": outcome, "failure": failure,
         "min_bytes": to_int(config.get("minimum_bytes")), "max_bytes": to_int(config.get("maximum_bytes")),
         "warmup_iters": to_int(config.get("warmup_iters")), "iters": iters,
@@ -300,6 +302,6 @@ def parse_rccl_jsonlines(text: str, source: SourceInfo) -> ParseResult:
     result.add("runs", {
         **{k: base[k] for k in ("run_id", "fabric", "collective", "nodes", "ranks", "arm", "policy",
                                 "source_path", "source_sha256")},
-        "outcome": "ok", "cycles": 1, "source_format": "rccl-tests-jsonlines",
+        "outcome": "ok", "cycles": 1, "source_format": "rccl-tests-jsonlines", "library": "rccl",
     })
     return result

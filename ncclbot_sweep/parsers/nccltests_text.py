@@ -41,18 +41,35 @@ from ncclbot_sweep.outcomes import mentions_invalid_arm
 from ncclbot_sweep.parsers import fixedwidth, textblock
 from ncclbot_sweep.parsers.common import (
     FLOAT_RE,
-    PREFIX_RE_B,
     Issue,
     ParseResult,
     SourceInfo,
     nccl_version_from_code,
     normalize_chunks,
-    strip_prefix,
 )
+from ncclbot_sweep.parsers.footer import ELISION_RE, FooterCheck
 from ncclbot_sweep.parsers.infer import infer_collective
+from ncclbot_sweep.parsers.layout import (
+    EMBEDDED_LOG,
+    OVER_THRESHOLD,
+    Layout,
+    is_cell,
+    is_int,
+    is_piece,
+    row_trouble,
+    starts_row,
+)
+from ncclbot_sweep.parsers.library import (
+    RCCL_TESTS_ONLY,
+    TESTS_VERSION_RE,
+    VERSION_RE,
+    library_of_gpu,
+    library_of_version,
+)
 from ncclbot_sweep.parsers.nccl_log import INFO_OF_INTEREST
+from ncclbot_sweep.parsers.prefixes import PREFIX_RE_B, strip_prefix, unglue
 
-__all__ = ["TextParser", "parse_nccltests_text", "Layout", "collective_from_name"]
+__all__ = ["TextParser", "parse_nccltests_text", "collective_from_name"]
 
 log = logging.getLogger(__name__)
 
@@ -72,114 +89,11 @@ _HEADER_KEYS = {
 _RANK_RE = re.compile(
     r"Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
-_VERSION_RE = re.compile(r"nccl-tests version (\d[\w.+-]*)(?:.*?nccl-headers=(\d+))?(?:.*?nccl-library=(\d+))?"
-                         r"(?:.*?simulator=(\S+))?")
-_NCCL_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
-_RCCL_TESTS_RE = re.compile(r"rccl-tests: Version (\S+)")
 _COLL_TEST_RE = re.compile(r"Collective test (starting|concluded):\s*(\S+)")
 _BINARY_RE = re.compile(r"\b(" + "|".join(sorted(BINARY_COLLECTIVE, key=len, reverse=True)) + r")(?:_mpi)?\b")
-_FAILURE_RE = re.compile(r"Test (?:CUDA |NCCL |NVML )?failure\b.*")
+_FAILURE_RE = re.compile(r"Test (?:CUDA |HIP |NCCL |RCCL |NVML )?failure\b.*")
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 _AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(" + FLOAT_RE + r"|nan|inf)")
-
-# Column names as printed, normalised to ours.
-_NAME_MAP = {
-    "bytes": "size", "size": "size", "n": "count", "count": "count", "type": "type",
-    "op": "redop", "redop": "redop", "root": "root", "time": "time", "algbw": "algbw",
-    "busbw": "busbw", "#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error",
-    "timestamp": "timestamp",
-}
-
-
-@dataclasses.dataclass
-class Layout:
-    """Which token of a data row is which column.
-
-    ``prefix`` are the leading columns (``size count type [redop] [root]``, ``timestamp``
-    first with ``-S``); ``sides`` are the out-of-place and in-place groups, each starting
-    with ``time``. ``time_scale`` converts the printed unit to microseconds.
-    """
-
-    prefix: list[str]
-    sides: list[list[str]]
-    time_scale: float = 1.0
-    #: Trailing columns: ``-S`` prints a timestamp as two tokens (date and time).
-    suffix: list[str] = dataclasses.field(default_factory=list)
-
-    def without_redop(self) -> Layout | None:
-        """This layout without its ``redop`` column (rows that leave it blank), or None."""
-        if "redop" not in self.prefix:
-            return None
-        return Layout([c for c in self.prefix if c != "redop"], [list(s) for s in self.sides],
-                      self.time_scale, list(self.suffix))
-
-    @property
-    def ncols(self) -> int:
-        return len(self.prefix) + sum(len(s) for s in self.sides) + len(self.suffix)
-
-    @classmethod
-    def from_header(cls, tokens: list[str]) -> Layout | None:
-        names = [_NAME_MAP.get(t.lower(), t.lower()) for t in tokens]
-        if "size" not in names or "time" not in names:
-            return None
-        suffix: list[str] = []
-        if names[-1] == "timestamp":
-            names, suffix = names[:-1], ["ts_date", "ts_time"]
-        if names[0] == "timestamp":
-            names = ["ts_date", "ts_time"] + names[1:]
-        starts = [i for i, n in enumerate(names) if n == "time"]
-        prefix = names[: starts[0]]
-        sides = [names[a:b] for a, b in zip(starts, starts[1:] + [len(names)])]
-        return cls(prefix, sides, suffix=suffix)
-
-    @classmethod
-    def infer(cls, tokens: list[str]) -> Layout | None:
-        """Guess the layout from one data row (fragments without a header)."""
-        if len(tokens) < 6 or not tokens[0].isdigit() or not tokens[1].isdigit() or _is_num(tokens[2]):
-            return None
-        prefix = ["size", "count", "type"]
-        i = 3
-        if i < len(tokens) and not _is_num(tokens[i]) and tokens[i] != "N/A":
-            prefix.append("redop")
-            i += 1
-        if i < len(tokens) and _is_int(tokens[i]) and len(tokens) - i - 1 in (8, 6, 4, 2) and "." not in tokens[i]:
-            # A bare integer before the times is the root (times carry a decimal point).
-            prefix.append("root")
-            i += 1
-        rest = len(tokens) - i
-        if rest < 3:
-            return None
-        nside = 2 if rest % 2 == 0 and rest >= 6 else 1
-        width = rest // nside
-        side = ["time", "algbw", "busbw"]
-        if width >= 4:
-            last = tokens[i + 3]
-            side.append("error" if ("e" in last.lower() and last != "N/A") or "." in last else "wrong")
-        side += [f"extra{k}" for k in range(width - len(side))]
-        return cls(prefix, [list(side) for _ in range(nside)])
-
-
-def _is_num(tok: str) -> bool:
-    try:
-        float(tok)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_int(tok: str) -> bool:
-    return tok.lstrip("-").isdigit()
-
-
-def _is_cell(tok: str) -> bool:
-    """A token a row may hold after its size and count: a number, ``N/A`` or a name."""
-    return _is_num(tok) or tok == "N/A" or tok.isalnum()
-
-
-#: An NCCL log line (``host:pid:tid [dev] NCCL INFO ...``) that starts inside another line;
-#: the host must start with a letter, so that the row's last number is not taken for it.
-_EMBEDDED_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE)")
-
 
 @dataclasses.dataclass
 class _Run:
@@ -194,12 +108,16 @@ class _Run:
     binary: str | None = None
     nccl_version: str | None = None
     nccl_tests_version: str | None = None
+    #: ``nccl`` or ``rccl`` (:mod:`~ncclbot_sweep.parsers.library`); RCCL's marks win.
+    library: str | None = None
     failures: list[str] = dataclasses.field(default_factory=list)
     oob: int | None = None
     oob_failed: bool = False
     avg_busbw: float | None = None
     #: The line of the ``# Avg bus bandwidth`` footer (where an impossible value is reported).
     avg_busbw_line: int | None = None
+    #: The stored rows' bus bandwidths, for whether the footer is their mean.
+    footer: FooterCheck = dataclasses.field(default_factory=FooterCheck)
     rows: int = 0
     cycle: int = 0
     last_size: int = -1
@@ -413,8 +331,8 @@ class TextParser:
             # (if listening) gets every such line.
             if self.on_other is not None:
                 self.on_other(line, lineno)
-            if "NCCL version" in line and self._run is not None and (m := _NCCL_VERSION_RE.search(line)):
-                self._run.nccl_version = self._run.nccl_version or m.group(1)
+            if "CL version" in line and self._run is not None and (m := VERSION_RE.search(line)):
+                _library_version(self._run, m, keep=True)
             return
         text = strip_prefix(line).rstrip()
         body = text.lstrip()
@@ -440,16 +358,19 @@ class TextParser:
             run.ranks.setdefault(rank, (match.group(4), match.group(3), match.group(7)))
             run.rank_lines += 1
             return
-        if tokens and tokens[0][:1].isdigit() and self._layout is None:
-            layout = Layout.infer(tokens)
-            if layout is not None:
+        if tokens and tokens[0][:1].isdigit():
+            tokens = unglue(core).split()
+            if self._layout is not None:
+                self._queue(" ".join(tokens), 0, 1, np.array([lineno]))
+                return
+            if (layout := Layout.infer(tokens)) is not None:
                 self._ensure_run(lineno)
                 self._layout = layout
                 self._queue(" ".join(tokens), 0, 1, np.array([lineno]))
                 return
-        if tokens and tokens[0][:1].isdigit() and self._layout is not None:
-            self._queue(" ".join(tokens), 0, 1, np.array([lineno]))
-            return
+            if len(tokens) >= 3 and is_piece(tokens):
+                self.result.issues.append(Issue(lineno, row_trouble(tokens, 0) or "", core[:200]))
+                return
         if self.on_other is not None:
             self.on_other(line, lineno)
         self._annotation(core, lineno)
@@ -462,18 +383,19 @@ class TextParser:
         """
         run = self._run
         if "NCCL INFO" in core or "NCCL WARN" in core:
-            if "NCCL version" in core and run is not None and (m := _NCCL_VERSION_RE.search(core)):
-                run.nccl_version = run.nccl_version or m.group(1)
+            if "CL version" in core and run is not None and (m := VERSION_RE.search(core)):
+                _library_version(run, m, keep=True)
             elif mentions_invalid_arm(core):
                 run = self._ensure_run(lineno)
                 run.invalid_arm = True
                 run.failures.append(core[:300])
             return
-        if "nccl-tests version" in core and (m := _VERSION_RE.search(core)):
+        if "ccl-tests" in core and (m := TESTS_VERSION_RE.search(core)):
             run = self._ensure_run(lineno, fresh=bool(run and run.rows))
-            run.nccl_tests_version = m.group(1)
-            run.nccl_version = run.nccl_version or nccl_version_from_code(m.group(3) or m.group(2))
-            run.simulator = m.group(4)
+            run.library = "rccl" if run.library == "rccl" else library_of_version(m)
+            run.nccl_tests_version = m.group(2) if m.group(1) == "n" else f"rccl-tests {m.group(2)}"
+            run.nccl_version = run.nccl_version or nccl_version_from_code(m.group(4) or m.group(3))
+            run.simulator = m.group(5)
         elif "Collective test" in core and (m := _COLL_TEST_RE.search(core)):
             if m.group(1) == "starting":
                 run = self._ensure_run(lineno, fresh=bool(run and (run.rows or run.binary)))
@@ -481,12 +403,9 @@ class TextParser:
             elif run is not None:
                 run.binary = run.binary or m.group(2)
                 run.concluded = True
-        elif "NCCL version" in core and (m := _NCCL_VERSION_RE.search(core)):
+        elif "CL version" in core and (m := VERSION_RE.search(core)):
             if run is not None:
-                run.nccl_version = m.group(1)
-        elif "rccl-tests" in core and (m := _RCCL_TESTS_RE.search(core)):
-            if run is not None:
-                run.nccl_tests_version = f"rccl-tests {m.group(1)}"
+                _library_version(run, m, keep=False)
         elif "Out of bounds" in core and (m := _OOB_RE.search(core)):
             self._flush()
             if run is not None:
@@ -502,6 +421,11 @@ class TextParser:
             run = self._ensure_run(lineno)
             run.invalid_arm = True
             run.failures.append(core[:300])
+        elif RCCL_TESTS_ONLY in core:
+            if run is not None:
+                run.library = "rccl"
+        elif run is not None and self._layout is not None and ELISION_RE.match(core):
+            run.footer.elision_line = run.footer.elision_line or lineno
         elif "failure" in core and _FAILURE_RE.search(core):
             self._ensure_run(lineno).failures.append(core[:300])
         elif "_perf" in core and (m := _BINARY_RE.search(core)) and "NCCL" not in core:
@@ -614,39 +538,40 @@ class TextParser:
     def _slow_block(self, lines: list[str], nums: list[int], layout: Layout, run: _Run) -> None:
         """A block that did not convert at once: keep the rows that fit, explain the rest.
 
-        An NCCL log line printed while nccl-tests was writing a row lands inside it: the log
-        text goes to the log parser, and a row left short is completed by the next line's
-        fields (the rest of the row, printed after the log line's newline).
+        nccl-tests prints a row in three writes (size to root, then each side after its
+        timed calls), so whatever else is printed meanwhile lands inside it: NCCL log lines
+        (their text goes to the log parser), other ranks' lines, launcher labels glued to a
+        value (``-1[0]``). A row left short is completed by the pieces that follow it, each
+        all numbers, however many lines apart; a piece that completes no row, or a row that
+        stays short, is an issue with its line.
         """
         good: list[str] = []
         good_nums: list[int] = []
         partial: tuple[list[str], int] | None = None
         for raw, num in zip(lines, nums):
             text = strip_prefix(raw).strip()
-            if (m := _EMBEDDED_LOG.search(text)) is not None and m.start() > 0:
+            if (m := EMBEDDED_LOG.search(text)) is not None and m.start() > 0:
                 if self.on_other is not None:
                     self.on_other(text[m.start():], num)
-                text = text[: m.start()].strip()
+                text = text[: m.start()]
+            text = OVER_THRESHOLD.sub("", unglue(text)).strip()
             tokens = text.split()
             if partial is not None:
-                if tokens and len(partial[0]) + len(tokens) == layout.ncols and _is_num(tokens[0]):
+                if is_piece(tokens) and len(partial[0]) + len(tokens) <= layout.ncols:
                     tokens, num = partial[0] + tokens, partial[1]
                     text = " ".join(tokens)
                 else:
                     self._cut_row(partial, layout)
                 partial = None
-            if 3 < len(tokens) < layout.ncols and _is_int(tokens[0]) and all(map(_is_cell, tokens[3:])):
+            if len(tokens) < layout.ncols and starts_row(tokens) and all(map(is_cell, tokens[3:])):
                 partial = (tokens, num)
                 continue
-            fits = len(tokens) == layout.ncols and _is_int(tokens[0]) and textblock.convert_rows(
+            fits = len(tokens) == layout.ncols and is_int(tokens[0]) and textblock.convert_rows(
                 pa.array([text], pa.large_string()), layout.prefix, layout.sides, layout.suffix) is not None
             if fits:
                 good.append(text)
                 good_nums.append(num)
-            elif tokens and _is_int(tokens[0]) and len(tokens) > 3 and text.count(":") <= 1:
-                why = (f"data row has {len(tokens)} fields, the table header has {layout.ncols}"
-                       if len(tokens) != layout.ncols else "data row has a field that is not a number where the "
-                                                           "table header expects one")
+            elif (why := row_trouble(tokens, layout.ncols)) is not None and text.count(":") <= 1:
                 self.result.issues.append(Issue(num, why, text[:200]))
             else:
                 if self.on_other is not None:
@@ -717,6 +642,7 @@ class TextParser:
             data["time_us"] = pc.multiply(time_col, layout.time_scale) if layout.time_scale != 1.0 else time_col
             for name, out in (("algbw", "algbw_gbs"), ("busbw", "busbw_gbs"), ("error", "error")):
                 data[out] = col(pre + name, pa.float64())
+            run.footer.add(pc.fill_null(data["busbw_gbs"], float("nan")).to_numpy(zero_copy_only=False))
             data["wrong"] = col(pre + "wrong", pa.int64())
             sides.append(pa.table(data))
         # One batch for both sides (the columns they share are not copied).
@@ -777,13 +703,14 @@ class TextParser:
                                     and _collective(run, self.source.meta, self.source.path) is None else None),
             "gpus_per_node": (consts["ranks"] // consts["nodes"]) if consts["ranks"] and consts["nodes"] else None,
             "nccl_version": run.nccl_version, "nccl_tests_version": run.nccl_tests_version,
+            "library": run.library or library_of_gpu(next((r[2] for r in run.ranks.values() if r[2]), None)),
             "hosts": ",".join(hosts) if hosts else None, "n_hosts": len(hosts) if hosts else None,
             "gpu_name": next((r[2] for r in run.ranks.values() if r[2]), None),
             "outcome": outcome, "failure": failure, "dtype": run.dtype, "redop": run.redop,
             "min_bytes": h.get("min_bytes"), "max_bytes": h.get("max_bytes"),
             "warmup_iters": h.get("warmup_iters"), "iters": h.get("iters"), "agg_iters": h.get("agg_iters"),
             "validation": h.get("validation"), "graph": h.get("graph"), "cycles": run.cycle + 1 if run.rows else 0,
-            "oob_values": run.oob, "avg_busbw_gbs": run.avg_busbw,
+            "oob_values": run.oob, "avg_busbw_gbs": run.avg_busbw, "avg_busbw_elided": run.footer.elided(run.avg_busbw),
             "header": run.header_text if run.header_text else None,
             "source_format": "nccl-tests-text", "arm": consts["arm"], "policy": consts["policy"],
             "synthetic": True if run.simulator else None,
@@ -892,6 +819,14 @@ def _csv_of(group: list[list | str]) -> bytes | None:
                 return None
             parts.append(prep.csv(first, stop))
     return b"".join(parts)
+
+
+def _library_version(run: _Run, match: re.Match, *, keep: bool) -> None:
+    """Note a library version line (``NCCL version ...``, ``RCCL version : ...``) on ``run``;
+    ``keep``: a version already known stays (NCCL INFO lines repeat it per rank)."""
+    run.library = "rccl" if run.library == "rccl" else library_of_version(match)
+    if not (keep and run.nccl_version):
+        run.nccl_version = match.group(2)
 
 
 def _scale(run: _Run) -> tuple[int | None, int | None, list[str]]:

@@ -181,9 +181,9 @@ def test_dataset_info_counts(fixture_dataset):
     info = dataset_info(root)
     assert info["tables"]["runs"]["rows"] == datasets.read_arrow(root, "runs").num_rows
     assert info["sources"]["quarantined"] == 1
-    # 10 loose NCCL logs (no outcome of their own), 11 runs that stopped before or during
-    # their table (or a truncated JSON), 27 complete runs
-    assert info["runs_by_fabric"]["unknown"] == {"?": 10, "failed": 11, "ok": 27}
+    # 11 loose NCCL logs (no outcome of their own), 12 runs that stopped before or during
+    # their table (or a truncated JSON), 31 complete runs
+    assert info["runs_by_fabric"]["unknown"] == {"?": 11, "failed": 12, "ok": 31}
 
 
 def test_gzipped_text_and_duplicate_content(tmp_path):
@@ -221,3 +221,12 @@ def test_cli_ingest_missing_path_is_a_usage_error(tmp_path):
     res = CliRunner().invoke(main, ["ingest", str(tmp_path / "nope"), "--dataset", str(tmp_path / "ds")])
     assert res.exit_code == 2
     assert "does not exist" in res.output and not (tmp_path / "ds").exists()
+
+
+def test_library_and_footer_flag_reach_the_runs_table(tmp_path):
+    src = _real() / "A" / "issue-rccl-pr2078-allreduce-mi300x-16rank-tail-footer-elided-partial.txt"
+    ingest([src], tmp_path / "ds")
+    run = datasets.read_table(tmp_path / "ds", "runs").iloc[0]
+    assert run["library"] == "rccl" and run["collective"] == "AllReduce"
+    assert run["avg_busbw_gbs"] == pytest.approx(142.652) and bool(run["avg_busbw_elided"]) is True
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 8

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from ncclbot_sweep.parsers import fixedwidth, textblock
 from ncclbot_sweep.parsers.nccltests_text import parse_nccltests_text
+from ncclbot_sweep.parsers.prefixes import unglue
 
 from parser_fixtures import source
 
@@ -322,7 +323,8 @@ def test_outputs_from_the_field_read_the_same_with_or_without_fixed_widths(path)
 def test_most_rows_from_the_field_take_the_fast_path(monkeypatch):
     """The fast path is not only correct but used: rows that print ``N/A`` for the error
     column (``-c 0``), the exponent error column of 2019-2022 builds, negative roots, in-place
-    N/A of SendRecv and launcher prefixes all take it; a blank redop is left to the CSV path."""
+    N/A of SendRecv and launcher prefixes all take it; a blank redop, and rows with launcher labels
+    glued inside them (torchrun's ``-1[0]``, never printed with fixed widths), are left to the slower paths."""
     fixed_rows = fixedwidth.fixed_rows
     converted = []
 
@@ -335,6 +337,8 @@ def test_most_rows_from_the_field_take_the_fast_path(monkeypatch):
     monkeypatch.setattr(fixedwidth, "MIN_ROWS", 1)
     lines = 0
     for path in _text_fixtures():
+        if unglue(path.read_text()) != path.read_text():
+            continue
         result = parse_nccltests_text(iter(_chunks(path, 1)), source(path.name))
         lines += len({r["line"] for r in result.rows("iterations")})
     assert lines > 300 and sum(converted) >= 0.95 * lines, (sum(converted), lines)
