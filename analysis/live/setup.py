@@ -11,8 +11,8 @@ A gap is measured between trace timestamps (``t_ns``) of one rank's pull rows in
 order, over all its communicators and contexts; a stall on a process's very first traced
 collective has no gap before it and is not found. The plugin writes a pull row when its
 reward is applied (at a synchronisation round), so on its traces ``t_ns`` can trail the
-collective by up to two rounds: the gap still holds the stall, charged to the first row
-written after it.
+collective by up to ``1 + NCCLBOT_SYNC_LAG`` rounds: the gap still holds the stall, charged to
+the first row written after it.
 
 The stall is charged once per process: its share of the run's wall time, and the steady
 collectives needed to amortise it to 1% (``stall / (0.01 * mean collective latency)``).

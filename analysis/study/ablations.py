@@ -174,7 +174,8 @@ def dilution(h: Harness) -> Section:
                    "but its rewards are applied, in pull order, only every k pulls (NCCLBOT_SYNC_EVERY); k=1 is "
                    "the plain replay.", {"dilution": table}, pd.concat(frames, ignore_index=True),
                    ["Per context, as one communicator running one size back to back; the plugin's rounds span every "
-                    "context of a communicator and apply a round's rewards two rounds late on several ranks."])
+                    "context of a communicator and apply a round's rewards one round after it ends on several "
+                    "ranks (the live-rules ablation replays that, with the hold rule)."])
 
 
 #: The plugin's synchronisation as the live-rules ablation replays it: rounds of 16 pulls
