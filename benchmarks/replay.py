@@ -14,6 +14,7 @@ policy-steps per second on 2 cores.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -70,7 +71,8 @@ def time_engine(problem, policy, horizon, seeds, *, share, repeats=3):
 
 
 def time_reference(problem, policy, horizon, seeds, sample, engine_arms):
-    """Run the reference on ``sample`` bandits; return seconds per step and whether arms agree."""
+    """Run the reference on ``sample`` bandits; return seconds per step and whether arms agree with
+    every engine run in ``engine_arms`` (``[S, C, T]`` each)."""
     pools = problem.pools
     n_ctx, n_arms, _ = pools.samples.shape
     extra = {"lex_rank": problem.lex_rank, "group": problem.group}
@@ -82,7 +84,7 @@ def time_reference(problem, policy, horizon, seeds, sample, engine_arms):
         b = make_reference(policy, problem.offered[c], problem.prior[c], int(problem.auto[c]), extra)
         trace = []
         for t in range(1, horizon + 1):
-            k = b.kind.select(b, t, us[t - 1, c], zs[t - 1, c])
+            k = b.gate(b.kind.select(b, t, us[t - 1, c], zs[t - 1, c]))  # the safety gate, as the engine
             x = float(pools.samples[c, k, served_position(b.pulls[k], pools.depth[c, k], pools.wrap[c, k])])
             r = float(problem.mu_min[c]) / x
             if b.pulls[k] >= policy.estimator.skip_first:
@@ -90,7 +92,7 @@ def time_reference(problem, policy, horizon, seeds, sample, engine_arms):
             b.pulls[k] += 1
             trace.append(k)
         steps += horizon
-        agree &= bool(np.array_equal(trace, engine_arms[seeds.index(s), c]))
+        agree &= all(np.array_equal(trace, arms[seeds.index(s), c]) for arms in engine_arms)
     return (time.perf_counter() - t0) / steps, agree
 
 
@@ -108,19 +110,21 @@ def main() -> None:
     n_sample = 60 if args.quick else args.sample
     sample = [(int(rng.integers(args.seeds)), int(rng.integers(len(problem)))) for _ in range(n_sample)]
     total = len(problem) * args.seeds * args.horizon
-    print(f"{len(problem)} contexts, T={args.horizon}, {args.seeds} seeds: {total:,} policy-steps per policy")
+    print(f"{len(problem)} contexts, T={args.horizon}, {args.seeds} seeds: {total:,} policy-steps per policy; "
+          f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'policy':10s} {'engine':>18s} {'engine, no sharing':>20s} {'reference':>12s} "
           f"{'speed-up':>9s} {'(no sharing)':>13s} agree")
     for name in ("UCB1", "Softmax"):
         policy = make_policy(name)
         shared, run = time_engine(problem, policy, args.horizon, seeds, share=True)
-        plain, _ = time_engine(problem, policy, args.horizon, seeds, share=False)
-        per_step, agree = time_reference(problem, policy, args.horizon, seeds, sample, run.arms)
+        plain, run_plain = time_engine(problem, policy, args.horizon, seeds, share=False)
+        per_step, agree = time_reference(problem, policy, args.horizon, seeds, sample, (run.arms, run_plain.arms))
         rate, rate_plain, rate_ref = total / shared, total / plain, 1.0 / per_step
         print(f"{name:10s} {rate / 1e6:8.2f} M steps/s {rate_plain / 1e6:10.2f} M steps/s "
               f"{rate_ref / 1e3:8.1f} k/s {rate / rate_ref:8.0f}x {rate_plain / rate_ref:12.0f}x  {agree}")
     print("engine: deterministic policies are replayed once and shared by all seeds (zero seed variance);"
           " 'no sharing' replays every seed.")
+    print(f"engine: best of 3 runs each; load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
