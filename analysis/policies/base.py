@@ -14,7 +14,7 @@ import numpy as np
 
 from .estimators import BanditState, Estimator
 
-__all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax",
+__all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax", "offered_argmax",
            "total_n", "log_n", "unpulled_first", "unpulled_selectable", "held", "selectable", "safety_gate",
            "softmax_weights", "loss_of", "warm_losses"]
 
@@ -49,6 +49,18 @@ def masked_argmax(score: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.argmax(np.where(mask, score, NEG), axis=1)
 
 
+def offered_argmax(state: BanditState, score: np.ndarray) -> np.ndarray:
+    """:func:`masked_argmax` with the offered arms as mask, from ``score`` given at the offered
+    arms only (``[len(cells)]`` in :meth:`~.estimators.BanditState.offered_cells` order): the
+    same arms for the same scores (ties and NaN alike), without a ``[B, K]`` mask pass.
+
+    ``score`` may hold ``-inf`` for arms left out (held ones).
+    """
+    cells, _rows, scratch = state.offered_cells()
+    scratch.reshape(-1)[cells] = score
+    return scratch.argmax(axis=1)
+
+
 def total_n(state: BanditState) -> np.ndarray:
     """``N = n_0 + n_1 + ...`` summed left to right in arm order (the one order: ``plugin/README.md``).
 
@@ -66,11 +78,48 @@ def log_n(state: BanditState) -> np.ndarray:
     """``ln(max(N, 1))`` with ``N`` from :func:`total_n`, by the C library's ``log``.
 
     The plugin calls libm's ``log``; numpy's SIMD ``log`` may round the last bit differently on
-    some CPUs (AVX-512), so ``math.log`` (libm) keeps every index equal to the plugin's. One log per
-    context row, so the cost is small next to the per-arm work.
+    some CPUs (AVX-512), so ``math.log`` (libm) keeps every index equal to the plugin's. It is
+    called once per distinct ``N`` (:func:`_libm_log`): the rows of a replay share a handful of
+    values (``N`` grows by one per learned pull from the same warm start).
     """
-    n = np.maximum(total_n(state), 1.0)
-    return np.fromiter(map(math.log, n.tolist()), dtype=np.float64, count=n.size)
+    return _libm_log(np.maximum(total_n(state), 1.0))
+
+
+#: Buckets of :func:`_libm_log` (a power of two) and the multiplier of its Fibonacci hash.
+_LOG_BUCKETS_BITS = 10
+_FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _libm_log(x: np.ndarray, *, rounds: int = 3) -> np.ndarray:
+    """``math.log`` of every element of the float64 vector ``x``, called once per distinct value.
+
+    Each value goes to a bucket by a hash of its bits; one value per bucket is taken as the
+    bucket's, its log computed once and given to every element equal to it (``==``: the same
+    float64, so the same log). Elements that lost their bucket to another value go round again
+    (``rounds`` times at most); with many distinct values (a quarter of the elements or of the
+    buckets) ``math.log`` is called on each. The result is ``math.log`` element by element whatever the
+    values; only the number of calls depends on them.
+    """
+    size = x.size
+    if size <= 32 or rounds <= 0:
+        return np.fromiter(map(math.log, x.tolist()), dtype=np.float64, count=size)
+    slot = x.view(np.uint64) * _FIBONACCI  # wraps modulo 2**64: the hash's top bits pick the bucket
+    np.right_shift(slot, np.uint64(64 - _LOG_BUCKETS_BITS), out=slot)
+    slot = slot.view(np.int64)
+    used = np.zeros(1 << _LOG_BUCKETS_BITS, dtype=bool)
+    used[slot] = True
+    used = np.flatnonzero(used)
+    if 4 * used.size > min(size, 1 << _LOG_BUCKETS_BITS):  # many distinct values: one call each
+        return _libm_log(x, rounds=0)
+    value = np.zeros(1 << _LOG_BUCKETS_BITS)
+    value[slot] = x  # the bucket's value: the last one written
+    logs = np.zeros(1 << _LOG_BUCKETS_BITS)
+    logs[used] = list(map(math.log, value[used].tolist()))
+    out = logs[slot]
+    other = np.flatnonzero(value[slot] != x)  # (NaN never equals itself: it goes round too)
+    if other.size:
+        out[other] = _libm_log(x[other], rounds=rounds - 1)
+    return out
 
 
 def unpulled_selectable(state: BanditState) -> np.ndarray | None:
@@ -120,12 +169,25 @@ def selectable(state: BanditState, probe: int) -> np.ndarray:
 
 def safety_gate(state: BanditState, arms: np.ndarray, margin: float) -> np.ndarray:
     """AUTO's arm where the chosen arm's learned mean is below ``(1 - margin)`` times AUTO's
-    (both with at least one learned reward); the chosen arm elsewhere (the plugin's gate)."""
-    rows = state.rows
-    auto = state.auto
-    worse = ((arms != auto) & (state.learned[rows, arms] >= 1) & (state.learned[rows, auto] >= 1)
-             & (state.mu[rows, arms] < (1.0 - margin) * state.mu[rows, auto]))
-    return np.where(worse, auto, arms)
+    (both with at least one learned reward); the chosen arm elsewhere (the plugin's gate).
+
+    Called after every choice, so only the rows whose choice is not AUTO's are looked at;
+    returns ``arms`` itself where no row changes.
+    """
+    other = np.flatnonzero(arms != state.auto)
+    if not other.size:
+        return arms
+    k = state.offered.shape[1]
+    auto = state.auto[other]
+    chosen, auto_cell = other * k + arms[other], other * k + auto
+    learned, mu = state.learned.reshape(-1), state.mu.reshape(-1)
+    worse = ((learned[chosen] >= 1) & (learned[auto_cell] >= 1)
+             & (mu[chosen] < (1.0 - margin) * mu[auto_cell]))
+    if not worse.any():
+        return arms
+    out = arms.copy()
+    out[other[worse]] = auto[worse]
+    return out
 
 
 def softmax_weights(values: np.ndarray, mask: np.ndarray, tau: np.ndarray) -> np.ndarray:
