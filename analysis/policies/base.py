@@ -35,9 +35,15 @@ def sample_categorical(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
     Returns the first arm whose cumulative weight exceeds ``u * total`` (such an arm has a
     positive weight); if rounding leaves none, the last arm with a positive weight.
     """
-    cs = np.cumsum(weights, axis=1)
+    # Column by column: numpy's reductions along a short row cost a call per row. The same
+    # sums in the same order (``cumsum``'s), the same comparisons.
+    cs = weights.astype(np.float64)
+    for k in range(1, cs.shape[1]):
+        cs[:, k] += cs[:, k - 1]
     thr = u * cs[:, -1]
-    idx = np.count_nonzero(cs <= thr[:, None], axis=1)
+    idx = (cs[:, 0] <= thr).astype(np.intp)
+    for k in range(1, cs.shape[1]):
+        idx += cs[:, k] <= thr
     over = idx >= weights.shape[1]
     if over.any():
         w = weights[over]
@@ -193,8 +199,10 @@ def safety_gate(state: BanditState, arms: np.ndarray, margin: float) -> np.ndarr
 def softmax_weights(values: np.ndarray, mask: np.ndarray, tau: np.ndarray) -> np.ndarray:
     # exp(-inf) is exactly 0, so arms outside ``mask`` get weight 0 without a second mask.
     x = np.where(mask, values, NEG)
-    top = x.max(axis=1, keepdims=True)
-    x -= top
+    top = x[:, 0].copy()  # the row maximum, column by column (``max(axis=1)`` costs a call per row)
+    for k in range(1, x.shape[1]):
+        np.maximum(top, x[:, k], out=top)
+    x -= top[:, None]
     x /= tau[:, None]
     return np.exp(x, out=x)
 
