@@ -268,7 +268,7 @@ def _select(b: _Batch, t: int, u, z) -> np.ndarray:
         state.selectable = selectable(state, policy.probe)
     arms = policy.select(state, t, u, z)
     state.selectable = state.offered
-    return safety_gate(state, arms, policy.gate_margin) if policy.safety_gate else arms
+    return safety_gate(state, arms, policy.gate_margin, policy.gate_min) if policy.safety_gate else arms
 
 
 def _apply_held(b: _Batch, t: int) -> None:

@@ -54,13 +54,15 @@ sample mean, family by family; the plugin's defaults are the same.
 
 **Two rules every learner of the plugin keeps** (``safety_gate``, ``probe``):
 
-* the hold rule (:func:`.base.held`): while rewards are pending (the plugin's synchronisation
-  rounds; a delayed replay), an arm with at least ``probe + 2 * resolved`` pulls pending is left
-  out of the choice, so a newly tried arm is played ``probe`` times and then waits for its
-  rewards; with no reward pending (the plain replay) nothing is held;
+* the hold rule (:func:`.base.held`, on for UCB1 and ETC: ``probe = 1``): while rewards are
+  pending (the plugin's synchronisation rounds; a delayed replay), an arm other than AUTO's with
+  at least ``probe + 2 * resolved`` pulls pending is left out of the choice, so a newly tried arm
+  is played ``probe`` times and then waits for its rewards; with no reward pending (the plain
+  replay) nothing is held;
 * the safety gate (:func:`.base.safety_gate`, on by default for UCB1, greedy/eps-greedy,
   Softmax, Gaussian Thompson and ETC, margin 0.1): AUTO's arm is played where the chosen arm's
-  learned mean is below ``(1 - margin)`` times AUTO's arm's, both having a learned reward.
+  mean is below ``(1 - margin)`` times AUTO's arm's, the chosen arm having ``gate_min`` (10)
+  learned rewards, past the first-use transient, and AUTO's arm one.
 
 **The plugin's live policies** (``NCCLBOT_POLICY``; defaults are these families' champion
 defaults) are these families driven one call at a time, which is :class:`StepPolicy`:

@@ -173,9 +173,11 @@ def selectable(state: BanditState, probe: int) -> np.ndarray:
     return np.where(free.any(axis=1, keepdims=True), free, state.offered)
 
 
-def safety_gate(state: BanditState, arms: np.ndarray, margin: float) -> np.ndarray:
-    """AUTO's arm where the chosen arm's learned mean is below ``(1 - margin)`` times AUTO's
-    (both with at least one learned reward); the chosen arm elsewhere (the plugin's gate).
+def safety_gate(state: BanditState, arms: np.ndarray, margin: float, min_learned: int) -> np.ndarray:
+    """AUTO's arm where the chosen arm's mean is below ``(1 - margin)`` times AUTO's arm's, the
+    chosen arm having ``min_learned`` learned rewards (past the first-use transient, whose
+    inflated first samples must not condemn a good arm for good) and AUTO's arm one; the
+    chosen arm elsewhere (the plugin's ``nb_gate``).
 
     Called after every choice, so only the rows whose choice is not AUTO's are looked at;
     returns ``arms`` itself where no row changes.
@@ -187,7 +189,7 @@ def safety_gate(state: BanditState, arms: np.ndarray, margin: float) -> np.ndarr
     auto = state.auto[other]
     chosen, auto_cell = other * k + arms[other], other * k + auto
     learned, mu = state.learned.reshape(-1), state.mu.reshape(-1)
-    worse = ((learned[chosen] >= 1) & (learned[auto_cell] >= 1)
+    worse = ((learned[chosen] >= min_learned) & (learned[auto_cell] >= 1)
              & (mu[chosen] < (1.0 - margin) * mu[auto_cell]))
     if not worse.any():
         return arms
@@ -244,6 +246,9 @@ class Policy:
     #: than it by ``gate_margin``. On for the families the plugin runs (their defaults).
     safety_gate: bool = False
     gate_margin: float = 0.1
+    #: Learned rewards the chosen arm needs before the gate judges it: the transient window
+    #: (an arm's first ten calls at a size, paper section 5).
+    gate_min: int = 10
     #: Hold rule (:func:`held`): pulls an arm may have in flight before any reward is applied
     #: (0: no hold). On (1) for the deterministic index policies, which would otherwise play a
     #: newly tried arm for the whole feedback delay, and ETC; the randomised learners spread

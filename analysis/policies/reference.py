@@ -73,7 +73,7 @@ class StepPolicy:
         arms = self.policy.select(self.state, self.t, u, z)
         self.state.selectable = self.state.offered
         if self.policy.safety_gate:
-            arms = safety_gate(self.state, arms, self.policy.gate_margin)
+            arms = safety_gate(self.state, arms, self.policy.gate_margin, self.policy.gate_min)
         self._last = int(arms[0])
         self.state.pending[0, self._last] += 1
         return self._last

@@ -170,18 +170,16 @@ EXPORT size_t nbh_log_take(char *buf, size_t cap) {
 
 /* ---- clocks ---- */
 
-static uint64_t mono_ns(void) {
+static uint64_t clock_ns(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static uint64_t mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
 /* The caller thread's CPU time: what a plugin call costs, whatever else shares the cores. */
-static uint64_t thread_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+static uint64_t thread_ns(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
 
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -232,11 +230,7 @@ static uint64_t span_close(nbh_span s) {
   return cpu < wall ? cpu : wall;
 }
 
-static uint64_t wall_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+static uint64_t wall_ns(void) { return clock_ns(CLOCK_REALTIME); }
 
 /*
  * ---- coupling: the rank processes launch each collective together ----

@@ -92,7 +92,7 @@ static const nb_setting k_settings[] = {
      "coordinator `host:port`; an empty value turns synchronisation (and the Slurm default) off"},
     STR("NCCLBOT_SYNC_TOKEN", sync_token, F_SECRET,
         "shared secret, required whenever a coordinator address is set (the coordinator checks it)"),
-    INT(T_U32, "NCCLBOT_SYNC_EVERY", sync_every, "64", 1, 4096,
+    INT(T_U32, "NCCLBOT_SYNC_EVERY", sync_every, "16", 1, 4096,
         "m: timed pulls per synchronisation round"),
     INT(T_U32, "NCCLBOT_SYNC_LAG", sync_lag, "1", 1, 8,
         "A: round r's merged rewards apply at the boundary that starts round r+1+A; a rank sends "
@@ -104,10 +104,13 @@ static const nb_setting k_settings[] = {
         "0 = no hold (see \"Hold\")"),
     INT(T_U64, "NCCLBOT_GATE", gate, "1", 0, 1,
         "safety gate: 1 = play AUTO's arm (NCCL's choice) whenever the policy's choice has a "
-        "learned mean reward below (1 - NCCLBOT_GATE_MARGIN) times AUTO's arm's (both with a "
-        "learned reward), 0 = off"),
+        "mean reward below (1 - NCCLBOT_GATE_MARGIN) times AUTO's arm's (the choice with "
+        "NCCLBOT_GATE_MIN learned rewards, AUTO's arm with one), 0 = off"),
     DBL("NCCLBOT_GATE_MARGIN", gate_margin, "0.1", 0.0, 1.0,
         "safety gate margin, a fraction of AUTO's arm's mean reward"),
+    INT(T_U64, "NCCLBOT_GATE_MIN", gate_min, "10", 1, 1000000,
+        "safety gate: learned rewards the policy's choice needs before the gate judges it (past "
+        "the first-use transient, whose inflated first samples must not condemn a good arm)"),
     INT(T_U32, "NCCLBOT_SYNC_TIMEOUT_MS", sync_timeout_ms, "30000", 1, 86400000,
         "how long a rank waits for a round's merged result"),
     INT(T_U32, "NCCLBOT_SYNC_INIT_TIMEOUT_MS", sync_init_timeout_ms, "60000", 1, 86400000,

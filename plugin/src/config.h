@@ -52,6 +52,7 @@ typedef struct {
   uint32_t probe;      /* pulls an arm may have in flight before any of its rewards is applied */
   uint64_t gate;       /* safety gate on: AUTO's arm where the choice is measured worse than it */
   double gate_margin;  /* ... by more than this fraction of AUTO's mean reward */
+  uint64_t gate_min;   /* ... once the choice has this many learned rewards */
   uint32_t sync_timeout_ms;      /* a round's result */
   uint32_t sync_init_timeout_ms; /* connect and START at init */
   int on_failure;                /* nb_on_failure */

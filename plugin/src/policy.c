@@ -207,7 +207,7 @@ static uint32_t learned(const nb_config *cfg, const nb_arm_stat *st) {
 int nb_gate(const nb_config *cfg, const nb_arm_stat *st, int idx, int auto_idx, uint32_t mask) {
   if (!cfg->gate || idx < 0 || idx == NB_NO_ARM || auto_idx == idx || auto_idx == NB_NO_ARM || !(mask >> auto_idx & 1u))
     return idx;
-  if (learned(cfg, &st[idx]) >= 1 && learned(cfg, &st[auto_idx]) >= 1 &&
+  if (learned(cfg, &st[idx]) >= cfg->gate_min && learned(cfg, &st[auto_idx]) >= 1 &&
       st[idx].mean < (1.0 - cfg->gate_margin) * st[auto_idx].mean)
     return auto_idx;
   return idx;

@@ -81,8 +81,9 @@ double nb_ucb_index(const nb_arm_stat *st, double total, double alpha);
  */
 uint32_t nb_held(const nb_arm_stat *st, int narms, uint32_t probe, int auto_idx);
 /*
- * The safety gate: `auto_idx` (AUTO's arm) instead of `idx` when both have a learned reward and
- * idx's mean is below (1 - margin) times AUTO's; idx otherwise (or when auto_idx is not in mask).
+ * The safety gate: `auto_idx` (AUTO's arm) instead of `idx` when idx has NCCLBOT_GATE_MIN
+ * learned rewards, AUTO's arm one, and idx's mean is below (1 - margin) times AUTO's; idx
+ * otherwise (or when auto_idx is not in mask).
  */
 int nb_gate(const nb_config *cfg, const nb_arm_stat *st, int idx, int auto_idx, uint32_t mask);
 

@@ -144,7 +144,7 @@ class Bandit:
     def gate(self, k):
         """The safety gate: AUTO's arm when ``k``'s learned mean is below (1 - margin) x AUTO's."""
         a = self.auto
-        if (self.p.safety_gate and k != a and self.learned[k] >= 1 and self.learned[a] >= 1
+        if (self.p.safety_gate and k != a and self.learned[k] >= self.p.gate_min and self.learned[a] >= 1
                 and self.mu[k] < (1.0 - self.p.gate_margin) * self.mu[a]):
             return a
         return k

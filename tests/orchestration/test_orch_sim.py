@@ -44,7 +44,7 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     per_size = pd.read_csv(tmp_path / "live" / "selection_per_size.csv")
     at16 = per_size[per_size["size_bytes"] == 16 << 20].set_index("policy")
     # 16 MiB at 4 nodes: AUTO's NVLSTree/Simple is the simulator's wrong pick (about 30% slow); UCB1
-    # leaves it. (At 4-8 MiB, where AUTO is right, UCB1 pays for exploring held over two rounds.)
+    # leaves it. (At 4-8 MiB, where AUTO is right, UCB1 pays a little for its probes.)
     assert at16.loc["AUTO", "selection_trlt_pct"] > 10 and at16.loc["AUTO", "auto_errs"]
     assert at16.loc["UCB1", "selection_trlt_pct"] < at16.loc["AUTO", "selection_trlt_pct"]
     root = tmp_path / "campaign"

@@ -1,7 +1,8 @@
 /*
  * recplugin.c: a recording tuner+profiler plugin for the plugin-host tests (not a product file).
  * Every callback appends one line to $REC_LOG: what was called, from which thread, with what.
- * REC_SLEEP_US makes getCollInfo spin that long (host time must show it); REC_FORCE=<arm>
+ * REC_SPIN_US makes getCollInfo compute that long (thread CPU time: host time must show it),
+ * REC_BLOCK_US makes it sleep that long (a wait the simulated host does not charge); REC_FORCE=<arm>
  * writes 0.0 into that entry; REC_FAIL_INIT=1 fails tuner init, REC_FAIL_CALL=1 every
  * getCollInfo. -DREC_V5_ONLY exports
  * ncclTunerPlugin_v5 only.
@@ -36,9 +37,9 @@ static void rec(const char *fmt, ...) {
   fclose(f);
 }
 
-static uint64_t now_ns(void) {
+static uint64_t cpu_ns(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -60,12 +61,14 @@ static int t_get(void *ctx, int coll, size_t nbytes, int pipe, float **table, in
   (void)ctx, (void)pipe, (void)reg, (void)nch;
   float (*t)[3] = (float (*)[3])table;
   rec("gci coll=%d bytes=%zu na=%d np=%d ring_simple=%g", coll, nbytes, na, np, t[1][2]);
-  const char *sleep_us = getenv("REC_SLEEP_US");
-  if (sleep_us) {
-    uint64_t until = now_ns() + 1000ull * (uint64_t)atoll(sleep_us);
-    while (now_ns() < until) {
+  const char *spin_us = getenv("REC_SPIN_US");
+  if (spin_us) {
+    uint64_t until = cpu_ns() + 1000ull * (uint64_t)atoll(spin_us);
+    while (cpu_ns() < until) {
     }
   }
+  const char *block_us = getenv("REC_BLOCK_US");
+  if (block_us) usleep((useconds_t)atoll(block_us));
   if (getenv("REC_FAIL_CALL")) return 2; /* ncclSystemError: NCCL fails the collective */
   const char *force = getenv("REC_FORCE");
   if (force) {
