@@ -276,8 +276,9 @@ def _apply_held(b: _Batch, t: int) -> None:
     state = b.state
     while b.held and b.held[0][0] <= t:
         _due, rows, arms, reward, learn = b.held.pop(0)
-        np.subtract.at(state.pending, (rows, arms), 1)
-        np.add.at(state.resolved, (rows, arms), 1)
+        cell = rows * state.pending.shape[1] + arms  # one pull per row: distinct cells
+        state.pending.reshape(-1)[cell] -= 1
+        state.resolved.reshape(-1)[cell] += 1
         if learn is None:
             _learn(b, rows, arms, reward)
         elif learn.any():

@@ -163,14 +163,22 @@ def held(state: BanditState, probe: int) -> np.ndarray:
     if probe <= 0:
         return np.zeros(state.pending.shape, dtype=bool)
     out = state.pending >= probe + 2 * state.resolved
-    out[state.rows, state.auto] = False
+    out.reshape(-1)[state.rows * out.shape[1] + state.auto] = False
     return out
 
 
 def selectable(state: BanditState, probe: int) -> np.ndarray:
-    """``offered`` less the held arms; a row whose every offered arm is held keeps them all."""
+    """``offered`` less the held arms; a row whose every offered arm is held keeps them all.
+
+    Called before every choice of a delayed replay while rewards are pending.
+    """
     free = state.offered & ~held(state, probe)
-    return np.where(free.any(axis=1, keepdims=True), free, state.offered)
+    some = free[:, 0].copy()  # rows with a free arm, column by column (``any(axis=1)`` costs a call per row)
+    for k in range(1, free.shape[1]):
+        some |= free[:, k]
+    if not some.all():
+        free[~some] = state.offered[~some]
+    return free
 
 
 def safety_gate(state: BanditState, arms: np.ndarray, margin: float, min_learned: int) -> np.ndarray:
