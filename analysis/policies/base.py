@@ -14,9 +14,9 @@ import numpy as np
 
 from .estimators import BanditState, Estimator
 
-__all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax", "offered_argmax",
-           "total_n", "log_n", "unpulled_first", "unpulled_selectable", "held", "selectable", "safety_gate",
-           "softmax_weights", "loss_of", "warm_losses"]
+__all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax",
+           "offered_argmax", "total_n", "log_n", "unpulled_first", "unpulled_selectable", "held", "selectable",
+           "safety_gate", "softmax_weights", "loss_of", "warm_losses"]
 
 NEG = -np.inf
 
@@ -103,8 +103,8 @@ def _libm_log(x: np.ndarray, *, rounds: int = 3) -> np.ndarray:
     bucket's, its log computed once and given to every element equal to it (``==``: the same
     float64, so the same log). Elements that lost their bucket to another value go round again
     (``rounds`` times at most); with many distinct values (a quarter of the elements or of the
-    buckets) ``math.log`` is called on each. The result is ``math.log`` element by element whatever the
-    values; only the number of calls depends on them.
+    buckets) ``math.log`` is called on each. The result is ``math.log`` element by element
+    whatever the values; only the number of calls depends on them.
     """
     size = x.size
     if size <= 32 or rounds <= 0:
