@@ -2,9 +2,11 @@
 
 Policy-steps per second (one step = one bandit choosing, being served and updating) for UCB1
 and Softmax on the same random pools: 300 contexts x up to 7 arms, pool depth 100, T=100,
-20 seeds. The reference (``tests/analysis/reference.py``) is timed on a sample of
-(context, seed) bandits and reported as a rate; both implementations give identical arm
-sequences (checked here on the sample, and for every policy in ``tests/analysis``).
+20 seeds. The reference (``tests/analysis/reference.py``, with the safety gate as the engine)
+is timed on a sample of (context, seed) bandits and reported as a rate; both implementations
+give identical arm sequences (checked here on the sample against the shared and the every-seed
+runs, and for every policy in ``tests/analysis``). Each figure is the best of 3 runs; the load
+average is printed before and after, since other work on the machine moves them.
 
 Run from the repository root: ``.venv/bin/python benchmarks/replay.py`` (``--quick`` for a
 smaller reference sample). Targets: engine >= 30x the reference and >= 10 million UCB1
