@@ -216,8 +216,7 @@ class _Batch:
     ctx: np.ndarray
     rows: np.ndarray
     cell_base: np.ndarray  # rows * K: flat index of a row's first arm
-    sample_base: np.ndarray  # ctx * K * D: flat index of a context's first sample
-    depth_max: int
+    cell_sample: np.ndarray  # flat [B * K]: flat index of the cell's first sample, (ctx * K + arm) * D
     samples: np.ndarray  # flat [C * K * D]
     depth: np.ndarray  # flat [B * K]
     wrap: np.ndarray  # flat [B * K]
@@ -247,9 +246,10 @@ def _batch(problem: ReplayProblem, policy: Policy, seeds: list[int], share: bool
     policy.init(state)
     if environment is not None:
         environment.bind(problem, ctx, seeds[:n_blocks], horizon)
+    cell_sample = (ctx[:, None] * n_arms + np.arange(n_arms)[None, :]).reshape(-1) * depth_max
     return _Batch(
         policy=policy, state=state, n_blocks=n_blocks, ctx=ctx, rows=rows, cell_base=rows * n_arms,
-        sample_base=ctx * (n_arms * depth_max), depth_max=depth_max,
+        cell_sample=cell_sample,
         samples=np.ascontiguousarray(pools.samples).reshape(-1), depth=pools.depth[ctx].reshape(-1),
         wrap=pools.wrap[ctx].reshape(-1),
         steady=np.nan_to_num(pools.steady[ctx]).reshape(-1), mu_min=problem.mu_min[ctx],
@@ -276,12 +276,22 @@ def _apply_held(b: _Batch, t: int) -> None:
     state = b.state
     while b.held and b.held[0][0] <= t:
         _due, rows, arms, reward, learn = b.held.pop(0)
-        np.subtract.at(state.pending, (rows, arms), 1)
-        np.add.at(state.resolved, (rows, arms), 1)
+        cell = rows * state.pending.shape[1] + arms  # one pull per row: distinct cells
+        state.pending.reshape(-1)[cell] -= 1
+        state.resolved.reshape(-1)[cell] += 1
         if learn is None:
             _learn(b, rows, arms, reward)
         elif learn.any():
             _learn(b, rows[learn], arms[learn], reward[learn])
+
+
+def _served(b: _Batch, cell: np.ndarray, pulls: np.ndarray) -> np.ndarray:
+    """Flat sample index of each row's pull of the arm at ``cell``, its ``pulls``-th
+    (:func:`~.pools.pool_position`; the wrap is worked out only for the pulls past a pool's end)."""
+    depth = b.depth[cell]
+    over = pulls >= depth
+    position = pool_position(pulls, depth, b.wrap[cell]) if over.any() else pulls
+    return b.cell_sample[cell] + position
 
 
 def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -292,7 +302,7 @@ def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.nda
     pulls_flat = b.state.pulls.reshape(-1)
     pulls = pulls_flat[cell]
     if b.environment is None:
-        x = b.samples[b.sample_base + arms * b.depth_max + pool_position(pulls, b.depth[cell], b.wrap[cell])]
+        x = b.samples[_served(b, cell, pulls)]
         price = b.steady[cell]
     else:
         x, price = b.environment.serve(t, arms)
@@ -309,7 +319,8 @@ def _step(b: _Batch, t: int, draws: tuple[int, int]) -> tuple[np.ndarray, np.nda
         due = ((t - 1) // b.dilution + 1 + b.lag) * b.dilution
         b.held.append((due, b.rows, arms, reward, learn))
         _apply_held(b, t)
-    pulls_flat[cell] = pulls + 1
+    pulls += 1
+    pulls_flat[cell] = pulls
     return arms, x, price
 
 
@@ -334,10 +345,11 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
     seeds = list(seeds)
     b = _batch(problem, policy, seeds, share_deterministic, int(dilution), int(lag), environment, horizon)
     n_rows, n_arms = b.state.offered.shape
-    served, selection, auto_hits, best_hits = (np.zeros(n_rows) for _ in range(4))
-    played = np.zeros((n_rows, n_arms), dtype=bool)
-    trace = np.zeros((n_rows, horizon), dtype=np.int16) if (record_arms or record_steps) else None
-    served_t, selection_t = (np.zeros((n_rows, horizon)) for _ in range(2)) if record_steps else (None, None)
+    served, selection = np.zeros(n_rows), np.zeros(n_rows)
+    auto_hits, best_hits = np.zeros(n_rows, dtype=np.int64), np.zeros(n_rows, dtype=np.int64)
+    # per-step records are written step by step (one contiguous row each) and turned to [rows, T] at the end
+    trace = np.zeros((horizon, n_rows), dtype=np.int16) if (record_arms or record_steps) else None
+    served_t, selection_t = (np.zeros((horizon, n_rows)) for _ in range(2)) if record_steps else (None, None)
     auto, best = problem.auto[b.ctx], problem.pools.best[b.ctx]
     draws = draw_counts(policy, n_arms)
     for t in range(1, horizon + 1):
@@ -347,11 +359,15 @@ def run_policy(problem: ReplayProblem, policy: Policy, *, horizon: int = 100,
         auto_hits += arms == auto
         if t > horizon - LAST_WINDOW:
             best_hits += arms == best
-        played.reshape(-1)[b.cell_base + arms] = True
         if trace is not None:
-            trace[:, t - 1] = arms
+            trace[t - 1] = arms
         if served_t is not None:
-            served_t[:, t - 1], selection_t[:, t - 1] = x, mean
+            served_t[t - 1], selection_t[t - 1] = x, mean
+    played = b.state.pulls > 0  # the arms each bandit was served (every pull counts in ``pulls``)
+    if trace is not None:
+        trace = np.ascontiguousarray(trace.T)
+    if served_t is not None:
+        served_t, selection_t = np.ascontiguousarray(served_t.T), np.ascontiguousarray(selection_t.T)
 
     def per_seed(a: np.ndarray) -> np.ndarray:
         a = a.reshape(b.n_blocks, len(problem), *a.shape[1:])

@@ -35,7 +35,8 @@ Shared conventions (the plugin must match them bit for bit in float64):
   if the old ``n_a`` was 0 then ``mu_a = r``, else ``s = 0.468 * pow(n_a, -0.467)`` (new
   ``n_a``), ``d = min(max(r - mu_a, -0.389), 0.389)``, ``mu_a <- mu_a + s * d``.
 
-``ln``/``pow`` are numpy's float64 ``log``/``power`` (libm-compatible for these inputs).
+``ln`` is the C library's ``log`` (``math.log``, once per distinct ``N``: :func:`.base.log_n`) and
+``pow`` numpy's float64 ``power`` (libm-compatible for these inputs).
 The reward is ``mu_hat_min / X`` with no cap, here and in the plugin, for a usable latency
 only: one that is not positive and finite gives no reward and is not counted
 (``plugin/README.md``, "A reward needs a usable latency"; :meth:`StepPolicy.update`).

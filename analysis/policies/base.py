@@ -15,8 +15,8 @@ import numpy as np
 from .estimators import BanditState, Estimator
 
 __all__ = ["NEG", "Policy", "pick_uniform", "sample_categorical", "iqr_trimmed_mean", "masked_argmax",
-           "total_n", "log_n", "unpulled_first", "unpulled_selectable", "held", "selectable", "safety_gate",
-           "softmax_weights", "loss_of", "warm_losses"]
+           "offered_argmax", "total_n", "log_n", "unpulled_first", "unpulled_selectable", "held", "selectable",
+           "safety_gate", "softmax_weights", "loss_of", "warm_losses"]
 
 NEG = -np.inf
 
@@ -35,9 +35,15 @@ def sample_categorical(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
     Returns the first arm whose cumulative weight exceeds ``u * total`` (such an arm has a
     positive weight); if rounding leaves none, the last arm with a positive weight.
     """
-    cs = np.cumsum(weights, axis=1)
+    # Column by column: numpy's reductions along a short row cost a call per row. The same
+    # sums in the same order (``cumsum``'s), the same comparisons.
+    cs = weights.astype(np.float64)
+    for k in range(1, cs.shape[1]):
+        cs[:, k] += cs[:, k - 1]
     thr = u * cs[:, -1]
-    idx = np.count_nonzero(cs <= thr[:, None], axis=1)
+    idx = (cs[:, 0] <= thr).astype(np.intp)
+    for k in range(1, cs.shape[1]):
+        idx += cs[:, k] <= thr
     over = idx >= weights.shape[1]
     if over.any():
         w = weights[over]
@@ -47,6 +53,18 @@ def sample_categorical(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 def masked_argmax(score: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.argmax(np.where(mask, score, NEG), axis=1)
+
+
+def offered_argmax(state: BanditState, score: np.ndarray) -> np.ndarray:
+    """:func:`masked_argmax` with the offered arms as mask, from ``score`` given at the offered
+    arms only (``[len(cells)]`` in :meth:`~.estimators.BanditState.offered_cells` order): the
+    same arms for the same scores (ties and NaN alike), without a ``[B, K]`` mask pass.
+
+    ``score`` may hold ``-inf`` for arms left out (held ones).
+    """
+    cells, _rows, scratch = state.offered_cells()
+    scratch.reshape(-1)[cells] = score
+    return scratch.argmax(axis=1)
 
 
 def total_n(state: BanditState) -> np.ndarray:
@@ -66,11 +84,48 @@ def log_n(state: BanditState) -> np.ndarray:
     """``ln(max(N, 1))`` with ``N`` from :func:`total_n`, by the C library's ``log``.
 
     The plugin calls libm's ``log``; numpy's SIMD ``log`` may round the last bit differently on
-    some CPUs (AVX-512), so ``math.log`` (libm) keeps every index equal to the plugin's. One log per
-    context row, so the cost is small next to the per-arm work.
+    some CPUs (AVX-512), so ``math.log`` (libm) keeps every index equal to the plugin's. It is
+    called once per distinct ``N`` (:func:`_libm_log`): the rows of a replay share a handful of
+    values (``N`` grows by one per learned pull from the same warm start).
     """
-    n = np.maximum(total_n(state), 1.0)
-    return np.fromiter(map(math.log, n.tolist()), dtype=np.float64, count=n.size)
+    return _libm_log(np.maximum(total_n(state), 1.0))
+
+
+#: Buckets of :func:`_libm_log` (a power of two) and the multiplier of its Fibonacci hash.
+_LOG_BUCKETS_BITS = 10
+_FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _libm_log(x: np.ndarray, *, rounds: int = 3) -> np.ndarray:
+    """``math.log`` of every element of the float64 vector ``x``, called once per distinct value.
+
+    Each value goes to a bucket by a hash of its bits; one value per bucket is taken as the
+    bucket's, its log computed once and given to every element equal to it (``==``: the same
+    float64, so the same log). Elements that lost their bucket to another value go round again
+    (``rounds`` times at most); with many distinct values (a quarter of the elements or of the
+    buckets) ``math.log`` is called on each. The result is ``math.log`` element by element
+    whatever the values; only the number of calls depends on them.
+    """
+    size = x.size
+    if size <= 32 or rounds <= 0:
+        return np.fromiter(map(math.log, x.tolist()), dtype=np.float64, count=size)
+    slot = x.view(np.uint64) * _FIBONACCI  # wraps modulo 2**64: the hash's top bits pick the bucket
+    np.right_shift(slot, np.uint64(64 - _LOG_BUCKETS_BITS), out=slot)
+    slot = slot.view(np.int64)
+    used = np.zeros(1 << _LOG_BUCKETS_BITS, dtype=bool)
+    used[slot] = True
+    used = np.flatnonzero(used)
+    if 4 * used.size > min(size, 1 << _LOG_BUCKETS_BITS):  # many distinct values: one call each
+        return _libm_log(x, rounds=0)
+    value = np.zeros(1 << _LOG_BUCKETS_BITS)
+    value[slot] = x  # the bucket's value: the last one written
+    logs = np.zeros(1 << _LOG_BUCKETS_BITS)
+    logs[used] = list(map(math.log, value[used].tolist()))
+    out = logs[slot]
+    other = np.flatnonzero(value[slot] != x)  # (NaN never equals itself: it goes round too)
+    if other.size:
+        out[other] = _libm_log(x[other], rounds=rounds - 1)
+    return out
 
 
 def unpulled_selectable(state: BanditState) -> np.ndarray | None:
@@ -108,33 +163,56 @@ def held(state: BanditState, probe: int) -> np.ndarray:
     if probe <= 0:
         return np.zeros(state.pending.shape, dtype=bool)
     out = state.pending >= probe + 2 * state.resolved
-    out[state.rows, state.auto] = False
+    out.reshape(-1)[state.rows * out.shape[1] + state.auto] = False
     return out
 
 
 def selectable(state: BanditState, probe: int) -> np.ndarray:
-    """``offered`` less the held arms; a row whose every offered arm is held keeps them all."""
+    """``offered`` less the held arms; a row whose every offered arm is held keeps them all.
+
+    Called before every choice of a delayed replay while rewards are pending.
+    """
     free = state.offered & ~held(state, probe)
-    return np.where(free.any(axis=1, keepdims=True), free, state.offered)
+    some = free[:, 0].copy()  # rows with a free arm, column by column (``any(axis=1)`` costs a call per row)
+    for k in range(1, free.shape[1]):
+        some |= free[:, k]
+    if not some.all():
+        free[~some] = state.offered[~some]
+    return free
 
 
 def safety_gate(state: BanditState, arms: np.ndarray, margin: float, min_learned: int) -> np.ndarray:
     """AUTO's arm where the chosen arm's mean is below ``(1 - margin)`` times AUTO's arm's, the
     chosen arm having ``min_learned`` learned rewards (past the first-use transient, whose
     inflated first samples must not condemn a good arm for good) and AUTO's arm one; the
-    chosen arm elsewhere (the plugin's ``nb_gate``)."""
-    rows = state.rows
-    auto = state.auto
-    worse = ((arms != auto) & (state.learned[rows, arms] >= min_learned) & (state.learned[rows, auto] >= 1)
-             & (state.mu[rows, arms] < (1.0 - margin) * state.mu[rows, auto]))
-    return np.where(worse, auto, arms)
+    chosen arm elsewhere (the plugin's ``nb_gate``).
+
+    Called after every choice, so only the rows whose choice is not AUTO's are looked at;
+    returns ``arms`` itself where no row changes.
+    """
+    other = np.flatnonzero(arms != state.auto)
+    if not other.size:
+        return arms
+    k = state.offered.shape[1]
+    auto = state.auto[other]
+    chosen, auto_cell = other * k + arms[other], other * k + auto
+    learned, mu = state.learned.reshape(-1), state.mu.reshape(-1)
+    worse = ((learned[chosen] >= min_learned) & (learned[auto_cell] >= 1)
+             & (mu[chosen] < (1.0 - margin) * mu[auto_cell]))
+    if not worse.any():
+        return arms
+    out = arms.copy()
+    out[other[worse]] = auto[worse]
+    return out
 
 
 def softmax_weights(values: np.ndarray, mask: np.ndarray, tau: np.ndarray) -> np.ndarray:
     # exp(-inf) is exactly 0, so arms outside ``mask`` get weight 0 without a second mask.
     x = np.where(mask, values, NEG)
-    top = x.max(axis=1, keepdims=True)
-    x -= top
+    top = x[:, 0].copy()  # the row maximum, column by column (``max(axis=1)`` costs a call per row)
+    for k in range(1, x.shape[1]):
+        np.maximum(top, x[:, k], out=top)
+    x -= top[:, None]
     x /= tau[:, None]
     return np.exp(x, out=x)
 

@@ -94,6 +94,8 @@ class BanditState:
             hold rule holds (:func:`.base.hold`); ``offered`` itself when nothing is held.
         peak: ``[B]`` running maximum of the learned rewards (adaptive observed max), from 1.
         extra: policy-specific arrays.
+
+    ``offered`` is fixed once the bandits start (:meth:`offered_cells` keeps its layout).
     """
 
     offered: np.ndarray
@@ -109,10 +111,25 @@ class BanditState:
     peak: np.ndarray
     extra: dict
     selectable: np.ndarray | None = None
+    _cells: tuple | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.selectable is None:
             self.selectable = self.offered
+
+    def offered_cells(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where the offered arms are, for work on them alone: ``(cells, rows, scratch)``.
+
+        ``cells`` are the flat positions ``row * K + arm`` of the offered arms, row by row in
+        arm order, ``rows`` the row of each; ``scratch`` is a ``[B, K]`` array that is ``-inf``
+        at every arm not offered, for :func:`.base.offered_argmax` to fill at the offered ones.
+        Built on first use and kept while ``offered`` is the same array.
+        """
+        if self._cells is None or self._cells[0] is not self.offered:
+            rows, arms = np.nonzero(self.offered)
+            scratch = np.full(self.offered.shape, -np.inf)
+            self._cells = (self.offered, rows * self.offered.shape[1] + arms, rows, scratch)
+        return self._cells[1:]
 
     @classmethod
     def empty(cls, offered: np.ndarray, prior: np.ndarray, auto: np.ndarray) -> BanditState:
@@ -169,24 +186,40 @@ class BanditState:
         return reward / peak
 
     def update(self, rows: np.ndarray, arms: np.ndarray, reward: np.ndarray, est: Estimator) -> None:
-        """Apply one learned reward per row (``rows`` already filtered by :meth:`learn_mask`)."""
+        """Apply one learned reward per row (``rows`` already filtered by :meth:`learn_mask`).
+
+        Called by the replay once per step with every learning bandit, so it works on flat
+        positions and skips what cannot change a value: the multiplication by a discount of 1
+        (``1.0 * n`` is ``n``) and the first-observation case once no arm is at ``n == 0``.
+        """
         flat = rows * self.n.shape[1] + arms
         n, mu, s2 = self.n.reshape(-1), self.mu.reshape(-1), self.s2.reshape(-1)
         n_old, mu_old, s2_old = n[flat], mu[flat], s2[flat]
-        n_new = est.discount * n_old + 1.0
+        n_new = n_old + 1.0 if est.discount == 1.0 else est.discount * n_old + 1.0
         d = reward - mu_old
         if est.kind == "mean":
-            mu_new = mu_old + d / n_new
-            s2_new = est.discount * s2_old + d * (reward - mu_new)
+            mu_new = d / n_new
+            mu_new += mu_old
+            s2_new = reward - mu_new
+            s2_new *= d
+            s2_new += s2_old if est.discount == 1.0 else est.discount * s2_old
         else:
             if est.kind == "sgd":
-                step = est.lr * np.power(n_new, -est.decay)
-                d = np.clip(d, -est.clip, est.clip)
+                step = np.power(n_new, -est.decay)
+                step *= est.lr
+                np.clip(d, -est.clip, est.clip, out=d)
             else:
                 step = est.gain
+            mu_new = step * d
+            mu_new += mu_old
+            s2_new = d * d
+            s2_new -= s2_old
+            s2_new *= step
+            s2_new += s2_old
             first = n_old == 0
-            mu_new = np.where(first, reward, mu_old + step * d)
-            s2_new = np.where(first, 0.0, s2_old + step * (d * d - s2_old))
+            if first.any():
+                mu_new[first] = reward[first]
+                s2_new[first] = 0.0
         n[flat] = n_new
         mu[flat] = mu_new
         s2[flat] = s2_new

@@ -15,6 +15,7 @@ from .estimators import BanditState, Estimator
 from .base import Policy, iqr_trimmed_mean, pick_uniform, sample_categorical
 from .base import log_n as _log_n
 from .base import masked_argmax as _masked_argmax
+from .base import offered_argmax as _offered_argmax
 from .base import softmax_weights as _softmax_weights
 from .base import unpulled_first as _unpulled_first
 from .base import unpulled_selectable as _unpulled_selectable
@@ -77,16 +78,27 @@ class UCB1(Policy):
 
         The plugin's ``nb_ucb_index`` computes the same float64 value arm by arm.
         """
-        log_n = _log_n(state)
+        return self._index(2.0 * _log_n(state)[:, None], state.n, state.mu)
+
+    def _index(self, two_log_n: np.ndarray, n: np.ndarray, mu: np.ndarray) -> np.ndarray:
+        """The index from ``2 ln max(N, 1)``, ``n`` and ``mu`` (broadcast alike), in the one
+        float64 operation order: ``2 ln`` divided by ``n``, its square root, times ``alpha``,
+        plus ``mu``."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            bonus = 2.0 * log_n[:, None] / state.n
+            bonus = two_log_n / n
             np.sqrt(bonus, out=bonus)
             bonus *= self.alpha
-            bonus += state.mu
+            bonus += mu
         return bonus
 
     def select(self, state, t, u, z):
-        return _unpulled_first(state, _masked_argmax(self.index(state), state.selectable))
+        # The index of the offered arms only (the others can never be chosen), one value per
+        # offered cell; the same numbers as ``index`` there, so the same argmax.
+        cells, rows, _scratch = state.offered_cells()
+        score = self._index((2.0 * _log_n(state))[rows], state.n.reshape(-1)[cells], state.mu.reshape(-1)[cells])
+        if state.selectable is not state.offered:  # arms held while rewards are pending
+            score[~state.selectable.reshape(-1)[cells]] = -np.inf
+        return _unpulled_first(state, _offered_argmax(state, score))
 
 
 @dataclasses.dataclass(frozen=True)

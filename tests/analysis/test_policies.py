@@ -118,3 +118,73 @@ def test_adaptive_observed_max_divides_by_the_running_max_and_rescales_on_a_new_
     assert p.update(0, 8.0) == 1.25 / 2  # r = 1.25 below the max 2
     plain = StepPolicy(make_policy("UCB1", estimator={"kind": "mean"}, pseudo_count=1.0), [10.0, 20.0])
     assert [plain.update(a, x) for a, x in ((0, 20.0), (1, 5.0), (0, 8.0))] == [0.5, 2.0, 1.25]
+
+
+def _random_state(rng, rows=400, arms=7):
+    """Bandits with a few shared counts (the replay's case), near-equal and unpulled ones."""
+    from ncclbot_sweep.analysis.policies import BanditState
+
+    offered = rng.random((rows, arms)) < 0.6
+    offered[np.arange(rows), rng.integers(0, arms, rows)] = True
+    auto = np.array([rng.choice(np.flatnonzero(o)) for o in offered])
+    state = BanditState.empty(offered, np.ones((rows, arms)), auto)
+    n = rng.choice([0.0, 1.0, 2.89, 3.89, 12.89], size=(rows, arms))
+    n[rng.random((rows, arms)) < 0.05] = np.nextafter(3.89, 9.0)
+    state.n, state.mu = np.where(offered, n, 0.0), np.where(offered, rng.random((rows, arms)), 0.0)
+    state.mu[rng.random((rows, arms)) < 0.05] = 0.5  # ties
+    state.learned = np.where(offered, rng.integers(0, 3, (rows, arms)), 0)
+    return state
+
+
+def test_log_n_is_the_c_librarys_log_of_every_row():
+    """ln max(N, 1) by math.log, row by row, whether rows share N (computed once per value),
+    differ in the last bit, are infinite or NaN, or are all distinct."""
+    from ncclbot_sweep.analysis.policies import BanditState
+    from ncclbot_sweep.analysis.policies.base import log_n, total_n
+
+    rng = np.random.default_rng(5)
+    base = np.array([2.89 * m + 37.0 for m in (1, 2, 3, 6, 7)])
+    shared = base[rng.integers(0, 5, 3000)]
+    shared[::7] = np.nextafter(shared[::7], np.inf)
+    cases = [shared, rng.uniform(0.0, 500.0, 3000), np.array([0.5, np.inf, np.nan, 3.0] * 50), np.full(100, 4.0),
+             np.array([7.0, 2.0])]
+    for totals in cases:
+        state = BanditState.empty(np.ones((totals.size, 1), dtype=bool), np.ones((totals.size, 1)),
+                                  np.zeros(totals.size, dtype=np.int64))
+        state.n = totals[:, None].copy()
+        expected = [math.log(max(v, 1.0)) if not math.isnan(v) else math.nan for v in total_n(state).tolist()]
+        np.testing.assert_array_equal(log_n(state), expected)
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_ucb1_select_is_the_argmax_of_its_index_over_the_selectable_arms(held):
+    """The lowest selectable arm maximising ``UCB1.index`` (an unpulled selectable arm first),
+    the index ``select`` computes on the offered arms only."""
+    from ncclbot_sweep.analysis.policies.base import masked_argmax
+
+    rng = np.random.default_rng(11)
+    ucb = make_policy("UCB1")
+    for _ in range(5):
+        state = _random_state(rng)
+        if held:
+            state.selectable = state.offered & (rng.random(state.offered.shape) < 0.7)
+        index = ucb.index(state)
+        chosen = masked_argmax(index, state.selectable)
+        unpulled = state.selectable & (state.n == 0)
+        expected = np.where(unpulled.any(axis=1), np.argmax(unpulled, axis=1), chosen)
+        np.testing.assert_array_equal(ucb.select(state, 1, None, None), expected)
+
+
+def test_the_safety_gate_row_by_row():
+    from ncclbot_sweep.analysis.policies.base import safety_gate
+
+    rng = np.random.default_rng(3)
+    state = _random_state(rng, rows=2000)
+    arms = np.array([rng.choice(np.flatnonzero(o)) for o in state.offered])
+    for margin, min_learned in ((0.1, 1), (0.0, 2), (0.5, 10)):
+        expected = [int(state.auto[r]) if (k != a and state.learned[r, k] >= min_learned and state.learned[r, a] >= 1
+                                           and state.mu[r, k] < (1.0 - margin) * state.mu[r, a]) else int(k)
+                    for r, (k, a) in enumerate(zip(arms, state.auto))]
+        gated = safety_gate(state, arms, margin, min_learned)
+        np.testing.assert_array_equal(gated, expected)
+        assert (gated != arms).any() or min_learned == 10
