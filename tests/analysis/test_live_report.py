@@ -147,18 +147,6 @@ def test_a_table_that_drifts_from_its_schema_is_refused():
         conform("issues", pd.DataFrame({c: ["x"] for c in [*TABLE_COLUMNS["issues"], "extra"]}))
 
 
-@pytest.fixture
-def kept_figures(monkeypatch):
-    """Figures stay open until the test has looked at them: pyplot's close is deferred to teardown."""
-    import matplotlib.pyplot as plt
-
-    close, kept = plt.close, []
-    monkeypatch.setattr(plt, "close", kept.append)
-    yield kept
-    for fig in kept:
-        close(fig)
-
-
 def _drawn_lines(ax):
     return [line for line in ax.get_lines() if len(line.get_xdata())]
 

@@ -43,18 +43,6 @@ def _problem(fabric: str = "sim-a", *, synthetic: bool = True):
     return make_problem(pools, predictions_from_cost_tables(pools, pd.DataFrame(cost)))
 
 
-@pytest.fixture
-def closed_figures(monkeypatch):
-    """Keep each figure open until the test has looked at it: pyplot's close is deferred to teardown."""
-    import matplotlib.pyplot as plt
-
-    close, kept = plt.close, []
-    monkeypatch.setattr(plt, "close", kept.append)
-    yield kept
-    for fig in kept:
-        close(fig)
-
-
 def test_arm_curves_mark_the_audits_auto_and_best():
     problem = _problem()
     audit = audit_auto(problem, horizon=4)
@@ -73,7 +61,7 @@ def test_arm_curves_mark_the_audits_auto_and_best():
     assert row["busbw_gbs"] == pytest.approx(1024 / 10e3 * 2 * 15 / 16)
 
 
-def test_plot_arm_curves_axes_marks_and_csv(tmp_path, closed_figures):
+def test_plot_arm_curves_axes_marks_and_csv(tmp_path, kept_figures):
     problem = _problem()
     audit = audit_auto(problem, horizon=4)
     curves = figures.arm_curves(problem.pools, audit)
@@ -82,7 +70,7 @@ def test_plot_arm_curves_axes_marks_and_csv(tmp_path, closed_figures):
     assert imread(paths[0]).shape[0] > 100
     data = pd.read_csv(paths[0].with_suffix(".csv"))
     assert set(data["nodes"]) == {2} and len(data) == 6
-    fig = closed_figures[0]
+    fig = kept_figures[0]
     bw, lat = fig.axes
     assert bw.get_xscale() == "log" and lat.get_yscale() == "log"
     assert "bus bandwidth (GB/s)" in bw.get_ylabel() and "latency (us)" in lat.get_ylabel()
@@ -95,14 +83,14 @@ def test_plot_arm_curves_axes_marks_and_csv(tmp_path, closed_figures):
     np.testing.assert_allclose(np.asarray(auto_marks)[:, 1], expected)
 
 
-def test_error_map_cells_name_auto_and_best(tmp_path, closed_figures):
+def test_error_map_cells_name_auto_and_best(tmp_path, kept_figures):
     audit = audit_auto(_problem(), horizon=4)
     emap = figures.error_map(audit)
     assert emap.set_index(["nodes", "size_bytes"])["loss_pct"].round(6).to_dict() == {
         (2, 1024): 0.0, (2, 4096): 100.0, (4, 1024): pytest.approx(100 * 3 / 11, abs=1e-5), (4, 4096): 0.0}
     (path,) = figures.plot_error_maps(emap, tmp_path)
     assert path.name == "errmap_sim-a_AllReduce.png" and path.with_suffix(".csv").is_file()
-    ax = closed_figures[0].axes[0]
+    ax = kept_figures[0].axes[0]
     texts = {t.get_text() for t in ax.texts}
     assert "Ring/LL > Ring/Simple\n100% slower" in texts and "Ring/LL > Tree/LL\n27% slower" in texts
     assert "Ring/Simple" in texts
@@ -114,7 +102,7 @@ def test_error_map_cells_name_auto_and_best(tmp_path, closed_figures):
     assert image[1, 0] == pytest.approx(100.0) and image[1, 1] == pytest.approx(0.0)
 
 
-def test_cost_vs_measured_has_the_diagonal_and_no_stamp_on_real_fabrics(tmp_path, closed_figures):
+def test_cost_vs_measured_has_the_diagonal_and_no_stamp_on_real_fabrics(tmp_path, kept_figures):
     problem = _problem("h100-spx", synthetic=False)
     frame = figures.cost_vs_measured(problem.pools, problem.predicted)
     assert len(frame) == 12
@@ -123,7 +111,7 @@ def test_cost_vs_measured_has_the_diagonal_and_no_stamp_on_real_fabrics(tmp_path
     (path,) = figures.plot_cost_vs_measured(frame, tmp_path)
     assert path.name == "costmodel_h100-spx.png"
     assert len(pd.read_csv(path.with_suffix(".csv"))) == 12
-    fig = closed_figures[0]
+    fig = kept_figures[0]
     ax = fig.axes[0]
     diagonal = [line for line in ax.get_lines() if line.get_label() == "predicted = measured"][0]
     x, y = diagonal.get_data()
@@ -151,12 +139,12 @@ def test_survival_curves_end_at_the_last_non_zero_value_and_state_the_zero_share
     assert r["x_pct"].iloc[-1] == pytest.approx(30.0) and r["survival"].iloc[-1] == 0.25
 
 
-def test_plot_survival_draws_no_floor_and_names_the_zero_share(tmp_path, closed_figures):
+def test_plot_survival_draws_no_floor_and_names_the_zero_share(tmp_path, kept_figures):
     ctx = pd.DataFrame({"policy": ["P"] * 6 + ["Q"] * 2,
                         "trlt_realized": [0.0, 0.0, 0.01, 0.05, 0.05, 0.2, 0.0, 0.0]})
     path = figures.plot_survival(figures.survival_curves(ctx, n_boot=20), tmp_path / "survival.png", threshold_pct=10)
     assert len(pd.read_csv(path.with_suffix(".csv"))) == 5
-    ax = closed_figures[0].axes[0]
+    ax = kept_figures[0].axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["P (33% at 0)", "Q (100% at 0), none above 0", "10% threshold"]
     x, y = ax.get_lines()[0].get_data()
@@ -165,7 +153,7 @@ def test_plot_survival_draws_no_floor_and_names_the_zero_share(tmp_path, closed_
     assert ax.get_xscale() == ax.get_yscale() == "log" and ax.get_xlabel() == "realized TRLT (%)"
 
 
-def test_learning_curves_end_at_the_table_1_mean(tmp_path, closed_figures):
+def test_learning_curves_end_at_the_table_1_mean(tmp_path, kept_figures):
     from ncclbot_sweep.analysis.policies import make_policy
     from ncclbot_sweep.analysis.replay import replay_with_trajectories
     from ncclbot_sweep.analysis.report.dynamics import learning_curves, plot_learning_curves
@@ -183,13 +171,13 @@ def test_learning_curves_end_at_the_table_1_mean(tmp_path, closed_figures):
     assert (curves["lo_pct"] <= curves["mean_pct"]).all() and (curves["hi_pct"] >= curves["mean_pct"]).all()
     path = plot_learning_curves(curves, tmp_path / "learning_curves.png", synthetic=True)
     assert len(pd.read_csv(path.with_suffix(".csv"))) == 12
-    ax = closed_figures[0].axes[0]
+    ax = kept_figures[0].axes[0]
     assert [line.get_label() for line in ax.get_lines()] == ["AUTO", "Random"]
     np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), curves[curves["policy"] == "AUTO"]["mean_pct"])
     assert "step t" in ax.get_xlabel() and "CRLT(t) (%)" in ax.get_ylabel()
 
 
-def test_transient_curves_give_each_arms_ratio_to_steady_per_iteration(tmp_path, closed_figures):
+def test_transient_curves_give_each_arms_ratio_to_steady_per_iteration(tmp_path, kept_figures):
     from ncclbot_sweep.analysis.report.dynamics import plot_transients, transient_curves
 
     # iteration 0 (dropped) is the warm-up; 1 and 2 are slow; steady from 3 on at 10 and 20 us
@@ -205,31 +193,31 @@ def test_transient_curves_give_each_arms_ratio_to_steady_per_iteration(tmp_path,
     assert (ring["contexts"] == 2).all()
     (path,) = plot_transients(frame, tmp_path, window_start=3)
     assert path.name == "transient_sim-a.png" and len(pd.read_csv(path.with_suffix(".csv"))) == 10
-    ax = closed_figures[0].axes[0]
+    ax = kept_figures[0].axes[0]
     assert ax.get_ylabel() == "latency / steady mean (ratio)" and "iteration" in ax.get_xlabel()
     assert "steady window starts" in [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any("synthetic" in t.get_text() for t in closed_figures[0].texts)
+    assert any("synthetic" in t.get_text() for t in kept_figures[0].texts)
 
 
 @pytest.mark.parametrize("fabric, synthetic", [("sim-a", False), ("h100-lab", True)])
-def test_the_stamp_follows_the_data_not_the_fabric_name(fabric, synthetic, tmp_path, closed_figures):
+def test_the_stamp_follows_the_data_not_the_fabric_name(fabric, synthetic, tmp_path, kept_figures):
     problem = _problem(fabric, synthetic=synthetic)
     audit = audit_auto(problem, horizon=4)
     figures.plot_arm_curves(figures.arm_curves(problem.pools, audit), tmp_path)
     figures.plot_error_maps(figures.error_map(audit), tmp_path)
     figures.plot_cost_vs_measured(figures.cost_vs_measured(problem.pools, problem.predicted), tmp_path)
-    assert len(closed_figures) == 4
-    for fig in closed_figures:
+    assert len(kept_figures) == 4
+    for fig in kept_figures:
         assert any("synthetic" in t.get_text() for t in fig.texts) == synthetic
     assert set(pd.read_csv(tmp_path / f"errmap_{fabric}_AllReduce.csv")["synthetic"]) == {synthetic}
 
 
-def test_every_size_axis_prints_binary_units(tmp_path, closed_figures):
+def test_every_size_axis_prints_binary_units(tmp_path, kept_figures):
     problem = _problem()
     audit = audit_auto(problem, horizon=4)
     curves = figures.arm_curves(problem.pools, audit)
     figures.plot_arm_curves(curves.assign(size_bytes=curves["size_bytes"] * 4096), tmp_path)
-    for ax in closed_figures[0].axes:
+    for ax in kept_figures[0].axes:
         ax.figure.canvas.draw()
         shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
         assert shown and all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB|TiB)", t) for t in shown), shown
