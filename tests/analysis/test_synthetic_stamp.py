@@ -22,7 +22,6 @@ from ncclbot_sweep.names import SIMULATOR
 from ncclbot_sweep.resources import resource_dir
 from ncclbot_sweep.runner import submit
 
-from .test_report_figures import closed_figures  # noqa: F401 - the fixture that keeps every figure open
 
 CAMPAIGN = """\
 name: stamp
@@ -60,18 +59,18 @@ def _report(dataset: Path, out: Path, figures: list) -> str:
     return html
 
 
-def test_a_renamed_simulated_inventory_is_still_synthetic(lab_campaign, tmp_path, closed_figures):
+def test_a_renamed_simulated_inventory_is_still_synthetic(lab_campaign, tmp_path, kept_figures):
     meta = json.loads(next(lab_campaign.glob("jobs/*/steps/*/step.json")).read_text())
     assert (meta["fabric"], meta["synthetic"]) == ("h100-lab", True)
     ingest([lab_campaign], tmp_path / "ds")
     runs = read_table(tmp_path / "ds", "runs")
     assert set(runs["fabric"]) == {"h100-lab"} and runs["synthetic"].all() and len(runs) == 18
-    html = _report(tmp_path / "ds", tmp_path / "report", closed_figures)
+    html = _report(tmp_path / "ds", tmp_path / "report", kept_figures)
     assert "Synthetic data" in html
-    assert all(any("synthetic" in t.get_text() for t in fig.texts) for fig in closed_figures)
+    assert all(any("synthetic" in t.get_text() for t in fig.texts) for fig in kept_figures)
 
 
-def test_unstamped_outputs_under_a_sim_name_are_not_synthetic(lab_campaign, tmp_path, closed_figures):
+def test_unstamped_outputs_under_a_sim_name_are_not_synthetic(lab_campaign, tmp_path, kept_figures):
     real = tmp_path / "campaign"
     for step in lab_campaign.glob("jobs/*/steps/*"):
         copy = real / step.relative_to(lab_campaign)
@@ -90,6 +89,6 @@ def test_unstamped_outputs_under_a_sim_name_are_not_synthetic(lab_campaign, tmp_
     ingest([real], tmp_path / "ds")
     runs = read_table(tmp_path / "ds", "runs")
     assert set(runs["fabric"]) == {"sim-h100"} and not runs["synthetic"].any() and set(runs["outcome"]) == {"ok"}
-    html = _report(tmp_path / "ds", tmp_path / "report", closed_figures)
+    html = _report(tmp_path / "ds", tmp_path / "report", kept_figures)
     assert "Synthetic data" not in html
-    assert not any("synthetic" in t.get_text() for fig in closed_figures for t in fig.texts)
+    assert not any("synthetic" in t.get_text() for fig in kept_figures for t in fig.texts)
