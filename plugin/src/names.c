@@ -68,26 +68,33 @@ static const nb_name k_prof_algos[] = {NB_N("TREE", 0), NB_N("RING", 1),
                                        NB_N("NVLS", 4), NB_N("NVLS_TREE", 5), NB_N("PAT", 6)};
 static const nb_name k_prof_protos[] = {NB_N("LL", 0), NB_N("LL128", 1), NB_N("SIMPLE", 2)};
 
-/* The value of s in t, or -1 (also for NULL and names longer than any entry). */
-static int lookup(const nb_name *t, size_t n, const char *s) {
+/* The value of s in t, or -1 (also for NULL and names longer than any entry); a string at
+ * the address memo remembers is checked against that entry alone. */
+static int lookup(const nb_name *t, size_t n, const char *s, nb_name_memo *memo) {
   if (!s) return -1;
+  if (s == memo->ptr && memo->idx < n && strncmp(t[memo->idx].name, s, t[memo->idx].len + 1u) == 0)
+    return t[memo->idx].value;
   size_t len = strnlen(s, 32);
   for (size_t i = 0; i < n; i++)
-    if (t[i].len == len && t[i].name[0] == s[0] && memcmp(t[i].name, s, len) == 0)
+    if (t[i].len == len && t[i].name[0] == s[0] && memcmp(t[i].name, s, len) == 0) {
+      memo->ptr = s;
+      memo->idx = (uint32_t)i;
       return t[i].value;
+    }
   return -1;
 }
 
-#define NB_LOOKUP(t, s) lookup((t), sizeof(t) / sizeof *(t), (s))
+#define NB_LOOKUP(t, s, memo) lookup((t), sizeof(t) / sizeof *(t), (s), (memo))
 
-int nb_prof_coll(const char *func) { return NB_LOOKUP(k_prof_colls, func); }
+int nb_prof_coll(const char *func, nb_name_memo *memo) { return NB_LOOKUP(k_prof_colls, func, memo); }
 
-size_t nb_prof_type_size(const char *datatype) {
-  int v = NB_LOOKUP(k_prof_types, datatype);
+size_t nb_prof_type_size(const char *datatype, nb_name_memo *memo) {
+  int v = NB_LOOKUP(k_prof_types, datatype, memo);
   return v < 0 ? 0 : (size_t)v;
 }
 
-int nb_prof_arm(const char *algo, const char *proto) {
-  int a = NB_LOOKUP(k_prof_algos, algo), p = NB_LOOKUP(k_prof_protos, proto);
+int nb_prof_arm(const char *algo, const char *proto, nb_name_memo *algo_memo,
+                nb_name_memo *proto_memo) {
+  int a = NB_LOOKUP(k_prof_algos, algo, algo_memo), p = NB_LOOKUP(k_prof_protos, proto, proto_memo);
   return a < 0 || p < 0 ? NB_NO_ARM : a * NCCLBOT_NUM_PROTOS + p;
 }

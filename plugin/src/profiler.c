@@ -95,9 +95,9 @@ static int64_t bind_pull(nb_comm *c, uint64_t key, int arm) {
 
 static void start_coll(nb_comm *c, void **eHandle, const ncclbotProfDescr_v6 *d) {
   if (!c->log || c->claim >= c->head) return; /* no pull waits for its collective: below the gate */
-  int coll = nb_prof_coll(d->coll.func);
-  size_t ts = nb_prof_type_size(d->coll.datatype);
-  int arm = nb_prof_arm(d->coll.algo, d->coll.proto);
+  int coll = nb_prof_coll(d->coll.func, &c->prof_func);
+  size_t ts = nb_prof_type_size(d->coll.datatype, &c->prof_type);
+  int arm = nb_prof_arm(d->coll.algo, d->coll.proto, &c->prof_algo, &c->prof_proto);
   unsigned nch = d->coll.nChannels;
   if (coll < 0 || ts == 0 || arm == NB_NO_ARM || nch == 0 || nch > NB_MAX_CH) return;
   size_t bytes = d->coll.count * ts;

@@ -157,6 +157,12 @@ typedef enum {
   NB_MODE_LEARN_SYNC,  /* several ranks: rewards applied in synchronised rounds */
 } nb_mode;
 
+/* The last descriptor string a profiler field matched (names.c): its address and entry. */
+typedef struct {
+  const char *ptr;
+  uint32_t idx;
+} nb_name_memo;
+
 typedef struct nb_static nb_static;
 typedef struct nb_saved nb_saved;
 typedef struct nb_tracer nb_tracer;
@@ -194,6 +200,7 @@ typedef struct nb_comm {
   uint16_t *rec_free;
   uint32_t rec_nfree;
   uint64_t rec_steal;
+  nb_name_memo prof_func, prof_type, prof_algo, prof_proto; /* user thread (names.c) */
 
   /* counters (tuner thread unless noted) */
   uint64_t n_calls, n_timed, n_unmatched, n_missing, n_applied, n_rounds, n_over_cap;

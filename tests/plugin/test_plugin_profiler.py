@@ -95,6 +95,29 @@ def test_unknown_events_and_foreign_parents_get_no_handle(plugin, nb_env, comm_i
     r.finalize()
 
 
+
+def test_a_name_at_a_remembered_address_is_read_again(plugin, nb_env, comm_id, tmp_path):
+    """The profiler remembers where each descriptor name was found; the same address holding
+    another name (a reused buffer) must be looked up again, not taken for the old one."""
+    r = learning_rank(plugin, nb_env, comm_id, tmp_path)
+    dtype = C.create_string_buffer(b"ncclFloat32", 16)
+
+    def start(nbytes_per_elt_4: int):
+        arm = r.call(AR, MIB, TABLE)[1]
+        d = H.ProfDescrV6()
+        d.type = H.PROFILE_COLL
+        d.u.coll.func, d.u.coll.count, d.u.coll.nChannels = b"AllReduce", nbytes_per_elt_4, 1
+        d.u.coll.datatype = C.cast(dtype, C.c_char_p)
+        d.u.coll.algo, d.u.coll.proto = H.PROF_ALGOS[arm // 3].encode(), H.PROF_PROTOS[arm % 3].encode()
+        h = C.c_void_p(99)
+        assert plugin.profiler.startEvent(r.pctx, C.byref(h), C.byref(d)) == 0
+        return h.value
+
+    assert start(MIB // 4) is not None  # 1 MiB of float32: the pull's own collective
+    C.memmove(dtype, b"ncclFloat64\0", 12)
+    assert start(MIB // 4) is None  # now 2 MiB: no 1 MiB pull to bind, no handle
+    r.finalize()
+
 def test_activation_mask_asks_for_coll_and_kernel_channels(plugin, nb_env, comm_id, tmp_path):
     r = learning_rank(plugin, nb_env, comm_id, tmp_path)
     assert r.mask.value & (H.PROFILE_COLL | H.PROFILE_KERNEL_CH) == H.PROFILE_COLL | H.PROFILE_KERNEL_CH
