@@ -31,7 +31,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "log.h"
 #include "persist.h"
@@ -371,12 +370,6 @@ static void maybe_submit(nb_comm *c) {
   if (s->open_pending == 0 || c->head >= deadline) submit_round(c, r);
 }
 
-static uint64_t cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* How long a rank that timed out waits for the coordinator's verdict. */
 #define NB_VERDICT_MS 5000u
 
@@ -410,7 +403,7 @@ static int await_result(nb_comm *c, int64_t r, char *why, size_t whylen) {
 /* Round boundary b (see the top of this file). Returns 0 to go on learning, 1 when frozen
  * or NCCL decides from now on, -1 when failed (fail mode). */
 static int boundary(nb_comm *c, int64_t b) {
-  uint64_t t0 = nb_now_ns(), c0 = cpu_ns();
+  uint64_t t0 = nb_now_ns();
   nb_sync *s = c->sync;
   char why[400] = "";
   int64_t r = b - 1 - (int64_t)c->cfg.sync_lag;
@@ -429,7 +422,6 @@ static int boundary(nb_comm *c, int64_t b) {
   double us = (double)(nb_now_ns() - t0) / 1000.0;
   c->n_rounds++;
   c->sync_us_total += us;
-  c->sync_cpu_us_total += (double)(cpu_ns() - c0) / 1000.0;
   if (c->trace) nb_trace_sync(c, b, us);
   return 0;
 }

@@ -207,7 +207,6 @@ typedef struct nb_comm {
   uint64_t n_prof_dropped; /* profiler thread, atomic */
   uint64_t n_queue_full;   /* profiler thread, atomic */
   double sync_us_total;     /* wall time in round boundaries */
-  double sync_cpu_us_total; /* CPU time of this thread in round boundaries */
   double sync_wait_us_total; /* wall time blocked waiting for a round's result */
 } nb_comm;
 
