@@ -124,21 +124,21 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_orchestration_modules_never_import_each_other_in_a_circle():
     graph = _orchestration(_graph(lazy=True))
-    assert {"ncclbot_sweep.runner", "ncclbot_sweep.collect", "ncclbot_sweep.executors.slurm"} <= set(graph)
+    assert {"ncclbot_sweep.sweep.runner", "ncclbot_sweep.sweep.collect", "ncclbot_sweep.sweep.executors.slurm"} <= set(graph)
     assert _cycles(graph) == []
 
 
 def test_the_campaign_folder_sits_below_the_runner_collect_and_the_executors():
     graph = _graph(lazy=True)
-    above = {"ncclbot_sweep.runner", "ncclbot_sweep.collect"} | {
-        name for name in graph if name.startswith("ncclbot_sweep.executors.")}
-    reach, todo = set(), ["ncclbot_sweep.campaign_folder"]
+    above = {"ncclbot_sweep.sweep.runner", "ncclbot_sweep.sweep.collect"} | {
+        name for name in graph if name.startswith("ncclbot_sweep.sweep.executors.")}
+    reach, todo = set(), ["ncclbot_sweep.sweep.campaign_folder"]
     while todo:
         for target in graph[todo.pop()] - reach:
             reach.add(target)
             todo.append(target)
     assert not reach & above, sorted(reach & above)
-    assert "ncclbot_sweep.campaign_folder" in graph["ncclbot_sweep.runner"] & graph["ncclbot_sweep.collect"]
+    assert "ncclbot_sweep.sweep.campaign_folder" in graph["ncclbot_sweep.sweep.runner"] & graph["ncclbot_sweep.sweep.collect"]
 
 
 def test_the_analysis_has_no_circle_at_import_time():
