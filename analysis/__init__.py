@@ -20,8 +20,8 @@ tables. The paper's method (sections 3-6, appendices B-D, I) on plain pandas/num
 * :mod:`.study` tuning (Optuna), supervised baselines (scikit-learn), the robustness
   studies (splits, holdout, mini-sweep, replication), the ablations and the workload replay;
 * ``export.py`` is where the export stage goes; ``live/`` and ``study/`` import the core and
-  :mod:`.policies`, never each other. The policy registry loads the supervised selectors from
-  :mod:`.study` on use (``--policies GBM+cost``).
+  :mod:`.policies`, never each other. The supervised selectors (``--policies GBM+cost``)
+  register with the policy registry when :mod:`.study` is imported.
 
 Submodules are imported on use, so ``import ncclbot_sweep.analysis`` stays cheap.
 """

@@ -24,6 +24,7 @@ import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError, DatasetError
 
+from .. import study  # noqa: F401  (registers the supervised selectors: --policies GBM+cost)
 from ..audit import run_audit
 from ..contexts import write_contexts
 from ..degenerate import context_flags, flag_summary, flag_table

@@ -147,6 +147,7 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
     Example:
         ncclbot-sweep analyze replay -d demo-out/dataset --policies AUTO,UCB1 -o replay.parquet
     """
+    import ncclbot_sweep.analysis.study  # noqa: F401  (registers the supervised selectors: --policies GBM+cost)
     from ncclbot_sweep.analysis.policies import expand_policy_list, parse_policy
     from ncclbot_sweep.analysis.replay import replay_with_trajectories, run_replay
     from ncclbot_sweep.analysis.summary import summarize
