@@ -193,13 +193,13 @@ def test_live_and_study_never_import_each_other():
 
 
 def test_the_campaign_folder_sits_below_the_runner_collect_and_the_executors():
-    graph = _graph()
+    graph, folder = _graph(), "ncclbot_sweep.sweep.campaign_folder"
     above = {"ncclbot_sweep.sweep.runner", "ncclbot_sweep.sweep.collect"} | {
         name for name in graph if name.startswith("ncclbot_sweep.sweep.executors.")}
-    reach, todo = set(), ["ncclbot_sweep.sweep.campaign_folder"]
+    reach, todo = set(), [folder]
     while todo:
         for target in graph[todo.pop()] - reach:
             reach.add(target)
             todo.append(target)
     assert not reach & above, sorted(reach & above)
-    assert "ncclbot_sweep.sweep.campaign_folder" in graph["ncclbot_sweep.sweep.runner"] & graph["ncclbot_sweep.sweep.collect"]
+    assert folder in graph["ncclbot_sweep.sweep.runner"] & graph["ncclbot_sweep.sweep.collect"]

@@ -369,7 +369,8 @@ def _tune_on_slurm(ctx: click.Context, options, inventory_path: str, *, nodes: i
     """Submit (or adopt, or cancel) the tuning job; with ``wait``, report the studies once it has ended."""
     from ncclbot_sweep.analysis.study import train_partition
     from ncclbot_sweep.sweep.inventory import load_inventory
-    from ncclbot_sweep.sweep.tunejob import cancel_tune_jobs, plan_tune_job, submit_tune_job, tune_executor, wait_tune_job
+    from ncclbot_sweep.sweep.tunejob import (cancel_tune_jobs, plan_tune_job, submit_tune_job, tune_executor,
+                                             wait_tune_job)
 
     params = ctx.params
     inventory = load_inventory(inventory_path)

@@ -34,7 +34,7 @@ from ncclbot_sweep.step_output import step_output_usable
 from ncclbot_sweep.sweep import campaign_folder
 from ncclbot_sweep.sweep.campaign_folder import CampaignFolder
 from ncclbot_sweep.sweep.executors import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
-                                     make_executor)
+                                           make_executor)
 from ncclbot_sweep.sweep.manifest import JobPhase
 
 __all__ = ["CampaignSummary", "Progress", "cancel", "open_campaign", "prepare", "reconcile", "resume",

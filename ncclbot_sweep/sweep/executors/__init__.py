@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ncclbot_sweep.sweep.executors.base import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
-                                         job_tag)
+                                                job_tag)
 
 if TYPE_CHECKING:
     from ncclbot_sweep.sweep.inventory import Inventory
