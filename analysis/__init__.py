@@ -1,6 +1,8 @@
 """NCCL-BOT analysis of forced-arm datasets (importable as ``ncclbot_sweep.analysis``).
 
-The paper's method (sections 3-6, appendices B-D, I) on plain pandas/numpy data:
+The analysis stage takes a dataset root (read by :mod:`.inputs` alone) and gives tables and
+figures; its last stage (:mod:`.report`, ``export.py``) gives the HTML report and the plugin's
+tables. The paper's method (sections 3-6, appendices B-D, I) on plain pandas/numpy data:
 
 * :mod:`.pools` replay pools, steady means, measured-best arms; :mod:`.transient` the
   BIC switch point of the lazy-connection transient;
@@ -10,15 +12,16 @@ The paper's method (sections 3-6, appendices B-D, I) on plain pandas/numpy data:
 * :mod:`.policies` 16 bandit policies (vectorised), their estimators and
   :class:`.policies.StepPolicy`, the per-call reference of the plugin;
 * :mod:`.replay` the pull-count replay engine and splits; :mod:`.summary` and
-  :mod:`.stats` tables and tests; :mod:`.report` the HTML report (build steps, figures, tables); :mod:`.inputs`
-  reads a dataset root;
+  :mod:`.stats` tables and tests; :mod:`.figures` and :mod:`.tables` the figures and table
+  copies the studies and the report share; :mod:`.report` the HTML report (build steps, headline,
+  page); :mod:`.inputs` reads a dataset root;
 * :mod:`.live` the live campaigns (selection against a pooled oracle, learning curves,
   overhead ladder, setup toll, stock comparisons; :func:`.live.analyze_live`);
 * :mod:`.study` tuning (Optuna), supervised baselines (scikit-learn), the robustness
   studies (splits, holdout, mini-sweep, replication), the ablations and the workload replay;
 * ``export.py`` is where the export stage goes; ``live/`` and ``study/`` import the core and
-  :mod:`.policies`, never each other. The policy registry loads the supervised selectors from
-  :mod:`.study` on use (``--policies GBM+cost``).
+  :mod:`.policies`, never each other. The supervised selectors (``--policies GBM+cost``)
+  register with the policy registry when :mod:`.study` is imported.
 
 Submodules are imported on use, so ``import ncclbot_sweep.analysis`` stays cheap.
 """

@@ -134,7 +134,7 @@ def compare_datasets(dataset_a: str | Path, dataset_b: str | Path, *, threshold:
 def plot_compare(table: pd.DataFrame, path: str | Path, *, threshold: float) -> Path:
     """Per collective: the best arm's latency change (%) and AUTO's loss change (pp) against size,
     one line per node count; shaded: within the threshold; x: AUTO's arm changed."""
-    from .report.figures import pyplot, save_figure, size_axis
+    from .figures import pyplot, save_figure, size_axis
 
     plt = pyplot()
     collectives = sorted(table["collective"].unique())

@@ -10,7 +10,7 @@ Rows come from the audit (:func:`~.audit.audit_auto`): the measured-best arm on 
 window, AUTO's arm (the cost model's argmin over the offered arms), AUTO's selection-priced
 loss, the runner-up margin; plus every measured arm's steady mean and prediction, bus
 bandwidths and the degenerate-context flags (:mod:`.degenerate`). The table is written
-through the dataset's one writer (:func:`ncclbot_sweep.datasets.replace_table`), which
+through the dataset's one writer (:func:`ncclbot_sweep.ingest.datasets.replace_table`), which
 replaces the previous rows: re-running with other settings (window, ``rho_max``) leaves the
 table of the last run, whose settings are in its columns.
 """
@@ -77,10 +77,10 @@ def contexts_frame(problem: ReplayProblem, audit: pd.DataFrame) -> pd.DataFrame:
 
 def write_contexts(dataset: str | Path, problem: ReplayProblem, audit: pd.DataFrame) -> int:
     """Replace the dataset's ``contexts`` table with ``problem``'s rows; return rows newly written
-    (0 when the table already holds exactly these rows). A value :mod:`ncclbot_sweep.rowcheck`
+    (0 when the table already holds exactly these rows). A value :mod:`ncclbot_sweep.ingest.rowcheck`
     finds impossible (a NaN loss, an infinite time) is stored as null and logged, never stored."""
-    from ncclbot_sweep.datasets import replace_table, to_table
-    from ncclbot_sweep.rowcheck import split_impossible
+    from ncclbot_sweep.ingest.datasets import replace_table, to_table
+    from ncclbot_sweep.ingest.rowcheck import split_impossible
 
     table, impossible = split_impossible("contexts", to_table("contexts", contexts_frame(problem, audit)))
     for issue in impossible:  # the analysis computed them: a bug to report, never a value to store

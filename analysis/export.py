@@ -166,7 +166,7 @@ def state_texts(problem: ReplayProblem, header: list[str]) -> dict[str, str]:
 
 def nccl_version(dataset, fabric: str) -> str:
     """The NCCL version(s) the dataset's runs name for this fabric, or ``unknown``."""
-    from ncclbot_sweep.datasets import read_table
+    from ncclbot_sweep.ingest.datasets import read_table
 
     runs = read_table(Path(dataset), "runs")
     if not runs.empty:

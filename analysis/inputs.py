@@ -3,7 +3,7 @@
 Everything else in :mod:`ncclbot_sweep.analysis` works on frames and arrays; this module is
 the one place that reads ``iterations``, ``cost_tables``, ``tuning_tables``, ``runs`` (call
 parameters, provenance, and whether the simulator produced the data) and ``workload`` through
-:func:`ncclbot_sweep.datasets.read_table`.
+:func:`ncclbot_sweep.ingest.datasets.read_table`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def _root(dataset: str | Path) -> Path:
 
 
 def read_dataset_table(dataset: str | Path, name: str, *, filters=None) -> pd.DataFrame:
-    """One table of ``dataset`` as a frame (``filters`` as :func:`ncclbot_sweep.datasets.read_table`'s),
+    """One table of ``dataset`` as a frame (``filters`` as :func:`ncclbot_sweep.ingest.datasets.read_table`'s),
     for the analysis stages that read more than a replay problem (the live analysis)."""
-    from ncclbot_sweep.datasets import read_table
+    from ncclbot_sweep.ingest.datasets import read_table
 
     return read_table(Path(dataset), name, filters=filters)
 
@@ -53,7 +53,7 @@ def load_problem(dataset: str | Path, *, fabric: str | None = None, window: tupl
     Raises :class:`AnalysisError` naming the dataset when it holds no usable iterations or
     no prediction for any context.
     """
-    from ncclbot_sweep.datasets import partition_values, read_table
+    from ncclbot_sweep.ingest.datasets import partition_values, read_table
 
     root = _root(dataset)
     filters = [("fabric", "=", fabric)] if fabric else None
@@ -117,7 +117,7 @@ def load_provenance(dataset: str | Path, *, fabric: str | None = None) -> dict:
     for frames written straight into ``iterations``); ``hosts`` splits the comma-joined
     host lists of the runs and sorts them naturally (:func:`natural_key`).
     """
-    from ncclbot_sweep.datasets import read_table
+    from ncclbot_sweep.ingest.datasets import read_table
 
     runs = read_table(Path(dataset), "runs", filters=[("fabric", "=", fabric)] if fabric else None)
     out = {key: sorted({v.item() if hasattr(v, "item") else v for v in runs[col].dropna()})
@@ -135,7 +135,7 @@ def load_first_calls(dataset: str | Path, *, fabric: str | None = None):
     it. Columns: the context, ``arm``, ``run_id`` and ``time_us``; empty when the dataset's runs
     start after a warm-up.
     """
-    from ncclbot_sweep.datasets import read_table
+    from ncclbot_sweep.ingest.datasets import read_table
 
     filters = [("iteration", "=", 0)] + ([("fabric", "=", fabric)] if fabric else [])
     frame = read_table(Path(dataset), "iterations", filters=filters)
@@ -148,7 +148,7 @@ def load_first_calls(dataset: str | Path, *, fabric: str | None = None):
 
 def load_workload(dataset: str | Path, trace_id: str):
     """The ``workload`` rows of one Kineto trace; raises :class:`AnalysisError` listing the traces present."""
-    from ncclbot_sweep.datasets import read_table
+    from ncclbot_sweep.ingest.datasets import read_table
 
     root = _root(dataset)
     frame = read_table(root, "workload")

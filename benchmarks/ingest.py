@@ -32,7 +32,7 @@ from pathlib import Path
 
 from _venv import require
 
-require("numpy", "pyarrow", "ncclbot_sweep.ingest")
+require("numpy", "pyarrow", "ncclbot_sweep.ingest.walk")
 
 import numpy as np  # noqa: E402
 
@@ -120,7 +120,7 @@ def ours_parse(path: Path) -> int:
 
 def ours_ingest(path: Path) -> int:
     """Full ingest: hash, detect, parse, write Parquet."""
-    from ncclbot_sweep.ingest import ingest
+    from ncclbot_sweep.ingest.walk import ingest
 
     with tempfile.TemporaryDirectory() as tmp:
         summary = ingest([path], tmp)
@@ -136,7 +136,7 @@ def _child(mode: str, path: str) -> None:
         import pyarrow.csv  # noqa: F401
         import pyarrow.parquet  # noqa: F401
 
-        import ncclbot_sweep.ingest  # noqa: F401
+        import ncclbot_sweep.ingest.walk  # noqa: F401
         import ncclbot_sweep.parsers.nccltests_text  # noqa: F401
     start = time.perf_counter()
     cpu0 = time.process_time()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ncclbot_sweep.resources import resource_path
-from ncclbot_sweep.runner import Progress, submit
+from ncclbot_sweep.sweep.runner import Progress, submit
 
 __all__ = ["DEMO_CAMPAIGN", "DEMO_INVENTORY", "DEMO_LIVE_CAMPAIGN", "DemoResult", "run_demo"]
 
@@ -87,7 +87,7 @@ def run_demo(out: Path | str, *, command: str | None = None, progress: Progress 
     """
     from ncclbot_sweep.analysis.live import analyze_live
     from ncclbot_sweep.analysis.report import ReportOptions, build_report
-    from ncclbot_sweep.ingest import ingest
+    from ncclbot_sweep.ingest.walk import ingest
 
     out = Path(out)
     result = DemoResult(out / "campaign", out / "dataset", out / "report", out / "live-campaign",

@@ -11,7 +11,7 @@ A tuning job (``analyze tune -i``) runs in the tuning folder itself (:class:`Tun
 the studies and outputs the analysis writes there.
 
 ``.runner.lock`` is held by the one ``submit``/``resume`` that runs the campaign
-(:mod:`ncclbot_sweep.campaign_folder`); ``.executor/`` is the local executor's state. A
+(:mod:`ncclbot_sweep.sweep.campaign_folder`); ``.executor/`` is the local executor's state. A
 file not finished yet (a download, or a write in progress: :mod:`ncclbot_sweep.atomicfile`)
 is ``<file>.ncclbot-part`` (:data:`PART_SUFFIX`). ``step.json`` is
 written when the job is rendered and says what the step is (campaign, fabric, kind,

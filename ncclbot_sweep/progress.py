@@ -1,6 +1,6 @@
 """Progress display for long campaign commands: a bar on a terminal, plain lines otherwise.
 
-The runner calls a :data:`ncclbot_sweep.runner.Progress` callback after every poll; this
+The runner calls a :data:`ncclbot_sweep.sweep.runner.Progress` callback after every poll; this
 module turns that into a rich progress bar when the stream is a terminal, or into a plain
 line whenever the message changes (logs, CI, pipes).
 """

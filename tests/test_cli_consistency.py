@@ -108,7 +108,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 def test_verbose_counts_at_every_level():
     # -vv after the subcommand, or -v before and after, both give debug logs; none gives none.
-    debug = "DEBUG ncclbot_sweep.inventory: loaded inventory sim-h100"
+    debug = "DEBUG ncclbot_sweep.sweep.inventory: loaded inventory sim-h100"
     for args in (["inventory", "check", "sim-h100", "-vv"], ["-v", "inventory", "-v", "check", "sim-h100"],
                  ["-v", "inventory", "check", "sim-h100", "--verbose"]):
         out = _run(*args)

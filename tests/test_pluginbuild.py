@@ -98,8 +98,8 @@ def test_plugin_path_prints_the_library_and_json_every_file(sources):
 
 
 def test_step_keys_do_not_depend_on_where_the_bundled_build_lives(tmp_path, monkeypatch):
-    from ncclbot_sweep.campaign import load_campaign, plan_campaign
-    from ncclbot_sweep.inventory import load_inventory
+    from ncclbot_sweep.sweep.campaign import load_campaign, plan_campaign
+    from ncclbot_sweep.sweep.inventory import load_inventory
 
     plans = []
     for cache in ("a", "b"):

@@ -47,7 +47,7 @@ packing: {steps_per_job: 4}
 
 READ = """\
 import json, sys
-from ncclbot_sweep import datasets
+from ncclbot_sweep.ingest import datasets
 runs = datasets.read_table(sys.argv[1], "runs")
 it = datasets.read_table(sys.argv[1], "iterations")
 print(json.dumps([len(runs), bool(runs["synthetic"].all()), sorted(set(runs["outcome"])), len(it),

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..report.figures import pyplot
+from ..figures import pyplot
 
 __all__ = ["plot_learning_curves", "plot_timeline"]
 

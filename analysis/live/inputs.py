@@ -36,7 +36,7 @@ __all__ = ["STOCK_POLICY", "LIVE_KINDS", "SCENARIO_KEYS", "LiveIssue", "LiveData
 
 log = logging.getLogger(__name__)
 
-#: The policy name of a step without the plugin (``ncclbot_sweep.campaign.STOCK``; orchestration
+#: The policy name of a step without the plugin (``ncclbot_sweep.sweep.campaign.STOCK``; orchestration
 #: is not imported by the analysis, a test checks the two agree).
 STOCK_POLICY = "stock"
 #: Run kinds the live analysis reads (architecture section 4).

@@ -81,7 +81,8 @@ and the plugin equals :class:`StepPolicy` bit for bit, chosen arms and per-arm `
 For a single bandit driven call by call (the C plugin's reference), use :class:`StepPolicy`.
 Modules: :mod:`.families` (index and stochastic policies), :mod:`.adversarial` (loss-based
 learners), :mod:`.base` (shared helpers and :class:`Policy`), :mod:`.estimators` (bandit
-statistics), :mod:`.registry` (names and the ``--policies`` grammar) and :mod:`.reference`
+statistics), :mod:`.registry` (names, the ``--policies`` grammar and the hook the supervised
+selectors of :mod:`..study` register with) and :mod:`.reference`
 (:class:`StepPolicy`), :mod:`.counter_rng` (the plugin's shared randomness); everything is
 re-exported here.
 """
@@ -98,14 +99,14 @@ from .families import (
 from .reference import StepPolicy
 from .registry import (
     PLUGIN_POLICIES, POLICIES, STATIC_POLICY, draw_counts, expand_policy_list, live_policy_name, make_policy,
-    parse_policy, split_policy_list,
+    parse_policy, register_selectors, split_policy_list,
 )
 
 __all__ = [
     "Policy", "Auto", "RandomPolicy", "UCB1", "KLUCB", "Softmax", "GaussianThompson",
     "EpsilonGreedy", "ETC", "RoundRobinETC", "UCBV", "UCBTuned", "EXP3", "EXP3PP",
     "TsallisINF", "FPL", "Hierarchical", "POLICIES", "PLUGIN_POLICIES", "STATIC_POLICY", "live_policy_name",
-    "make_policy", "parse_policy", "split_policy_list", "expand_policy_list",
+    "make_policy", "parse_policy", "register_selectors", "split_policy_list", "expand_policy_list",
     "draw_counts", "StepPolicy", "CounterDraws", "BanditState", "Estimator",
     "pick_uniform", "sample_categorical", "iqr_trimmed_mean",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable
 
 from ncclbot_sweep.errors import AnalysisError
 
@@ -14,7 +15,7 @@ from .families import (
 )
 
 __all__ = ["POLICIES", "PLUGIN_POLICIES", "STATIC_POLICY", "make_policy", "parse_policy", "split_policy_list", "expand_policy_list",
-           "draw_counts", "live_policy_name"]
+           "draw_counts", "live_policy_name", "register_selectors"]
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
@@ -37,28 +38,41 @@ PLUGIN_POLICIES: dict[str, str] = {
     "softmax": Softmax.name, "thompson": GaussianThompson.name, "eps-greedy": EpsilonGreedy.name,
 }
 
-#: Fit-once supervised selectors (``study/supervised.py``, scikit-learn), loaded on use.
-_SUPERVISED = ("linear", "rf", "gbm")
+#: Selectors defined above the policies, by the lower-cased name before any ``+``: the factory
+#: that builds one from its whole name and parameters (:func:`register_selectors`).
+_SELECTORS: dict[str, Callable[..., Policy]] = {}
+
+
+def register_selectors(names: Iterable[str], factory: Callable[..., Policy]) -> None:
+    """Let :func:`make_policy` build ``NAME`` and ``NAME+...`` with ``factory(name, **params)``.
+
+    The supervised selectors of :mod:`ncclbot_sweep.analysis.study.supervised` register this
+    way when :mod:`ncclbot_sweep.analysis.study` is imported: the study sits above the
+    policies, which never import it (architecture section 2.2).
+    """
+    _SELECTORS.update({name.lower(): factory for name in names})
 
 
 def make_policy(name: str, **params) -> Policy:
     """Build a policy by name (case-insensitive, common aliases) with champion defaults.
 
     ``Linear``, ``RF`` and ``GBM`` (optionally ``+cost``) are the supervised selectors of
-    :mod:`ncclbot_sweep.analysis.study.supervised`, fitted by the replay on the split's train part.
+    :mod:`ncclbot_sweep.analysis.study.supervised`, fitted by the replay on the split's train part;
+    they are known once :mod:`ncclbot_sweep.analysis.study` is imported (:func:`register_selectors`).
 
     ``params`` override fields; ``estimator`` may be an :class:`Estimator` or a dict of its
     fields merged into the policy's default estimator. Raises :class:`AnalysisError` on an
     unknown name or parameter.
     """
-    if name.partition("+")[0].strip().lower() in _SUPERVISED:
-        from ..study.supervised import make_supervised
-
-        return make_supervised(name, **params)
+    factory = _SELECTORS.get(name.partition("+")[0].strip().lower())
+    if factory is not None:
+        return factory(name, **params)
     key = {k.lower(): k for k in POLICIES}.get(name.lower()) or _ALIASES.get(name.lower())
     if key is None:
         raise AnalysisError(f"policy must be one of {', '.join(POLICIES)} or a supervised selector "
-                            f"(Linear, RF, GBM, each optionally +cost), but got {name!r}")
+                            f"(Linear, RF, GBM, each optionally +cost), but got {name!r}",
+                            hint=None if _SELECTORS else "the supervised selectors are known once "
+                                                        "ncclbot_sweep.analysis.study is imported")
     cls = POLICIES[key]
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = set(params) - fields

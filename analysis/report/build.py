@@ -24,17 +24,11 @@ import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError, DatasetError
 
+from .. import study  # noqa: F401  (registers the supervised selectors: --policies GBM+cost)
 from ..audit import run_audit
 from ..contexts import write_contexts
 from ..degenerate import context_flags, flag_summary, flag_table
-from ..inputs import is_synthetic, load_problem, load_provenance, natural_key
-from ..policies import parse_policy
-from ..pools import CONTEXT_COLUMNS
-from ..replay import replay_with_trajectories
-from ..summary import confirmatory, per_context, per_scenario, scenario_pivot, summarize
-from ..transient import detect_transients
-from .dynamics import learning_curves, plot_learning_curves, plot_transients, transient_curves
-from .figures import (
+from ..figures import (
     arm_curves,
     cost_vs_measured,
     error_map,
@@ -45,10 +39,17 @@ from .figures import (
     plot_survival,
     survival_curves,
 )
+from ..inputs import is_synthetic, load_problem, load_provenance, natural_key
+from ..policies import parse_policy
+from ..pools import CONTEXT_COLUMNS
+from ..replay import replay_with_trajectories
+from ..summary import confirmatory, per_context, per_scenario, scenario_pivot, summarize
+from ..tables import write_table
+from ..transient import detect_transients
+from .dynamics import learning_curves, plot_learning_curves, plot_transients, transient_curves
 from .headline import build_headline, learners, summary_claims
 from .page import render_page
 from .results import RESULTS_FILE, results_document, write_results
-from .tables import write_table
 
 __all__ = ["DEFAULT_POLICIES", "ReportOptions", "build_report"]
 

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 
+from ..figures import pyplot, save_figure
 from ..inputs import is_synthetic
 from ..pools import CONTEXT_COLUMNS, Pools
-from .figures import pyplot, save_figure
 
 __all__ = ["learning_curves", "plot_learning_curves", "plot_transients", "transient_curves"]
 

@@ -9,14 +9,17 @@
   sections (:mod:`.sections`).
 
 Optuna and scikit-learn are imported inside the functions that use them; this package
-imports the core and :mod:`..policies`, never ``live/``.
+imports the core and :mod:`..policies`, never ``live/``. Importing it registers the supervised
+selectors of :mod:`.supervised` with the policy registry (``--policies GBM+cost``).
 """
 
 from __future__ import annotations
 
+from . import supervised
 from .outputs import CHAMPIONS, read_champions, table16
 from .spaces import FAMILIES, defaults, policy_spec, suggest
 from .tune import JOURNAL, TuneOptions, open_storage, run_study, study_counts, train_partition, tune
 
 __all__ = ["CHAMPIONS", "FAMILIES", "JOURNAL", "TuneOptions", "defaults", "open_storage", "policy_spec",
-           "read_champions", "run_study", "study_counts", "suggest", "table16", "train_partition", "tune"]
+           "read_champions", "run_study", "study_counts", "suggest", "supervised", "table16", "train_partition",
+           "tune"]

@@ -24,9 +24,9 @@ import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError
 
+from ..figures import plot_crlt
 from ..policies import Policy, make_policy
 from ..replay import Environment, ReplayProblem, run_policy
-from ..report.figures import plot_crlt
 from .harness import Harness, Section, relabel
 
 __all__ = ["REGIMES", "SwapEnvironment", "drift"]

@@ -18,8 +18,8 @@ import pandas as pd
 from ncclbot_sweep.names import human_size
 
 from ..audit import audit_auto, auto_margin, gate_curve
+from ..figures import plot_gate
 from ..policies import make_policy
-from ..report.figures import plot_gate
 from .harness import Harness, Section, by_context
 
 __all__ = ["gated", "size_gate", "hybrid", "size_mask", "margin_mask"]

@@ -89,7 +89,7 @@ def write_outputs(storage, out: Path, options) -> Path:
     """Write champions, tables and the progress figure of every study in ``options.families``."""
     import yaml
 
-    from ..report.tables import write_table
+    from ..tables import write_table
 
     trials = trials_frame(storage, options)
     trials.drop(columns="params").to_csv(out / "trials.csv", index=False)

@@ -197,7 +197,7 @@ def replication_study(problems: dict[str, ReplayProblem], specs: Sequence[str], 
 
 def write_study(out: str | Path, name: str, long: pd.DataFrame, table: pd.DataFrame) -> Path:
     """Write ``<name>.csv``/``.md`` (the paper-shaped table) and ``<name>_long.csv`` into ``out/tables``."""
-    from ..report.tables import write_table
+    from ..tables import write_table
 
     out = Path(out)
     write_table(table, out, name=name)

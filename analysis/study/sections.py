@@ -28,7 +28,7 @@ def read_sections(folder: str | Path) -> dict:
 
 def write_section(out: str | Path, section: Section, *, about: str) -> Path:
     """Write ``section``'s tables and long rows into ``out`` and record it in ``sections.json``."""
-    from ..report.tables import write_table
+    from ..tables import write_table
 
     out = Path(out)
     for name, table in section.tables.items():

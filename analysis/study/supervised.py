@@ -17,6 +17,10 @@ Fitting sees only train contexts: :meth:`Supervised.prepare` takes the split's l
 a train part it fits once on it, and with none (leave-one-collective-out) it fits once per
 fold on the other folds' contexts. ``labelled`` (mini-sweep, Table 51) adds extra target-scale
 (context, arm) cells to the train rows.
+
+Importing this module registers the six names with the policy registry
+(:func:`~ncclbot_sweep.analysis.policies.register_selectors`), so ``--policies GBM+cost`` and
+:func:`~ncclbot_sweep.analysis.policies.parse_policy` know them.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import pandas as pd
 from ncclbot_sweep.errors import AnalysisError
 from ncclbot_sweep.names import Arm
 
-from ..policies import Policy
+from ..policies import Policy, register_selectors
 from ..replay import ReplayProblem
 
 __all__ = ["MODELS", "SUPERVISED", "Supervised", "make_supervised", "features", "fit_choices", "selection_trlt",
@@ -184,6 +188,9 @@ def make_supervised(name: str, **params) -> Supervised:
     if unknown:
         raise AnalysisError(f"{name} has no parameter {sorted(unknown)}; it takes {sorted(fields)}")
     return Supervised(model=key, cost=bool(plus), **{**_FIXED[key], **params})
+
+
+register_selectors(MODELS, make_supervised)
 
 
 def validation_folds(contexts: pd.DataFrame, split: str, *, seed: int = 42) -> list[np.ndarray]:

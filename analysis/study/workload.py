@@ -30,9 +30,9 @@ import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError
 
+from ..figures import plot_crlt
 from ..pools import CONTEXT_COLUMNS
 from ..replay import ReplayProblem, run_policy
-from ..report.figures import plot_crlt
 from ..summary import per_context
 from .ablations import reference_policies
 from .harness import Harness, Section

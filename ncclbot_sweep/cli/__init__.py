@@ -1,5 +1,9 @@
 """The ``ncclbot-sweep`` command: a thin shell over the library (architecture section 2.1).
 
+The top of the package: it takes the command line and gives each stage (sweep, ingest,
+analysis, report and export, the simulator, the plugin build) its options, and may import any
+of them.
+
 Each area keeps its commands in its own module here and is registered below. Library
 errors (:class:`~ncclbot_sweep.errors.NcclbotError`) and OS faults (a full disk, a read-only
 file system, missing permissions) become ``Error: ...`` with exit 1;

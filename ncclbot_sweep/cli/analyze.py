@@ -41,7 +41,7 @@ def _problem(dataset, fabric, window, rho_max, keep_warmup=False):
 
 
 def _echo_table(frame, title: str) -> None:
-    from ncclbot_sweep.analysis.report import to_markdown
+    from ncclbot_sweep.analysis.tables import to_markdown
 
     click.echo(f"\n{title}\n")
     click.echo(to_markdown(frame) if len(frame) else "(none)\n")
@@ -147,6 +147,7 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
     Example:
         ncclbot-sweep analyze replay -d demo-out/dataset --policies AUTO,UCB1 -o replay.parquet
     """
+    import ncclbot_sweep.analysis.study  # noqa: F401  (registers the supervised selectors: --policies GBM+cost)
     from ncclbot_sweep.analysis.policies import expand_policy_list, parse_policy
     from ncclbot_sweep.analysis.replay import replay_with_trajectories, run_replay
     from ncclbot_sweep.analysis.summary import summarize
@@ -367,8 +368,9 @@ def _tune_args(ctx: click.Context) -> list[str]:
 def _tune_on_slurm(ctx: click.Context, options, inventory_path: str, *, nodes: int, wait: bool, cancel: bool) -> None:
     """Submit (or adopt, or cancel) the tuning job; with ``wait``, report the studies once it has ended."""
     from ncclbot_sweep.analysis.study import train_partition
-    from ncclbot_sweep.inventory import load_inventory
-    from ncclbot_sweep.tunejob import cancel_tune_jobs, plan_tune_job, submit_tune_job, tune_executor, wait_tune_job
+    from ncclbot_sweep.sweep.inventory import load_inventory
+    from ncclbot_sweep.sweep.tunejob import (cancel_tune_jobs, plan_tune_job, submit_tune_job, tune_executor,
+                                             wait_tune_job)
 
     params = ctx.params
     inventory = load_inventory(inventory_path)

@@ -47,7 +47,7 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
     """
     from rich.console import Console
 
-    from ncclbot_sweep.ingest import ingest
+    from ncclbot_sweep.ingest.walk import ingest
 
     console = Console(stderr=True)
     options = dict(fabric=fabric, include_unfinished=include_unfinished,
@@ -108,7 +108,7 @@ def info_command(dataset: str, as_json: bool) -> None:
         ncclbot-sweep datasets info data/
         ncclbot-sweep datasets info -d data/ --json
     """
-    from ncclbot_sweep.ingest import dataset_info
+    from ncclbot_sweep.ingest.walk import dataset_info
 
     info = dataset_info(dataset)
     if as_json:

@@ -43,7 +43,7 @@ def inventory_check(path: str, as_json: bool) -> None:
     Example:
         ncclbot-sweep inventory check inventories/h100-spectrumx.yaml
     """
-    from ncclbot_sweep.inventory import describe_inventory, load_inventory
+    from ncclbot_sweep.sweep.inventory import describe_inventory, load_inventory
 
     inventory = load_inventory(path)
     if as_json:
@@ -61,7 +61,7 @@ def inventory_list(as_json: bool) -> None:
     Example:
         ncclbot-sweep inventory list
     """
-    from ncclbot_sweep.inventory import shipped_inventories
+    from ncclbot_sweep.sweep.inventory import shipped_inventories
 
     rows = [{"name": name, "fabric": inv.name, "synthetic": inv.synthetic, "scheduler": inv.scheduler.kind,
              "gpus_per_node": inv.gpus_per_node, "description": inv.description}
@@ -105,7 +105,7 @@ def campaign_list(as_json: bool) -> None:
     Example:
         ncclbot-sweep campaign list
     """
-    from ncclbot_sweep.campaign import shipped_campaigns
+    from ncclbot_sweep.sweep.campaign import shipped_campaigns
 
     rows = [{"name": name, "kind": c.kind, "description": c.description} for name, c in shipped_campaigns()]
     _echo_list(rows, as_json, [("kind", "kind", 8)])
@@ -126,8 +126,8 @@ def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budg
     Example:
         ncclbot-sweep plan campaigns/demo.yaml --inventory inventories/sim-h100.yaml
     """
-    from ncclbot_sweep.campaign import describe_plan, load_campaign, plan_campaign
-    from ncclbot_sweep.inventory import load_inventory
+    from ncclbot_sweep.sweep.campaign import describe_plan, load_campaign, plan_campaign
+    from ncclbot_sweep.sweep.inventory import load_inventory
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
                          enforce_budget=not ignore_budget)
@@ -150,10 +150,10 @@ def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget:
     Example:
         ncclbot-sweep render campaigns/demo.yaml -i sim-h100 -o demo-render
     """
-    from ncclbot_sweep.campaign import load_campaign, plan_campaign
-    from ncclbot_sweep.inventory import load_inventory
-    from ncclbot_sweep.render import render_campaign
-    from ncclbot_sweep.campaign_folder import run_root_for
+    from ncclbot_sweep.sweep.campaign import load_campaign, plan_campaign
+    from ncclbot_sweep.sweep.campaign_folder import run_root_for
+    from ncclbot_sweep.sweep.inventory import load_inventory
+    from ncclbot_sweep.sweep.render import render_campaign
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
                          enforce_budget=not ignore_budget)
@@ -217,7 +217,7 @@ def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool
         ncclbot-sweep submit campaigns/demo.yaml -i sim-h100 -w runs/demo
     """
     from ncclbot_sweep.progress import progress_reporter
-    from ncclbot_sweep.runner import submit
+    from ncclbot_sweep.sweep.runner import submit
 
     with progress_reporter() as progress:
         summary = submit(campaign_path, inventory_path, workdir=workdir, wait=wait, progress=progress,
@@ -243,7 +243,7 @@ def status_cmd(workdir: str, job_table: bool, check: bool, as_json: bool) -> Non
         ncclbot-sweep status -w runs/demo --check
     """
     from ncclbot_sweep.errors import ExitCode
-    from ncclbot_sweep.runner import status
+    from ncclbot_sweep.sweep.runner import status
 
     summary = status(workdir)
     _echo_summary(summary, as_json, job_table=job_table)
@@ -264,7 +264,7 @@ def resume_cmd(workdir: str, wait: bool, lock_wait_s: float, as_json: bool) -> N
         ncclbot-sweep resume runs/demo
     """
     from ncclbot_sweep.progress import progress_reporter
-    from ncclbot_sweep.runner import resume
+    from ncclbot_sweep.sweep.runner import resume
 
     with progress_reporter() as progress:
         summary = resume(workdir, wait=wait, progress=progress, lock_wait_s=lock_wait_s)
@@ -281,7 +281,7 @@ def cancel_cmd(workdir: str, as_json: bool) -> None:
     Example:
         ncclbot-sweep cancel runs/demo
     """
-    from ncclbot_sweep.runner import cancel
+    from ncclbot_sweep.sweep.runner import cancel
 
     _echo_summary(cancel(workdir), as_json)
 
@@ -298,7 +298,7 @@ def demo_cmd(out: str) -> None:
     """
     from ncclbot_sweep.demo import run_demo
     from ncclbot_sweep.progress import progress_reporter
-    from ncclbot_sweep.runner import status
+    from ncclbot_sweep.sweep.runner import status
 
     click.echo(f"demo: campaigns/demo.yaml on inventories/sim-h100.yaml into {out}")
     with progress_reporter() as progress:

@@ -26,7 +26,7 @@ def collect_cmd(workdir: str, as_json: bool) -> None:
     Example:
         ncclbot-sweep collect runs/h100-sweep
     """
-    from ncclbot_sweep.collect import collect
+    from ncclbot_sweep.sweep.collect import collect
 
     report = collect(workdir)
     if as_json:

@@ -3,6 +3,9 @@
 Each parser is pure (text and source metadata in, rows out, no I/O) and never raises on
 malformed input: what it cannot use comes back as :class:`~ncclbot_sweep.parsers.common.Issue`
 rows for the quarantine table. :func:`parse_source` picks the parser for a detected format.
+
+A leaf of the package root rather than a part of ``ingest/``: the sweep's runner parses a
+step's output too (:mod:`ncclbot_sweep.step_output`), and a stage never imports a later one.
 """
 
 from __future__ import annotations

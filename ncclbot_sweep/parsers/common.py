@@ -31,7 +31,7 @@ FLOAT_RE = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 def to_float(value) -> float | None:
     """``float(value)``, or None for anything that is not a number (corrupt input never raises).
 
-    NaN and infinities come back as they are: :mod:`ncclbot_sweep.rowcheck` quarantines them
+    NaN and infinities come back as they are: :mod:`ncclbot_sweep.ingest.rowcheck` quarantines them
     with their line where they would be stored.
     """
     if value is None or isinstance(value, bool):
@@ -48,7 +48,7 @@ def to_int(value) -> int | None:
 
     Every integer a parser takes from a number it did not write itself goes through here, so
     no input makes ``int()`` raise. An integer too large for its column comes back as it is:
-    :func:`ncclbot_sweep.rowcheck.fit` quarantines it with its line where it would be stored.
+    :func:`ncclbot_sweep.ingest.rowcheck.fit` quarantines it with its line where it would be stored.
     """
     if isinstance(value, bool):
         return None

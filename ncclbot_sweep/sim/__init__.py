@@ -1,7 +1,9 @@
 """The simulated fabric: ground truth, NCCL-like cost model and nccl-tests-compatible binaries.
 
 The embedded default that ``make demo``, the tests and the examples run on (architecture
-section 7). Public entry points:
+section 7). Apart from the stages: it takes a fabric name and gives what NCCL and nccl-tests
+would on it (costs, latencies, binaries that print nccl-tests output); it imports only the
+leaves at the package root (architecture section 2.2). Public entry points:
 
 * :func:`fabric` (``fabric("sim-h100")``): the cost table NCCL would compute
   (``cost_table``), AUTO's choice, the valid arms and the true steady-state latency;

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ncclbot_sweep.analysis.policies import StepPolicy, make_policy
-from ncclbot_sweep.datasets import write_rows
+from ncclbot_sweep.ingest.datasets import write_rows
 from ncclbot_sweep.sim import SimProcess, fabric
 from ncclbot_sweep.sim.process import derive_seed
 

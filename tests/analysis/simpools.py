@@ -41,7 +41,7 @@ def sim_frames(name: str = "sim-h100", *, collectives=("AllGather", "AllReduce",
 def write_sim_dataset(root, name: str = "sim-h100", *, runs: bool = True, **kwargs):
     """Write :func:`sim_frames` into a dataset root through ``datasets.write_rows``; with ``runs``
     also one ``runs`` row per run saying what ingest says of the simulator's output: synthetic."""
-    from ncclbot_sweep.datasets import write_rows
+    from ncclbot_sweep.ingest.datasets import write_rows
 
     it, cost = sim_frames(name, **kwargs)
     it = it.assign(source_path="sim://" + it["run_id"], source_sha256=it["run_id"].map(lambda r: f"{hash(r) & 0xffffffff:08x}"))

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ncclbot_sweep.analysis.compare import compare_contexts
 from ncclbot_sweep.cli import main
-from ncclbot_sweep.datasets import write_rows
+from ncclbot_sweep.ingest.datasets import write_rows
 
 from .simpools import sim_frames, write_sim_dataset
 

@@ -8,11 +8,11 @@ import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
 
-from ncclbot_sweep import datasets
 from ncclbot_sweep.analysis.audit import audit_auto
 from ncclbot_sweep.analysis.inputs import load_problem
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import DatasetError
+from ncclbot_sweep.ingest import datasets
 
 from .simpools import write_sim_dataset
 

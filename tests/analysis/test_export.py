@@ -257,7 +257,7 @@ def test_a_live_run_warm_started_from_the_state_export_selects_better_than_the_c
     first 30 collectives of each size, priced by the simulator's ground truth, the state's run
     loses less. The stand-in communicator has one rank process, so the plugin looks for the
     ``n2-r1`` file: the export's 2-node file is copied there (same contexts, same cost tables)."""
-    from ncclbot_sweep.datasets import read_table
+    from ncclbot_sweep.ingest.datasets import read_table
     from ncclbot_sweep.resources import resource_path
 
     folder = export("state", dataset, tmp_path / "state")

@@ -240,7 +240,7 @@ def test_an_unknown_campaign_lists_the_live_ones(campaign, tmp_path):
 
 
 def test_stock_policy_is_the_campaign_spelling():
-    from ncclbot_sweep.campaign import STOCK
+    from ncclbot_sweep.sweep.campaign import STOCK
 
     assert STOCK_POLICY == STOCK
 
@@ -259,7 +259,7 @@ def test_the_report_gains_a_live_section(campaign, tmp_path):
 
 
 def test_a_run_without_its_shape_is_left_out_by_name(tmp_path):
-    from ncclbot_sweep.datasets import write_rows
+    from ncclbot_sweep.ingest.datasets import write_rows
 
     write_live_dataset(tmp_path, runs=RUNS[:2])
     write_rows(tmp_path, "runs", [dict(run_id="loose", campaign="live-synth", fabric=FABRIC, kind="live",

@@ -77,7 +77,7 @@ def test_summary_behaviour_columns_and_p99_interval():
 
 
 def test_survival_curves_count_contexts_above():
-    from ncclbot_sweep.analysis.report.figures import survival_curves
+    from ncclbot_sweep.analysis.figures import survival_curves
 
     ctx = pd.DataFrame({"policy": "P", "trlt_realized": [0.0, 0.05, 0.2, 1.0]})
     curves = survival_curves(ctx, n_boot=50)

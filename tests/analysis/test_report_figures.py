@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
+from ncclbot_sweep.analysis import figures
 from ncclbot_sweep.analysis.audit import audit_auto
 from ncclbot_sweep.analysis.pools import build_pools
 from ncclbot_sweep.analysis.prior import predictions_from_cost_tables
 from ncclbot_sweep.analysis.replay import make_problem
-from ncclbot_sweep.analysis.report import figures
 
 matplotlib.use("Agg")
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from ncclbot_sweep import __version__
 from ncclbot_sweep.analysis.report.results import SCHEMA_VERSION
 from ncclbot_sweep.cli import main
-from ncclbot_sweep.datasets import write_rows
+from ncclbot_sweep.ingest.datasets import write_rows
 
 from .simpools import write_sim_dataset
 
@@ -157,7 +157,7 @@ def test_report_has_learning_curves_transients_and_zero_shares(report):
 
 
 def test_degenerate_contexts_are_flagged_in_page_tables_results_and_dataset(report):
-    from ncclbot_sweep.datasets import read_table
+    from ncclbot_sweep.ingest.datasets import read_table
 
     html = (report / "index.html").read_text()
     assert '<h2 id="degenerate">Degenerate contexts</h2>' in html
@@ -175,7 +175,7 @@ def test_degenerate_contexts_are_flagged_in_page_tables_results_and_dataset(repo
 
 def test_provenance_lists_hosts_in_natural_order(tmp_path):
     from ncclbot_sweep.analysis.inputs import load_provenance
-    from ncclbot_sweep.datasets import write_rows
+    from ncclbot_sweep.ingest.datasets import write_rows
 
     write_rows(tmp_path, "runs", [dict(run_id=f"r{i}", fabric="sim-h100", kind="forced", hosts=hosts,
                                        source_path=f"r{i}.txt", source_sha256=f"r{i}")

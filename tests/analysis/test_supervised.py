@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -97,3 +100,23 @@ def test_tuned_selector_champion_is_written_in_the_policies_grammar(problem, tmp
     recorded = doc["studies"]["GBM+cost"]["train_trlt_best"]
     assert validation_trlt(champion, train_partition(problem, "scale"), "scale") == recorded
     assert recorded <= doc["studies"]["GBM+cost"]["train_trlt_default"]
+
+
+@pytest.mark.parametrize("entry", ["ncclbot_sweep.analysis.study", "ncclbot_sweep.analysis.report.build"])
+def test_what_resolves_policies_by_name_registers_the_supervised_selectors(entry):
+    """The study and the report (``analyze report --policies GBM+cost``) know the selectors in a fresh process."""
+    probe = f"import {entry}\nfrom ncclbot_sweep.analysis.policies import parse_policy\nparse_policy('GBM+cost')"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_analyze_replay_knows_the_supervised_selectors_in_a_fresh_process(tmp_path):
+    """The policy registry never imports the study (no import circle): the selectors register
+    when the study is imported, which ``analyze replay`` does before it parses ``--policies``."""
+    root = write_sim_dataset(tmp_path / "ds", nodes=(4, 8, 16), sizes=tuple(2**k for k in range(10, 31, 4)), iters=20)
+    command = ["analyze", "replay", "-d", str(root), "--policies", "AUTO,GBM+cost", "--horizon", "10", "--seeds", "1",
+               "-o", str(tmp_path / "replay.parquet"), "--json"]
+    done = subprocess.run([sys.executable, "-c", "from ncclbot_sweep.cli import main; main()", *command],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert [row["policy"] for row in json.loads(done.stdout)["summary"]] == ["AUTO", "GBM+cost"]

@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 from ncclbot_sweep.analysis.report import ReportOptions, build_report
-from ncclbot_sweep.datasets import read_table
-from ncclbot_sweep.ingest import ingest
-from ncclbot_sweep.inventory import load_inventory
+from ncclbot_sweep.ingest.datasets import read_table
+from ncclbot_sweep.ingest.walk import ingest
 from ncclbot_sweep.names import SIMULATOR
 from ncclbot_sweep.resources import resource_dir
-from ncclbot_sweep.runner import submit
+from ncclbot_sweep.sweep.inventory import load_inventory
+from ncclbot_sweep.sweep.runner import submit
 
 
 CAMPAIGN = """\

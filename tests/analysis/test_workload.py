@@ -14,8 +14,8 @@ from ncclbot_sweep.analysis.study.harness import AblateOptions, Harness, resolve
 from ncclbot_sweep.analysis.study.workload import map_trace, trace_replay, trace_sequence, uniform_workload
 from ncclbot_sweep.analysis.summary import summarize
 from ncclbot_sweep.cli import main
-from ncclbot_sweep.datasets import read_table
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.ingest.datasets import read_table
+from ncclbot_sweep.ingest.walk import ingest
 
 from .simpools import write_sim_dataset
 

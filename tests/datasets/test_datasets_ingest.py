@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncclbot_sweep import datasets
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import DatasetError
-from ncclbot_sweep.ingest import dataset_info, ingest
+from ncclbot_sweep.ingest import datasets
+from ncclbot_sweep.ingest.walk import dataset_info, ingest
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncclbot_sweep import datasets
 from ncclbot_sweep.cli import main
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.ingest import datasets
+from ncclbot_sweep.ingest.walk import ingest
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 GOOD = REAL / "A" / "superbench-nccl_reduce.txt"  # 68 rows, all ingested
@@ -174,7 +174,7 @@ def test_leftover_temporary_files_of_a_killed_ingest_are_removed(tmp_path):
 
 _INGEST = """
 import sys
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.ingest.walk import ingest
 s = ingest(sys.argv[2:], sys.argv[1])
 print(s.ingested, s.skipped, len(s.quarantined))
 """

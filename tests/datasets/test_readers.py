@@ -12,8 +12,8 @@ import polars
 import pyarrow.dataset as ds
 import pytest
 
-from ncclbot_sweep import datasets
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.ingest import datasets
+from ncclbot_sweep.ingest.walk import ingest
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 LOOSE = [

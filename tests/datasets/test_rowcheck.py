@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ncclbot_sweep import datasets, rowcheck
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.ingest import datasets, rowcheck
+from ncclbot_sweep.ingest.walk import ingest
 
 GOOD = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "A" / "superbench-nccl_reduce.txt"
 

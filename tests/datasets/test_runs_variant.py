@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ncclbot_sweep import datasets
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.ingest import datasets
+from ncclbot_sweep.ingest.walk import ingest
 
 
 def _step(folder, variant):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ncclbot_sweep import datasets
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.ingest import datasets
+from ncclbot_sweep.ingest.walk import ingest
 
 sim = pytest.importorskip("ncclbot_sweep.sim")
 if not hasattr(sim, "bin_dir"):

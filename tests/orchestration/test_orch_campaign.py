@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncclbot_sweep.campaign import human_size, load_campaign, parse_campaign_text, parse_size, plan_campaign
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import CampaignError, PlanError
-from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
 from ncclbot_sweep.resources import resource_dir
+from ncclbot_sweep.sweep.campaign import human_size, load_campaign, parse_campaign_text, parse_size, plan_campaign
+from ncclbot_sweep.sweep.inventory import load_inventory, parse_inventory_text
 from orch_support import local_inventory_text
 
 INV = """\

@@ -14,8 +14,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from ncclbot_sweep.errors import ExecutorError
-from ncclbot_sweep.executors import JobSpec, JobState
-from ncclbot_sweep.executors.local import LocalExecutor
+from ncclbot_sweep.sweep.executors import JobSpec, JobState
+from ncclbot_sweep.sweep.executors.local import LocalExecutor
 
 
 def _local(tmp_path: Path, concurrent: int = 4) -> LocalExecutor:
@@ -111,7 +111,7 @@ def test_a_new_executor_adopts_the_state_of_an_old_one(tmp_path):
 
 def test_a_job_claimed_but_never_started_fails_after_the_grace(tmp_path, monkeypatch):
     """A crash between claiming a job and starting it must not leave it pending forever."""
-    import ncclbot_sweep.executors.local as local
+    import ncclbot_sweep.sweep.executors.local as local
 
     executor = _local(tmp_path, concurrent=0)  # nothing starts: the job stays unclaimed
     job_id = executor.submit(_job(tmp_path, "j", "true"))

@@ -16,11 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from orch_support import SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
-from ncclbot_sweep import campaign_folder
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import CampaignBusyError, from_os_error
-from ncclbot_sweep.manifest import JobPhase, Manifest
-from ncclbot_sweep.runner import resume, status, submit
+from ncclbot_sweep.sweep import campaign_folder
+from ncclbot_sweep.sweep.manifest import JobPhase, Manifest
+from ncclbot_sweep.sweep.runner import resume, status, submit
 
 TWO_JOBS = """\
 name: race

@@ -133,7 +133,7 @@ def test_a_full_disk_during_ingest_is_one_error_and_the_same_ingest_finishes_it(
         (small_fs / "fill").unlink()
         again = runner.invoke(main, ["ingest", *inputs, "-d", str(dataset)])
         assert again.exit_code == 0, again.output
-        from ncclbot_sweep import datasets
+        from ncclbot_sweep.ingest import datasets
 
         for table in ("runs", "iterations", "quarantine"):
             assert len(datasets.read_table(dataset, table)) == len(datasets.read_table(tmp_path / "reference", table))

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ncclbot_sweep.campaign import parse_campaign_text, plan_campaign
-from ncclbot_sweep.inventory import load_inventory
-from ncclbot_sweep.render import render_job_script, render_tune_script
-from ncclbot_sweep.tunejob import plan_tune_job
+from ncclbot_sweep.sweep.campaign import parse_campaign_text, plan_campaign
+from ncclbot_sweep.sweep.inventory import load_inventory
+from ncclbot_sweep.sweep.render import render_job_script, render_tune_script
+from ncclbot_sweep.sweep.tunejob import plan_tune_job
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import InventoryError
-from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
 from ncclbot_sweep.names import Arm, arm_invalid_reason
 from ncclbot_sweep.resources import resource_dir
+from ncclbot_sweep.sweep.inventory import load_inventory, parse_inventory_text
 
 SHIPPED = sorted(p.name for p in resource_dir("inventories").glob("*.yaml"))
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from ncclbot_sweep import pluginbuild
 from ncclbot_sweep.cli import main
-from ncclbot_sweep.datasets import read_table
+from ncclbot_sweep.ingest.datasets import read_table
 from ncclbot_sweep.names import Arm
 from ncclbot_sweep.resources import resource_path
 from ncclbot_sweep.sim import bin_dir, fabric

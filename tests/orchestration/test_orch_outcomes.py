@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from orch_support import local_inventory_text
-from ncclbot_sweep import campaign_folder, datasets, runner, sim
-from ncclbot_sweep.executors import JobState, JobStatus, make_executor
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep import sim
+from ncclbot_sweep.ingest import datasets
+from ncclbot_sweep.ingest.walk import ingest
 from ncclbot_sweep.outcomes import StepOutcome, classify_step
+from ncclbot_sweep.sweep import campaign_folder, runner
+from ncclbot_sweep.sweep.executors import JobState, JobStatus, make_executor
 
 CODES = [None, 0, 1, 3, 124, 137, 139, 143, "garbage"]
 STATES = [JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.CANCELLED,

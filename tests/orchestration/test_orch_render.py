@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from orch_support import FAKE, SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
-from ncclbot_sweep.campaign import load_campaign, parse_campaign_text, plan_campaign
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import InventoryError, RenderError
-from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
 from ncclbot_sweep.names import COLLECTIVE_BINARY
-from ncclbot_sweep.render import render_campaign, render_job_script, render_tune_script
-from ncclbot_sweep.runner import submit
+from ncclbot_sweep.sweep.campaign import load_campaign, parse_campaign_text, plan_campaign
+from ncclbot_sweep.sweep.inventory import load_inventory, parse_inventory_text
+from ncclbot_sweep.sweep.render import render_campaign, render_job_script, render_tune_script
+from ncclbot_sweep.sweep.runner import submit
 
 EVIL = "x$(touch PWNED)`touch PWNED2`;touch PWNED3;'\"q\" && touch PWNED4 || true"
 

@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from orch_support import SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import ExecutorError, ManifestError
-from ncclbot_sweep.executors import make_executor
-from ncclbot_sweep.executors.local import session_members
-from ncclbot_sweep.inventory import parse_inventory_text
-from ncclbot_sweep.manifest import JobPhase, Manifest
-from ncclbot_sweep.runner import cancel, prepare, resume, status, submit
+from ncclbot_sweep.sweep.executors import make_executor
+from ncclbot_sweep.sweep.executors.local import session_members
+from ncclbot_sweep.sweep.inventory import parse_inventory_text
+from ncclbot_sweep.sweep.manifest import JobPhase, Manifest
+from ncclbot_sweep.sweep.runner import cancel, prepare, resume, status, submit
 
 
 def _files(tmp_path: Path, fake_bin: Path, campaign: str = SMALL_CAMPAIGN, concurrent: int = 2) -> tuple[Path, Path]:
@@ -191,7 +191,7 @@ def test_crash_between_submit_and_manifest_is_adopted(tmp_path, fake_bin, fake_e
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"
     camp_obj = prepare(camp, inv, workdir=work)
-    from ncclbot_sweep.runner import _spec  # the crash window is internal: submit without recording
+    from ncclbot_sweep.sweep.runner import _spec  # the crash window is internal: submit without recording
 
     job_key = camp_obj.folder.plan.jobs[0].key
     job_id = camp_obj.executor.submit(_spec(camp_obj, job_key))
@@ -317,7 +317,7 @@ def test_make_executor_picks_the_backend(tmp_path):
     assert make_executor(local, state_dir=tmp_path / "l").name == "local"
     inv = parse_inventory_text(local_inventory_text(Path("/x")).replace("kind: local\n  max", "kind: slurm\n  max"))
     try:
-        import ncclbot_sweep.executors.slurm  # noqa: F401  (only to learn whether it is installed)
+        import ncclbot_sweep.sweep.executors.slurm  # noqa: F401  (only to learn whether it is installed)
     except ImportError:
         with pytest.raises(ExecutorError, match="cannot be imported"):
             make_executor(inv, state_dir=tmp_path)
@@ -386,7 +386,7 @@ class _FlakyScheduler:
 
 
 def test_scheduler_errors_are_retried_not_fatal(tmp_path, fake_bin, fake_env):
-    from ncclbot_sweep.executors.local import LocalExecutor
+    from ncclbot_sweep.sweep.executors.local import LocalExecutor
 
     camp, inv = _files(tmp_path, fake_bin)
     work = tmp_path / "work"

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncclbot_sweep.cli import main
-from ncclbot_sweep.datasets import read_table
+from ncclbot_sweep.ingest.datasets import read_table
 
 sim = pytest.importorskip("ncclbot_sweep.sim")
 if not hasattr(sim, "bin_dir"):

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from orch_support import SMALL_CAMPAIGN, local_inventory_text
-from ncclbot_sweep.campaign import load_campaign, parse_campaign_text, plan_campaign
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import CampaignError, InventoryError, PlanError
-from ncclbot_sweep.inventory import load_inventory, parse_inventory_text
 from ncclbot_sweep.specfile import MAX_BYTES
+from ncclbot_sweep.sweep.campaign import load_campaign, parse_campaign_text, plan_campaign
+from ncclbot_sweep.sweep.inventory import load_inventory, parse_inventory_text
 
 INVENTORY = local_inventory_text(Path("/opt/nt"))
 BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -133,8 +133,8 @@ def test_inventory_numbers_are_strict_and_in_range(old, new, needle):
 def _spec_models():
     import inspect
 
-    from ncclbot_sweep import campaign, inventory
     from ncclbot_sweep.specfile import SpecModel
+    from ncclbot_sweep.sweep import campaign, inventory
 
     return sorted({model for module in (campaign, inventory) for _, model in inspect.getmembers(module, inspect.isclass)
                    if issubclass(model, SpecModel) and model is not SpecModel}, key=lambda m: m.__name__)

@@ -16,7 +16,7 @@ import paramiko
 import pytest
 
 from ncclbot_sweep.errors import TransportError
-from ncclbot_sweep.transport import SshSettings, SshTransport
+from ncclbot_sweep.sweep.transport import SshSettings, SshTransport
 
 
 class _Handler(paramiko.ServerInterface):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ncclbot_sweep import datasets
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.ingest import datasets
+from ncclbot_sweep.ingest.walk import ingest
 from ncclbot_sweep.parsers import detect_format, parse_source
 from ncclbot_sweep.parsers.nccl_log import parse_nccl_log
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ncclbot_sweep import datasets
-from ncclbot_sweep.ingest import ingest
+from ncclbot_sweep.ingest import datasets
+from ncclbot_sweep.ingest.walk import ingest
 from ncclbot_sweep.parsers import FORMATS, ParseResult, detect_format, parse_source
 
 from parser_fixtures import REAL, source

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from ncclbot_sweep import names
-from ncclbot_sweep.inventory import load_inventory
 from ncclbot_sweep.names import Arm
 from ncclbot_sweep.sim import fabric, fabric_names
 from ncclbot_sweep.sim.nccltests import main
+from ncclbot_sweep.sweep.inventory import load_inventory
 
 A = Arm.parse
 INVENTORIES = sorted((Path(__file__).resolve().parents[2] / "inventories").glob("sim-*.yaml"))

@@ -66,7 +66,7 @@ def sshd(infra_root: Path):
 @pytest.fixture
 def ssh_settings(sshd: Sshd):
     """Settings for an SshTransport to the loopback sshd (fast retries for tests)."""
-    from ncclbot_sweep.transport import SshSettings
+    from ncclbot_sweep.sweep.transport import SshSettings
 
     return SshSettings(host="127.0.0.1", port=sshd.port, user=sshd.user, key_path=str(sshd.user_key),
                        known_hosts_path=str(sshd.known_hosts), connect_timeout_s=10,

@@ -20,12 +20,12 @@ import pytest
 from click.testing import CliRunner
 
 from e2e_files import campaign, fake_bin, inventory, ssh_access
-from ncclbot_sweep import runner
 from ncclbot_sweep.cli import main
-from ncclbot_sweep.collect import collect
-from ncclbot_sweep.executors.slurm import SlurmExecutor
-from ncclbot_sweep.inventory import load_inventory
-from ncclbot_sweep.transport import SshTransport, sha256_file
+from ncclbot_sweep.sweep import runner
+from ncclbot_sweep.sweep.collect import collect
+from ncclbot_sweep.sweep.executors.slurm import SlurmExecutor
+from ncclbot_sweep.sweep.inventory import load_inventory
+from ncclbot_sweep.sweep.transport import SshTransport, sha256_file
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
 

@@ -9,9 +9,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from ncclbot_sweep.errors import SchedulerError
-from ncclbot_sweep.executors.base import JobSpec, JobState
-from ncclbot_sweep.executors.slurm import SlurmExecutor, SlurmPolicy
-from ncclbot_sweep.transport import LocalTransport, SshTransport
+from ncclbot_sweep.sweep.executors.base import JobSpec, JobState
+from ncclbot_sweep.sweep.executors.slurm import SlurmExecutor, SlurmPolicy
+from ncclbot_sweep.sweep.transport import LocalTransport, SshTransport
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
 
@@ -179,7 +179,7 @@ def test_refused_while_the_partition_drains_then_resubmitted(slurm_cluster, tmp_
     reopen = threading.Timer(1.5, slurm_cluster.run, ("scontrol", "update", "partitionname=debug", "state=up"))
     reopen.start()
     try:
-        with caplog.at_level("WARNING", logger="ncclbot_sweep.executors.slurm"):
+        with caplog.at_level("WARNING", logger="ncclbot_sweep.sweep.executors.slurm"):
             job_id = ex.submit(job)
     finally:
         reopen.join()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ncclbot_sweep.executors.base import JobState
-from ncclbot_sweep.executors import slurm_parse as sp
+from ncclbot_sweep.sweep.executors import slurm_parse as sp
+from ncclbot_sweep.sweep.executors.base import JobState
 
 
 @pytest.mark.parametrize("raw, state", [

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from ncclbot_sweep.errors import TransportError
-from ncclbot_sweep.transport import (
+from ncclbot_sweep.sweep.transport import (
     PASSPHRASE_ENV, LocalTransport, SshTransport, parse_listing, sha256_file)
 
 pytestmark = pytest.mark.ssh
@@ -91,7 +91,7 @@ def test_ssh_retries_with_backoff_while_the_server_is_down(ssh_settings, sshd, c
         restart = threading.Timer(1.0, sshd.start)
         restart.start()
         try:
-            with caplog.at_level(logging.WARNING, logger="ncclbot_sweep.transport"):
+            with caplog.at_level(logging.WARNING, logger="ncclbot_sweep.sweep.transport"):
                 assert t.run(["echo", "back"]).stdout == "back\n"
         finally:
             restart.join()
@@ -131,7 +131,7 @@ def test_unknown_host_key_is_refused(ssh_settings, tmp_path):
 def test_accept_new_host_key_records_it(ssh_settings, sshd, tmp_path, caplog):
     known = tmp_path / "known_hosts"
     settings = dataclasses.replace(ssh_settings, known_hosts_path=str(known), accept_new_host_key=True)
-    with caplog.at_level(logging.WARNING, logger="ncclbot_sweep.transport"):
+    with caplog.at_level(logging.WARNING, logger="ncclbot_sweep.sweep.transport"):
         assert SshTransport(settings).run(["true"]).ok
     assert any("accepted new host key" in r.message for r in caplog.records)
     host_key = sshd.host_key.with_suffix(".pub").read_text().split()[1]

@@ -3,7 +3,7 @@
 Executors only start and watch jobs (architecture section 4.5); everything that makes a campaign
 survive crashes lives here:
 
-* :func:`prepare` opens the campaign folder for a runner (:mod:`ncclbot_sweep.campaign_folder`:
+* :func:`prepare` opens the campaign folder for a runner (:mod:`ncclbot_sweep.sweep.campaign_folder`:
   planned, rendered, registered, with the folder's runner lock) and builds its executor;
 * :func:`reconcile` asks the executor which of the campaign's jobs it knows (by tag), adopts
   any job submitted just before a crash, polls all open jobs in one call, and classifies
@@ -28,14 +28,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ncclbot_sweep import campaign_folder
-from ncclbot_sweep.campaign_folder import CampaignFolder
 from ncclbot_sweep.errors import ExecutorError, Interrupted, OutOfSpaceError, file_system_full, is_out_of_space
-from ncclbot_sweep.executors import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
-                                     make_executor)
-from ncclbot_sweep.manifest import JobPhase
 from ncclbot_sweep.outcomes import last_error_line, step_outcome
 from ncclbot_sweep.step_output import step_output_usable
+from ncclbot_sweep.sweep import campaign_folder
+from ncclbot_sweep.sweep.campaign_folder import CampaignFolder
+from ncclbot_sweep.sweep.executors import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
+                                           make_executor)
+from ncclbot_sweep.sweep.manifest import JobPhase
 
 __all__ = ["CampaignSummary", "Progress", "cancel", "open_campaign", "prepare", "reconcile", "resume",
            "status", "submit"]
@@ -111,7 +111,7 @@ def prepare(campaign_path: Path | str, inventory_path: Path | str, workdir: Path
             lock_wait_s: float = 0.0) -> _Campaign:
     """Open (create or continue) the campaign folder for a runner, and its executor.
 
-    See :func:`ncclbot_sweep.campaign_folder.create`. Raises CampaignBusyError when another
+    See :func:`ncclbot_sweep.sweep.campaign_folder.create`. Raises CampaignBusyError when another
     runner holds the folder, ManifestError when ``workdir`` holds another campaign.
     """
     folder = campaign_folder.create(campaign_path, inventory_path, workdir, enforce_budget=enforce_budget,
@@ -344,7 +344,7 @@ def _left_behind(summary: CampaignSummary) -> str:
 def _finishable(workdir: Path | str) -> Iterator[None]:
     """``submit``/``resume`` stopped by a full disk or Ctrl-C at any moment: one error that names
     the path and the command that continues. That is ``resume`` once the folder has its YAML
-    copies (it always can then, see :func:`ncclbot_sweep.campaign_folder.create`), the same
+    copies (it always can then, see :func:`ncclbot_sweep.sweep.campaign_folder.create`), the same
     ``submit`` before (nothing was kept)."""
     def way_on(what: str) -> str:
         if campaign_folder.resumable(workdir):

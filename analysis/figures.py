@@ -1,11 +1,14 @@
-"""Report figures (matplotlib, Agg backend, imported lazily).
+"""Figures of the report and the studies (matplotlib, Agg backend, imported lazily).
+
+Beside the core rather than in ``report/``: the studies, the live analysis and ``compare`` draw
+with them too, and they sit below the report (architecture section 2.2).
 
 Survival of TRLT and the margin gate (the paper's Figures 1 and 13), cumulative lost time
 curves (Figures 8 and 12, for the ablation and workload studies), and the views a cluster
 engineer looks at first: bus bandwidth and latency against size per arm, where AUTO errs,
 and the cost model against measurement. Each figure has a data function (plain pandas,
 testable without matplotlib) and a plot function that writes the PNG with its data as a CSV
-of the same stem beside it, stamped "synthetic" when the data say so (``..inputs.is_synthetic``).
+of the same stem beside it, stamped "synthetic" when the data say so (``.inputs.is_synthetic``).
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import pandas as pd
 
 from ncclbot_sweep.names import bus_bandwidth_gbs, human_size
 
-from ..inputs import is_synthetic
-from ..pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
+from .inputs import is_synthetic
+from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
 
 __all__ = [
     "arm_curves",

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ncclbot_sweep import datasets
+from ncclbot_sweep.ingest import datasets
 from ncclbot_sweep.parsers.common import Issue
 
 __all__ = ["RECORD_TABLES", "RULES", "Lines", "fit", "split_impossible"]
@@ -36,7 +36,7 @@ __all__ = ["RECORD_TABLES", "RULES", "Lines", "fit", "split_impossible"]
 #: zero (sizes, counts, bandwidths, predictions, durations, losses); ``finite``: not NaN or
 #: infinite; ``size``: present and non-negative (a measurement without its size, or with one
 #: out of range, means nothing). Every float column of every table has a rule
-#: (``tests/datasets/test_rowcheck.py`` holds :data:`ncclbot_sweep.datasets.SCHEMAS` to it).
+#: (``tests/datasets/test_rowcheck.py`` holds :data:`ncclbot_sweep.ingest.datasets.SCHEMAS` to it).
 RULES: dict[str, tuple[tuple[str, str], ...]] = {
     "runs": (("avg_busbw_gbs", "non-negative"),),
     "iterations": (("time_us", "positive"), ("size_bytes", "size"), ("count", "non-negative"),

@@ -16,7 +16,7 @@ at a time runs a campaign, a second one waits up to ``lock_wait_s`` and then ref
 when its holder dies, so a killed runner never leaves the folder locked.
 
 Below the runner, ``collect`` and the executors: this module imports none of them (the
-:class:`~ncclbot_sweep.jobspec.JobSpec` it hands the executors lives in a leaf module).
+:class:`~ncclbot_sweep.sweep.jobspec.JobSpec` it hands the executors lives in a leaf module).
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from ncclbot_sweep.atomicfile import write_atomic
-from ncclbot_sweep.campaign import Plan, load_campaign, plan_campaign, resolve_campaign_path
 from ncclbot_sweep.errors import CampaignBusyError, ManifestError
-from ncclbot_sweep.inventory import load_inventory, resolve_inventory_path
-from ncclbot_sweep.jobspec import JobSpec
-from ncclbot_sweep.manifest import Manifest
 from ncclbot_sweep.outcomes import StepOutcome
 from ncclbot_sweep.paths import CampaignPaths
-from ncclbot_sweep.render import render_campaign
+from ncclbot_sweep.sweep.campaign import Plan, load_campaign, plan_campaign, resolve_campaign_path
+from ncclbot_sweep.sweep.inventory import load_inventory, resolve_inventory_path
+from ncclbot_sweep.sweep.jobspec import JobSpec
+from ncclbot_sweep.sweep.manifest import Manifest
+from ncclbot_sweep.sweep.render import render_campaign
 
 __all__ = ["CampaignFolder", "create", "open_existing", "open_runner", "resumable", "run_root_for"]
 

@@ -32,7 +32,7 @@ from ncclbot_sweep.errors import TransportError
 from ncclbot_sweep.paths import PART_SUFFIX
 
 if TYPE_CHECKING:  # paramiko is heavy: imported only when an SSH transport is opened
-    from ncclbot_sweep.inventory import Access
+    from ncclbot_sweep.sweep.inventory import Access
 
 __all__ = [
     "CommandResult",

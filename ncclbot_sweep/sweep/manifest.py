@@ -214,7 +214,7 @@ class Manifest:
     def register(self, jobs: Iterable[Any]) -> int:
         """Add planned jobs and their steps that are not yet known; returns how many jobs were new.
 
-        ``jobs`` are :class:`ncclbot_sweep.campaign.Job` objects. Idempotent.
+        ``jobs`` are :class:`ncclbot_sweep.sweep.campaign.Job` objects. Idempotent.
         """
         jobs = list(jobs)
         self._check_packing(jobs)

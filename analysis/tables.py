@@ -1,4 +1,4 @@
-"""Table copies of the report: CSV, Markdown (pandas' ``to_markdown``) and the HTML the page embeds.
+"""Table copies of the report and the studies: CSV, Markdown (pandas' ``to_markdown``) and the HTML the page embeds.
 
 The CSV and Markdown copies keep the snake_case column names that scripts, the CLI's printed
 tables and the study commands use; the HTML the page shows carries the readable headers of

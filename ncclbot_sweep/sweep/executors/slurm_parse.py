@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import re
 
-from ncclbot_sweep.executors.base import JobState, JobStatus
+from ncclbot_sweep.sweep.executors.base import JobState, JobStatus
 
 __all__ = [
     "SEP",

@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from ncclbot_sweep.errors import TransportError
 from ncclbot_sweep.paths import PART_SUFFIX, CampaignPaths, StepFiles
-from ncclbot_sweep.transport import RemoteFile, Transport, sha256_file
+from ncclbot_sweep.sweep.transport import RemoteFile, Transport, sha256_file
 
 __all__ = ["CollectReport", "listing_digest", "local_listing", "push_tree", "sync_tree"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ncclbot_sweep.executors.base import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
-                                         job_tag)
+from ncclbot_sweep.sweep.executors.base import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
+                                                job_tag)
 
 if TYPE_CHECKING:
-    from ncclbot_sweep.inventory import Inventory
+    from ncclbot_sweep.sweep.inventory import Inventory
 
 __all__ = ["UNKNOWN_POLL_LIMIT", "Executor", "JobSpec", "JobState", "JobStatus", "StepOutcome", "job_tag",
            "make_executor"]
@@ -23,11 +23,11 @@ def make_executor(inventory: Inventory, *, state_dir: Path) -> Executor:
     the SSH transport).
     """
     if inventory.scheduler.kind == "local":
-        from ncclbot_sweep.executors.local import LocalExecutor
+        from ncclbot_sweep.sweep.executors.local import LocalExecutor
 
         return LocalExecutor(state_dir=Path(state_dir), gpus_per_node=inventory.gpus_per_node,
                              max_concurrent=inventory.scheduler.max_concurrent_jobs,
                              rank_processes=inventory.scheduler.local_rank_processes)
-    from ncclbot_sweep.executors.slurm import SlurmExecutor
+    from ncclbot_sweep.sweep.executors.slurm import SlurmExecutor
 
     return SlurmExecutor.from_inventory(inventory, state_dir=Path(state_dir))

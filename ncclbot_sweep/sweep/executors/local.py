@@ -47,10 +47,10 @@ from pathlib import Path
 
 from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.errors import ExecutorError
-from ncclbot_sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
-from ncclbot_sweep.mirror import CollectReport
 from ncclbot_sweep.outcomes import job_state_for_exit
 from ncclbot_sweep.paths import JOB_SCRIPT
+from ncclbot_sweep.sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
+from ncclbot_sweep.sweep.mirror import CollectReport
 
 __all__ = ["LocalExecutor", "session_members"]
 
@@ -71,7 +71,7 @@ _WRAPPER = (
 )
 _SRUN = r"""#!/bin/bash
 # srun stand-in of the ncclbot-sweep local executor: runs task 0 only, with the full job size in
-# the environment (see ncclbot_sweep/executors/local.py). Accepts --flag=value options.
+# the environment (see ncclbot_sweep/sweep/executors/local.py). Accepts --flag=value options.
 nodes="${SLURM_NNODES:-1}"
 ntasks="${SLURM_NTASKS:-1}"
 while [ $# -gt 0 ]; do

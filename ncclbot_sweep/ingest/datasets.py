@@ -18,7 +18,7 @@ An unknown partition value is written as an explicit placeholder (:data:`PLACEHO
 table folder holds a zero-row ``_schema.parquet`` (:func:`ensure_schema_file`), so that plain
 ``pyarrow.dataset(path, partitioning="hive")``, DuckDB and polars read every table, empty
 ones and loose files' included. Impossible values (NaN, infinite, negative or zero times,
-negative sizes) never reach a table: ingest quarantines them (:mod:`ncclbot_sweep.rowcheck`).
+negative sizes) never reach a table: ingest quarantines them (:mod:`ncclbot_sweep.ingest.rowcheck`).
 
 Readers: :func:`read_table` (pandas), or any Parquet reader with hive partitioning:
 ``pyarrow.dataset.dataset('<root>/iterations', partitioning='hive')``,
@@ -54,7 +54,7 @@ Column notes:
   (``arm`` then null). ``predicted_us`` of ``algo`` rows is the choice line's ``time`` field.
   An ``algo`` row whose line names no collective takes it (and count, datatype, ``op_count``)
   from the ``COLL`` line of its call (``parsers.choices``), else keeps it null.
-* ``runs``: ``outcome`` is a :class:`~ncclbot_sweep.executors.base.StepOutcome` value;
+* ``runs``: ``outcome`` is a :class:`~ncclbot_sweep.sweep.executors.base.StepOutcome` value;
   ``failure`` says why a run is not ``ok``; ``arm_observed`` is the arm NCCL's choice lines
   show most and ``arm_mismatch`` is true when a forced ``arm`` did not run; ``hosts`` is a
   comma-separated list in rank order; ``nodes`` is null when the Rank list was elided;

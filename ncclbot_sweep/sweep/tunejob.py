@@ -5,7 +5,7 @@ A tuning job runs ``ncclbot-sweep analyze tune`` once per node (``srun``), each 
 share the studies out (``analysis/study/tune.py``). It goes through the campaign pieces that
 fit: the inventory (access, scheduler, and ``ncclbot_sweep.command``, the ncclbot-sweep the
 nodes run), a job script from ``templates/job-tune.sh.j2`` under the one quoting rule
-(:func:`~ncclbot_sweep.render.render_tune_script`), and the Slurm executor over its transport
+(:func:`~ncclbot_sweep.sweep.render.render_tune_script`), and the Slurm executor over its transport
 (``sbatch`` with a readable name and the tag in ``--comment``, ``squeue``/``sacct`` polls,
 ``scancel``, the checksum-verified mirror back).
 
@@ -40,14 +40,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path, PurePath, PurePosixPath
 
 from ncclbot_sweep.atomicfile import write_atomic
-from ncclbot_sweep.campaign import content_key
 from ncclbot_sweep.errors import DatasetError, InventoryError
-from ncclbot_sweep.executors import UNKNOWN_POLL_LIMIT, JobSpec, JobState, JobStatus
-from ncclbot_sweep.executors.slurm import SlurmExecutor
-from ncclbot_sweep.inventory import Inventory
-from ncclbot_sweep.mirror import RemoteFile, listing_digest, local_listing, push_tree
 from ncclbot_sweep.paths import TuneJobFiles
-from ncclbot_sweep.render import render_tune_script
+from ncclbot_sweep.sweep.campaign import content_key
+from ncclbot_sweep.sweep.executors import UNKNOWN_POLL_LIMIT, JobSpec, JobState, JobStatus
+from ncclbot_sweep.sweep.executors.slurm import SlurmExecutor
+from ncclbot_sweep.sweep.inventory import Inventory
+from ncclbot_sweep.sweep.mirror import RemoteFile, listing_digest, local_listing, push_tree
+from ncclbot_sweep.sweep.render import render_tune_script
 
 __all__ = ["TuneJob", "cancel_tune_jobs", "plan_tune_job", "submit_tune_job", "tune_executor", "wait_tune_job"]
 
@@ -172,7 +172,7 @@ def wait_tune_job(job: TuneJob, executor: SlurmExecutor, job_id: str, *,
     """Poll until the job has ended (the inventory's poll intervals), then mirror the tuning folder back.
 
     ``on_state`` is called whenever the job's state changes. A job the scheduler does not know
-    for :data:`~ncclbot_sweep.executors.UNKNOWN_POLL_LIMIT` polls in a row counts as failed.
+    for :data:`~ncclbot_sweep.sweep.executors.UNKNOWN_POLL_LIMIT` polls in a row counts as failed.
     """
     sched = job.inventory.scheduler
     interval, unknown, seen = sched.poll_interval_s, 0, None

@@ -1,9 +1,9 @@
 """Bring finished steps back from the cluster into the local campaign folder (``collect DIR``).
 
-The campaign folder is opened read-only (:func:`ncclbot_sweep.campaign_folder.open_existing`:
+The campaign folder is opened read-only (:func:`ncclbot_sweep.sweep.campaign_folder.open_existing`:
 nothing is re-planned, rendered or registered) and each submitted job is fetched through
-its executor's :meth:`~ncclbot_sweep.executors.base.Executor.fetch`: finished steps only
-while the job may run, its whole folder once it has ended (see :mod:`ncclbot_sweep.mirror`).
+its executor's :meth:`~ncclbot_sweep.sweep.executors.base.Executor.fetch`: finished steps only
+while the job may run, its whole folder once it has ended (see :mod:`ncclbot_sweep.sweep.mirror`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ncclbot_sweep.campaign_folder import open_existing
-from ncclbot_sweep.executors import Executor, make_executor
-from ncclbot_sweep.manifest import JobPhase
-from ncclbot_sweep.mirror import CollectReport
+from ncclbot_sweep.sweep.campaign_folder import open_existing
+from ncclbot_sweep.sweep.executors import Executor, make_executor
+from ncclbot_sweep.sweep.manifest import JobPhase
+from ncclbot_sweep.sweep.mirror import CollectReport
 
 __all__ = ["CollectReport", "collect"]
 

@@ -11,9 +11,9 @@ import abc
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from ncclbot_sweep.jobspec import JobSpec, job_tag
-from ncclbot_sweep.mirror import CollectReport
 from ncclbot_sweep.outcomes import JobState, StepOutcome
+from ncclbot_sweep.sweep.jobspec import JobSpec, job_tag
+from ncclbot_sweep.sweep.mirror import CollectReport
 
 __all__ = ["UNKNOWN_POLL_LIMIT", "Executor", "JobSpec", "JobState", "JobStatus", "StepOutcome", "job_tag"]
 

@@ -34,7 +34,6 @@ from pydantic import Field, field_validator, model_validator
 
 from ncclbot_sweep import pluginbuild
 from ncclbot_sweep.errors import CampaignError, PlanError
-from ncclbot_sweep.inventory import Inventory, env_mapping
 from ncclbot_sweep.names import (
     AUTO,
     COLLECTIVE_BINARY,
@@ -50,6 +49,7 @@ from ncclbot_sweep.names import (
 )
 from ncclbot_sweep.specfile import Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
 from ncclbot_sweep.stepmeta import MAX_TIMEOUT_S
+from ncclbot_sweep.sweep.inventory import Inventory, env_mapping
 
 __all__ = [
     "AXES",

@@ -1,6 +1,6 @@
 """The Slurm executor: ``sbatch``/``squeue``/``sacct``/``scancel`` over a transport.
 
-It implements the four operations of :class:`~ncclbot_sweep.executors.base.Executor` and
+It implements the four operations of :class:`~ncclbot_sweep.sweep.executors.base.Executor` and
 keeps the runner's guarantees on a real scheduler:
 
 * **submit** uploads the rendered inputs (``job.sh``, ``step.json``; over SSH) and runs
@@ -15,7 +15,7 @@ keeps the runner's guarantees on a real scheduler:
   (logged), never an exception. Jobs pending on unavailable nodes (``ReqNodeNotAvail``...)
   longer than ``scheduler.cancel_pending_after_s`` are cancelled.
 * **cancel** runs ``scancel`` on the given ids only (the campaign's jobs).
-* **fetch** mirrors the ended job's folder back, verified by checksum (:mod:`ncclbot_sweep.collect`).
+* **fetch** mirrors the ended job's folder back, verified by checksum (:mod:`ncclbot_sweep.sweep.collect`).
 * **find_tagged** lists the user's jobs (``squeue --me``, and ``sacct`` on the first call
   when accounting is on) and keeps those whose comment carries the campaign's tag (sacct
   knows comments when slurmdbd has ``AccountingStoreFlags=job_comment``; squeue always does,
@@ -32,14 +32,14 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ncclbot_sweep.errors import SchedulerError, TransportError
-from ncclbot_sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
-from ncclbot_sweep.executors import slurm_parse as sp
-from ncclbot_sweep.mirror import CollectReport, sync_tree
 from ncclbot_sweep.paths import SLURM_OUTPUT, STEP_META
-from ncclbot_sweep.transport import CommandResult, Transport, make_transport
+from ncclbot_sweep.sweep.executors import slurm_parse as sp
+from ncclbot_sweep.sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
+from ncclbot_sweep.sweep.mirror import CollectReport, sync_tree
+from ncclbot_sweep.sweep.transport import CommandResult, Transport, make_transport
 
 if TYPE_CHECKING:
-    from ncclbot_sweep.inventory import Inventory
+    from ncclbot_sweep.sweep.inventory import Inventory
 
 __all__ = ["SlurmExecutor", "SlurmPolicy"]
 

@@ -9,9 +9,9 @@ Invariants: ingest is idempotent (a source whose hash the ``sources`` ledger hol
 skipped); every input ends up ingested, partly ingested (rows plus quarantine rows saying
 what was left out, with line numbers) or quarantined with a reason, whatever it holds, and
 one bad input never stops the others; no impossible value becomes a row
-(:mod:`~ncclbot_sweep.rowcheck`); a crash leaves no partial table file (see
-:class:`~ncclbot_sweep.datasets.SourceWriter`), and ingests into one dataset take turns
-(:func:`~ncclbot_sweep.datasets.locked`).
+(:mod:`~ncclbot_sweep.ingest.rowcheck`); a crash leaves no partial table file (see
+:class:`~ncclbot_sweep.ingest.datasets.SourceWriter`), and ingests into one dataset take turns
+(:func:`~ncclbot_sweep.ingest.datasets.locked`).
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ncclbot_sweep import datasets, rowcheck
 from ncclbot_sweep.errors import DatasetError, OutOfSpaceError, ParseError, is_out_of_space
 from ncclbot_sweep.filekind import REGULAR, file_kind
-from ncclbot_sweep.manifest import recorded_job_state
+from ncclbot_sweep.ingest import datasets, rowcheck
 from ncclbot_sweep.outcomes import StepOutcome, last_error_line, step_outcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines
 from ncclbot_sweep.paths import PART_SUFFIX, STEP_META, CampaignPaths, StepFiles
 from ncclbot_sweep.step_output import StepOutput, read_step_output
 from ncclbot_sweep.stepmeta import read_step_meta
+from ncclbot_sweep.sweep.manifest import recorded_job_state
 
 __all__ = ["IngestSummary", "ingest", "iter_inputs", "dataset_info"]
 

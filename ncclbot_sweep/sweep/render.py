@@ -40,14 +40,14 @@ import jinja2
 import pydantic
 
 from ncclbot_sweep import __version__, pluginbuild
-from ncclbot_sweep.campaign import Job, Plan, Step
 from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.errors import RenderError
-from ncclbot_sweep.inventory import Inventory, NodeSet, sbatch_value_problem
-from ncclbot_sweep.jobspec import job_tag
 from ncclbot_sweep.paths import CampaignPaths, StepFiles, TuneJobFiles
 from ncclbot_sweep.resources import resource_dir
 from ncclbot_sweep.stepmeta import StepMeta
+from ncclbot_sweep.sweep.campaign import Job, Plan, Step
+from ncclbot_sweep.sweep.inventory import Inventory, NodeSet, sbatch_value_problem
+from ncclbot_sweep.sweep.jobspec import job_tag
 
 __all__ = ["DEBUG_ENV", "TUNE_TEMPLATE", "render_campaign", "render_job_script", "render_tune_script", "step_metadata",
            "template_name"]

@@ -1,6 +1,6 @@
 """A rendered job ready to submit: what the campaign folder hands an executor.
 
-A leaf (it imports only :mod:`ncclbot_sweep.paths`), so :mod:`ncclbot_sweep.campaign_folder`
+A leaf (it imports only :mod:`ncclbot_sweep.paths`), so :mod:`ncclbot_sweep.sweep.campaign_folder`
 can build job specs without importing the executors that run them (architecture section 2.2).
 """
 
