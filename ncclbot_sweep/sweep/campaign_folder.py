@@ -173,11 +173,16 @@ def create(campaign_path: Path | str, inventory_path: Path | str, workdir: Path 
     plan = plan_campaign(load_campaign(campaign_file), load_inventory(inventory_file),
                          enforce_budget=enforce_budget)
     root = Path(workdir)
-    new = not root.exists()
     paths = CampaignPaths.local(root)
+    try:  # whoever makes the folder knows it is new (two submits may race for it)
+        root.mkdir(parents=True)
+        new = True
+    except FileExistsError:
+        new = False
     try:
-        root.mkdir(parents=True, exist_ok=True)
         lock = _take_lock(root, command, lock_wait_s)
+    except CampaignBusyError:
+        raise  # the folder is the holder's, new or not: never removed from under it
     except BaseException:
         _remove_if_new(root, new)
         raise
