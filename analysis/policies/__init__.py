@@ -32,8 +32,8 @@ Shared conventions (the plugin must match them bit for bit in float64):
   index evaluated, in float64 and in which order, is written once, in ``plugin/README.md``
   ("UCB1's N is one formula"; :func:`.base.total_n`, :meth:`UCB1.index`);
 * update with latency ``X`` (us): ``r = mu_hat_min / X``; ``n_a <- n_a + 1``;
-  if the old ``n_a`` was 0 then ``mu_a = r``, else ``s = 0.468 * pow(n_a, -0.467)`` (new
-  ``n_a``), ``d = min(max(r - mu_a, -0.389), 0.389)``, ``mu_a <- mu_a + s * d``.
+  if the old ``n_a`` was 0 then ``mu_a = r``, else ``s = 0.468 * pow(min(n_a, 1024), -0.467)``
+  (new ``n_a``), ``d = min(max(r - mu_a, -0.389), 0.389)``, ``mu_a <- mu_a + s * d``.
 
 ``ln`` is the C library's ``log`` (``math.log``, once per distinct ``N``: :func:`.base.log_n`) and
 ``pow`` numpy's float64 ``power`` (libm-compatible for these inputs).

@@ -12,10 +12,13 @@ the update is *learned* (see skip-first-k below):
       n_a <- gamma * n_a + 1 ;  d = r - mu_a ;  mu_a <- mu_a + d / n_a
       m2_a <- gamma * m2_a + d * (r - mu_a) ;  var_a = m2_a / n_a
 
-* ``sgd`` (clipped-SGD robust mean; ``lr``, exponent ``decay``, ``clip``)::
+* ``sgd`` (clipped-SGD robust mean; ``lr``, exponent ``decay``, ``clip``, ``n_max``)::
 
-      n_a <- gamma * n_a + 1 ;  s = lr * n_a ** (-decay) ;  d = clip(r - mu_a, -clip, clip)
+      n_a <- gamma * n_a + 1 ;  s = lr * min(n_a, n_max) ** (-decay) ;  d = clip(r - mu_a, -clip, clip)
       mu_a <- mu_a + s * d ;  var_a <- var_a + s * (d * d - var_a)
+
+  The step stops decaying at ``n_max`` (the plugin's ``NCCLBOT_SGD_NMAX``), so a mean kept
+  for a long job still follows a latency that drifts.
 
 * ``gain`` (constant gain ``gain``)::
 
@@ -65,6 +68,7 @@ class Estimator:
     clip: float = 0.389
     lr: float = 0.468
     decay: float = 0.467
+    n_max: float = 1024.0
     gain: float = 0.1
     discount: float = 1.0
     skip_first: int = 0
@@ -75,6 +79,8 @@ class Estimator:
             raise AnalysisError(f"estimator kind must be one of {', '.join(_KINDS)}, but got {self.kind!r}")
         if not 0.0 < self.discount <= 1.0:
             raise AnalysisError(f"discount must be in (0, 1], but got {self.discount}")
+        if not self.n_max >= 1.0:
+            raise AnalysisError(f"n_max must be at least 1, but got {self.n_max}")
 
 
 @dataclasses.dataclass
@@ -205,7 +211,7 @@ class BanditState:
             s2_new += s2_old if est.discount == 1.0 else est.discount * s2_old
         else:
             if est.kind == "sgd":
-                step = np.power(n_new, -est.decay)
+                step = np.power(np.minimum(n_new, est.n_max), -est.decay)
                 step *= est.lr
                 np.clip(d, -est.clip, est.clip, out=d)
             else:

@@ -74,20 +74,27 @@ class UCB1(Policy):
     alpha: float = 0.0928
 
     def index(self, state: BanditState) -> np.ndarray:
-        """Per-arm index ``mu_a + alpha * sqrt((2 ln max(N, 1)) / n_a)`` (inf or NaN at n_a = 0).
+        """Per-arm index ``mu_a + (alpha sqrt(2 ln max(N, 1))) (1 / sqrt(n_a))`` (inf or NaN at n_a = 0).
 
         The plugin's ``nb_ucb_index`` computes the same float64 value arm by arm.
         """
-        return self._index(2.0 * _log_n(state)[:, None], state.n, state.mu)
+        return self._index(self._scale(state)[:, None], state.n, state.mu)
 
-    def _index(self, two_log_n: np.ndarray, n: np.ndarray, mu: np.ndarray) -> np.ndarray:
-        """The index from ``2 ln max(N, 1)``, ``n`` and ``mu`` (broadcast alike), in the one
-        float64 operation order: ``2 ln`` divided by ``n``, its square root, times ``alpha``,
-        plus ``mu``."""
+    def _scale(self, state: BanditState) -> np.ndarray:
+        """``alpha * sqrt(2 ln max(N, 1))`` per row: the factor every arm's bonus shares."""
+        scale = np.sqrt(2.0 * _log_n(state))
+        scale *= self.alpha
+        return scale
+
+    @staticmethod
+    def _index(scale: np.ndarray, n: np.ndarray, mu: np.ndarray) -> np.ndarray:
+        """The index from the row's ``scale``, ``n`` and ``mu`` (broadcast alike), in the one
+        float64 operation order (``plugin/README.md``): ``1 / sqrt(n)``, times the scale, plus
+        ``mu``."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            bonus = two_log_n / n
-            np.sqrt(bonus, out=bonus)
-            bonus *= self.alpha
+            bonus = np.sqrt(n)
+            np.divide(1.0, bonus, out=bonus)
+            bonus *= scale
             bonus += mu
         return bonus
 
@@ -95,7 +102,7 @@ class UCB1(Policy):
         # The index of the offered arms only (the others can never be chosen), one value per
         # offered cell; the same numbers as ``index`` there, so the same argmax.
         cells, rows, _scratch = state.offered_cells()
-        score = self._index((2.0 * _log_n(state))[rows], state.n.reshape(-1)[cells], state.mu.reshape(-1)[cells])
+        score = self._index(self._scale(state)[rows], state.n.reshape(-1)[cells], state.mu.reshape(-1)[cells])
         if state.selectable is not state.offered:  # arms held while rewards are pending
             score[~state.selectable.reshape(-1)[cells]] = -np.inf
         return _unpulled_first(state, _offered_argmax(state, score))

@@ -59,8 +59,11 @@ static const nb_setting k_settings[] = {
     DBL("NCCLBOT_RHO_MAX", rho_max, "2", 1.0, 1e9,
         "arm filter: keep arms whose cost is at most rho_max times the cheapest"),
     DBL("NCCLBOT_SGD_LR", sgd_lr, "0.468", 1e-9, 1.0,
-        "clipped SGD: learning rate (step lr * n^-decay)"),
+        "clipped SGD: learning rate (step lr * min(n, NMAX)^-decay)"),
     DBL("NCCLBOT_SGD_DECAY", sgd_decay, "0.467", 0.0, 2.0, "clipped SGD: step-size decay exponent"),
+    DBL("NCCLBOT_SGD_NMAX", sgd_nmax, "1024", 1.0, 1e18,
+        "clipped SGD: the step stops decaying at this count (lr * min(n, NMAX)^-decay), so a mean "
+        "learned over a long job keeps following a latency that drifts"),
     DBL("NCCLBOT_SGD_CLIP", sgd_clip, "0.389", 1e-9, 1e9, "clipped SGD: residual clip"),
     DBL("NCCLBOT_GAIN", gain, "0.1", 1e-9, 1.0, "constant-gain eta"),
     INT(T_U64, "NCCLBOT_SKIP_FIRST", skip_first, "0", 0, 1000000,

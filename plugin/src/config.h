@@ -36,6 +36,7 @@ typedef struct {
   double pseudo_count; /* warm-start virtual pulls (nu); 0 = cold start */
   double rho_max;      /* arm filter: keep mu(a) <= rho_max * mu_min */
   double sgd_lr, sgd_decay, sgd_clip; /* clipped-SGD: step lr / n^decay, clip residual */
+  double sgd_nmax;     /* ... n stops decaying the step here */
   double gain;         /* constant-gain eta */
   uint64_t skip_first; /* first rewards of each arm served but not learned from */
   double softmax_tau;  /* Softmax temperature */

@@ -464,7 +464,7 @@ static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numA
     for (int i = 0; i < n; i++)
       for (int j = 0; j < sv->narms; j++)
         if (sv->arm[j] == ids[i]) {
-          st[i].n = sv->stat[j].n;
+          nb_set_n(&st[i], sv->stat[j].n);
           st[i].mean = sv->stat[j].mean;
           /* its pulls count as evidence for the hold rule, as if applied in this run */
           st[i].resolved = sv->stat[j].n > 0.0 ? (uint32_t)fmin(sv->stat[j].n, 1e9) : 0;

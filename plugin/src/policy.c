@@ -40,14 +40,10 @@ void nb_warm_start(const double *mu, double mu_min, int narms, double pseudo_cou
                    nb_arm_stat *st, nb_policy_state *ps) {
   for (int i = 0; i < narms; i++) {
     int warm = pseudo_count > 0.0 && mu[i] > 0.0;
-    st[i] = (nb_arm_stat){warm ? mu_min / mu[i] : 0.0, warm ? pseudo_count : 0.0, 0.0, 0, 0, 0, 0};
+    st[i] = (nb_arm_stat){warm ? mu_min / mu[i] : 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0};
+    nb_set_n(&st[i], warm ? pseudo_count : 0.0);
   }
   *ps = (nb_policy_state){0, 0, NB_NO_COMMIT};
-}
-
-int nb_policy_cacheable(const nb_config *cfg) {
-  return cfg->policy == NB_POLICY_UCB1 || cfg->policy == NB_POLICY_GREEDY ||
-         (cfg->policy == NB_POLICY_EPS_GREEDY && cfg->epsilon == 0.0);
 }
 
 double nb_ucb_total(const nb_arm_stat *st, int narms) {
@@ -56,15 +52,14 @@ double nb_ucb_total(const nb_arm_stat *st, int narms) {
   return total;
 }
 
-/* The index from ln(max(N, 1)), which every arm of a context shares: one log per selection. */
-static double ucb_index_ln(const nb_arm_stat *st, double ln, double alpha) {
-  return st->mean + alpha * sqrt(2.0 * ln / st->n);
+/* alpha * sqrt(2 ln max(N, 1)), which every arm of a context shares: one log and one square
+ * root per selection; an arm's index is then mean + scale * rsn. */
+static double ucb_scale(double total, double alpha) {
+  return alpha * sqrt(2.0 * log(total > 1.0 ? total : 1.0));
 }
 
-static double ucb_log(double total) { return log(total > 1.0 ? total : 1.0); }
-
 double nb_ucb_index(const nb_arm_stat *st, double total, double alpha) {
-  return ucb_index_ln(st, ucb_log(total), alpha);
+  return st->mean + ucb_scale(total, alpha) * st->rsn;
 }
 
 /* Masked arms with n == 0 ("unpulled"). */
@@ -100,13 +95,26 @@ static int pick_uniform(uint32_t mask, double u) {
   return -1;
 }
 
+/* One pass for N (summed as nb_ucb_total sums it) and the unpulled arms, one for the argmax. */
 static int select_ucb1(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask) {
-  uint32_t cold = unpulled(st, narms, mask);
+  double total = st[0].n;
+  uint32_t cold = (mask & 1u) && st[0].n == 0.0;
+  for (int i = 1; i < narms; i++) {
+    total += st[i].n;
+    cold |= (uint32_t)((mask >> i & 1u) && st[i].n == 0.0) << i;
+  }
   if (cold) return __builtin_ctz(cold); /* derandomised cold start: lowest unpulled arm */
-  double ln = ucb_log(nb_ucb_total(st, narms)), v[NCCLBOT_MAX_ARMS];
-  for (int i = 0; i < narms; i++)
-    if (mask >> i & 1u) v[i] = ucb_index_ln(&st[i], ln, cfg->alpha);
-  return argmax(v, narms, mask);
+  double scale = ucb_scale(total, cfg->alpha), top = 0.0;
+  int best = -1;
+  for (int i = 0; i < narms; i++) {
+    if (!(mask >> i & 1u)) continue;
+    double v = st[i].mean + scale * st[i].rsn;
+    if (best < 0 || v > top) { /* the lowest index maximising the index, as argmax */
+      best = i;
+      top = v;
+    }
+  }
+  return best;
 }
 
 /* families.Softmax: Boltzmann over the means, tau / sqrt(selections) with decay. */
@@ -218,11 +226,13 @@ void nb_steps_init(nb_steps *s, const nb_config *cfg) {
   for (int j = 0; j < NB_STEPS; j++) {
     n = n + 1.0;
     s->n[j] = n;
-    s->step[j] = cfg->sgd_lr * pow(n, -cfg->sgd_decay);
+    s->step[j] = cfg->sgd_lr * pow(fmin(n, cfg->sgd_nmax), -cfg->sgd_decay);
   }
+  s->at_max = cfg->sgd_lr * pow(cfg->sgd_nmax, -cfg->sgd_decay);
 }
 
 static double sgd_step(const nb_config *cfg, const nb_steps *s, double n_new) {
+  if (n_new >= cfg->sgd_nmax) return s->at_max;
   double j = n_new - cfg->pseudo_count - 1.0;
   if (j > -0.5 && j < NB_STEPS - 0.5) {
     int k = (int)(j + 0.5);
@@ -242,9 +252,9 @@ void nb_update(const nb_config *cfg, const nb_steps *steps, nb_arm_stat *st, dou
     st->s2 = st->s2 + d * (reward - st->mean);
   } else {
     double step = cfg->gain;
-    if (cfg->estimator == NB_EST_SGD) { /* step lr * n^-decay, residual clipped to +-clip */
+    if (cfg->estimator == NB_EST_SGD) { /* lr * min(n, nmax)^-decay, residual clipped to +-clip */
       step = sgd_step(cfg, steps, n_new);
-      d = fmin(fmax(d, -cfg->sgd_clip), cfg->sgd_clip);
+      d = d < -cfg->sgd_clip ? -cfg->sgd_clip : d > cfg->sgd_clip ? cfg->sgd_clip : d;
     }
     if (n_old == 0.0) { /* the first observation of a cold arm sets it */
       st->mean = reward;
@@ -254,7 +264,7 @@ void nb_update(const nb_config *cfg, const nb_steps *steps, nb_arm_stat *st, dou
       st->s2 = st->s2 + step * (d * d - st->s2);
     }
   }
-  st->n = n_new;
+  nb_set_n(st, n_new);
 }
 
 double nb_reward(double mu_min, double latency_us) {

@@ -12,6 +12,7 @@
 #ifndef NCCLBOT_POLICY_H
 #define NCCLBOT_POLICY_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -20,6 +21,7 @@ typedef struct {
   double mean;   /* running mean reward (mu_hat_min / latency) */
   double n;      /* learned pulls, including the warm-start pseudo-count */
   double s2;     /* m2 (sample mean) or variance (sgd, gain) of the rewards */
+  double rsn;    /* 1 / sqrt(n), set with n (nb_set_n): UCB1 pays it once per update, not per arm */
   uint32_t seen; /* rewards received, learned or skipped (skip-first-k) */
   uint32_t inflight; /* pulls issued whose reward (or its absence) is not applied yet */
   uint32_t resolved; /* pulls whose reward (or its absence) was applied */
@@ -35,6 +37,12 @@ typedef struct {
 
 #define NB_NO_ARM 255
 #define NB_NO_COMMIT 255
+
+/* n and its cached 1 / sqrt(n) (inf at n = 0), the only way the plugin sets a count. */
+static inline void nb_set_n(nb_arm_stat *st, double n) {
+  st->n = n;
+  st->rsn = 1.0 / sqrt(n);
+}
 
 /* 1 when NCCL could select this cost: finite, >= 0 and below FLT_MAX (NaN fails both). */
 static inline int nb_cost_available(float v) {
@@ -57,7 +65,10 @@ void nb_warm_start(const double *mu, double mu_min, int narms, double pseudo_cou
                    nb_arm_stat *st, nb_policy_state *ps);
 
 /* 1 when a decision depends only on the statistics (it may be reused until they change). */
-int nb_policy_cacheable(const nb_config *cfg);
+static inline int nb_policy_cacheable(const nb_config *cfg) {
+  return cfg->policy == NB_POLICY_UCB1 || cfg->policy == NB_POLICY_GREEDY ||
+         (cfg->policy == NB_POLICY_EPS_GREEDY && cfg->epsilon == 0.0);
+}
 
 /*
  * Index (into st[]) of the arm to play among those with mask bit set (the available arms the
@@ -69,7 +80,8 @@ int nb_select(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t a
 
 /* UCB1's N: the counts of all the context's arms summed left to right (arm order). */
 double nb_ucb_total(const nb_arm_stat *st, int narms);
-/* UCB1's index of one arm: mean + alpha * sqrt((2 ln max(N, 1)) / n). */
+/* UCB1's index of one arm: mean + (alpha * sqrt(2 ln max(N, 1))) * (1 / sqrt(n)), the first
+ * factor once per selection, the second the arm's cached rsn. */
 double nb_ucb_index(const nb_arm_stat *st, double total, double alpha);
 
 /*
@@ -95,14 +107,16 @@ static inline void nb_resolve(nb_arm_stat *st) {
 }
 
 /*
- * The clipped-SGD step lr * n^-decay for the counts an arm warm-started with the pseudo-count
- * reaches (pseudo + 1, + 2, ... summed as nb_update sums them), computed once: the hot path
- * then skips pow() with the same bits. Other counts (a saved state's) call pow().
+ * The clipped-SGD step lr * min(n, NCCLBOT_SGD_NMAX)^-decay for the counts an arm warm-started
+ * with the pseudo-count reaches (pseudo + 1, + 2, ... summed as nb_update sums them), and the
+ * step past NMAX, computed once: the hot path then skips pow() with the same bits. Other counts
+ * below NMAX (a saved state's) call pow().
  */
-#define NB_STEPS 512
+#define NB_STEPS 1024
 typedef struct {
   double n[NB_STEPS];
   double step[NB_STEPS];
+  double at_max; /* the step at and past n = NMAX */
 } nb_steps;
 
 void nb_steps_init(nb_steps *s, const nb_config *cfg);

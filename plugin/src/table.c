@@ -25,9 +25,11 @@ static int cell_of(int arm, int numAlgo, int numProto) {
 void nb_force_arm(float *table, int numAlgo, int numProto, int arm) {
   int target = cell_of(arm, numAlgo, numProto);
   if (target < 0 || !nb_cost_available(table[target])) return;
-  int ncell = numAlgo * numProto;
-  for (int i = 0; i < ncell; i++) /* both directions: any other 0 could tie with ours */
-    if (table[i] == 0.0f) table[i] = FLT_MIN; /* an available cell <= 0 is exactly 0 (or -0) */
+  int ncell = numAlgo * numProto, zeros = 0;
+  for (int i = 0; i < ncell; i++) zeros |= table[i] == 0.0f; /* rarely any: read before writing */
+  if (zeros)
+    for (int i = 0; i < ncell; i++) /* both directions: any other 0 could tie with ours */
+      if (table[i] == 0.0f) table[i] = FLT_MIN; /* an available cell <= 0 is exactly 0 (or -0) */
   table[target] = 0.0f;
 }
 

@@ -111,7 +111,7 @@ class Bandit:
             s2_new = e.discount * s2_old + d * (r - mu_new)
         else:
             if e.kind == "sgd":
-                step = e.lr * float(np.power(n_new, -e.decay))
+                step = e.lr * float(np.power(min(n_new, e.n_max), -e.decay))
                 d = min(max(d, -e.clip), e.clip)
             else:
                 step = e.gain
@@ -202,8 +202,8 @@ class _UCB1(_MeanBased):
         if first is not None:
             return first
         ln = b.log_n()
-        score = [b.mu[k] + b.p.alpha * float(np.sqrt(2.0 * ln / b.n[k])) if b.n[k] > 0 else INF
-                 for k in range(b.K)]
+        scale = b.p.alpha * math.sqrt(2.0 * ln)
+        score = [b.mu[k] + scale * (1.0 / math.sqrt(b.n[k])) if b.n[k] > 0 else INF for k in range(b.K)]
         return _argmax(score, b.mask)
 
 

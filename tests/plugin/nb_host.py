@@ -293,13 +293,15 @@ TREE_LL, TREE_LL128, TREE_SIMPLE = 0, 1, 2
 
 class ArmStat(C.Structure):
     """policy.h's nb_arm_stat."""
-    _fields_ = [("mean", C.c_double), ("n", C.c_double), ("s2", C.c_double), ("seen", C.c_uint32),
-                ("inflight", C.c_uint32), ("resolved", C.c_uint32), ("pad", C.c_uint32)]
+    _fields_ = [("mean", C.c_double), ("n", C.c_double), ("s2", C.c_double), ("rsn", C.c_double),
+                ("seen", C.c_uint32), ("inflight", C.c_uint32), ("resolved", C.c_uint32), ("pad", C.c_uint32)]
 
 
 def policy_probe(path: Path) -> C.CDLL:
-    """The probe library of conftest.py: nb_ucb_total/nb_ucb_index and the shared generator."""
+    """The probe library of conftest.py: nb_set_n, nb_ucb_total/nb_ucb_index and the shared generator."""
     lib = C.CDLL(str(path))
+    lib.nb_probe_set_n.restype = None
+    lib.nb_probe_set_n.argtypes = [C.POINTER(ArmStat), C.c_double]
     lib.nb_ucb_total.restype = C.c_double
     lib.nb_ucb_total.argtypes = [C.POINTER(ArmStat), C.c_int]
     lib.nb_ucb_index.restype = C.c_double

@@ -30,6 +30,8 @@ CASES = {
                   {"alpha": 0.3, "estimator": {"kind": "mean"}}),
     "ucb1-gain-cold": ("UCB1", {"policy": "ucb1", "estimator": "gain", "pseudo_count": 0, "ucb_alpha": 0.3},
                        {"alpha": 0.3, "pseudo_count": 0.0, "estimator": {"kind": "gain"}}),
+    # the clipped-SGD step stops decaying at a count the 160 steps pass (NCCLBOT_SGD_NMAX)
+    "ucb1-nmax": ("UCB1", {"policy": "ucb1", "sgd_nmax": 9.5}, {"estimator": {"kind": "sgd", "n_max": 9.5}}),
     "greedy": ("greedy", {"policy": "greedy"}, {}),
     "greedy-sgd": ("greedy", {"policy": "greedy", "estimator": "sgd"}, {"estimator": {"kind": "sgd"}}),
     "eps-greedy": ("eps-greedy", {"policy": "eps-greedy", "epsilon": 0.2, "epsilon_decay": 1},
@@ -193,7 +195,9 @@ def test_ucb1_total_and_every_index_equal_python(policy_probe, narms):
         n = [rng.choice([2.89, 0.892, 1.0]) + rng.randint(0, 400) * rng.choice([1.0, 1.0000001, 0.37])
              for _ in range(narms)]
         mu = [rng.uniform(0.3, 1.2) for _ in range(narms)]
-        stats = (H.ArmStat * narms)(*[H.ArmStat(m, c, 0.0, 0, 0) for m, c in zip(mu, n)])
+        stats = (H.ArmStat * narms)(*[H.ArmStat(m, 0.0, 0.0, 0.0, 0, 0) for m in mu])
+        for i, c in enumerate(n):
+            policy_probe.nb_probe_set_n(stats[i], c)
         state = P.BanditState.empty(np.ones((1, narms), dtype=bool), np.ones((1, narms)), np.array([0]))
         state.n, state.mu = np.array([n]), np.array([mu])
         total = policy_probe.nb_ucb_total(stats, narms)
