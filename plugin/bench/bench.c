@@ -1,11 +1,15 @@
 /*
  * bench.c: plugin performance on this machine, called as NCCL calls it.
- *   build/ncclbot-bench [calls] [local]   ("local": skip the 8-rank part)
+ *   build/ncclbot-bench [calls] [local]   ("local": skip the cold and 8-rank parts)
  * Prints one line per figure:
  *   getCollInfo: ns per call on a warm context, untraced and with NCCLBOT_TRACE_DIR set
  *     (each call timed on its own; the trace's rows are counted against the pulls)
  *   first sight: allocations while 1000 new contexts are created (should be 0)
  *   profiler: ns per collective (coll start + 4 channels x start/stop-state/stop + coll stop)
+ *   cold: getCollInfo and the profiler when other work ran between two collectives and
+ *     evicted the core's own caches (1 MiB written) or every cache (64 MiB written): what
+ *     a rank thread that runs a framework between collectives pays (no target; the warm
+ *     figures above are the plugin's own cost)
  *   sync: us per round and us per collective, 8 ranks + coordinator on loopback, m = 64
  *   allocations: malloc/calloc/realloc calls inside the timed warm loops (should be 0)
  * Links the plugin objects statically and counts allocations by interposing malloc.
@@ -204,6 +208,35 @@ static void warm_and_run(local_rank **r, int n, long calls) {
   }
 }
 
+/* Other work between two collectives: one write per cache line of `mib` MiB. */
+static void evict(unsigned char *buf, size_t mib) {
+  for (size_t k = 0; k < mib << 20; k += 64) buf[k]++;
+}
+
+/* Medians of getCollInfo and of the profiler per collective, each step after evict(mib). */
+static void bench_cold(long calls, size_t mib) {
+  unsigned char *buf = calloc(mib << 20, 1);
+  local_rank r;
+  lr_open(&r, 45, NULL, calls);
+  local_rank *one[] = {&r};
+  warm_and_run(one, 1, 1000); /* context created, log cycled */
+  double timer = 1e9;
+  for (int i = 0; i < 1000; i++) {
+    uint64_t a = now(), b = now();
+    if ((double)(b - a) < timer) timer = (double)(b - a);
+  }
+  for (long i = 0; i < calls; i++) {
+    evict(buf, mib);
+    lr_step(&r, i, timer);
+  }
+  qsort(r.ns, (size_t)calls, sizeof *r.ns, cmp_d);
+  qsort(r.pns, (size_t)calls, sizeof *r.pns, cmp_d);
+  printf("cold, %zu MiB written between collectives: getCollInfo median %.1f ns, profiler per "
+         "collective median %.1f ns (%ld calls)\n", mib, r.ns[calls / 2], r.pns[calls / 2], calls);
+  lr_close(&r);
+  free(buf);
+}
+
 /*
  * getCollInfo and the profiler on one rank; then an untraced and a traced (into
  * trace_dir) communicator side by side: their calls alternate, so a loaded machine slows
@@ -378,6 +411,8 @@ int main(int argc, char **argv) {
   bench_local(calls, tdir);
   unsetenv("NCCLBOT_TRACE_DIR");
   if (argc > 2 && strcmp(argv[2], "local") == 0) return 0; /* e.g. under callgrind */
+  bench_cold(2000, 1);
+  bench_cold(1000, 64);
   bench_sync(calls / 4 > 6400 ? calls / 4 : 6400, 0);
   bench_sync(6400, 20);
   return 0;

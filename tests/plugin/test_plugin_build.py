@@ -91,6 +91,8 @@ def test_bench_runs_and_reports_every_figure(plugin_build):
     assert len(re.findall(r"sync round \(8 ranks, m=64, loopback, [^)]*\): CPU [\d.]+ us/round", out)) == 2, out
     assert "allocations on the hot path: 0 in" in out, out
     assert out.count("allocations after warm-up: 0") == 2, out
+    cold = re.findall(r"cold, (\d+) MiB written between collectives: getCollInfo median ([\d.]+) ns", out)
+    assert [mib for mib, _ns in cold] == ["1", "64"] and all(float(ns) > 0 for _mib, ns in cold), out
 
 
 def test_coordinator_cli_refuses_without_token():
