@@ -192,14 +192,20 @@ static void lr_close(local_rank *r) {
   free(r->pns);
 }
 
-static void warm_and_run(local_rank **r, int n, long calls) {
-  for (long i = 0; i < 1000; i++) /* warm-up: context created, pull log cycled */
-    for (int k = 0; k < n; k++) lr_step(r[k], -1, 0);
+/* The clock's own cost: the shortest of 1000 back-to-back readings. */
+static double timer_cost(void) {
   double timer = 1e9;
   for (int i = 0; i < 1000; i++) {
     uint64_t a = now(), b = now();
     if ((double)(b - a) < timer) timer = (double)(b - a);
   }
+  return timer;
+}
+
+static void warm_and_run(local_rank **r, int n, long calls) {
+  for (long i = 0; i < 1000; i++) /* warm-up: context created, pull log cycled */
+    for (int k = 0; k < n; k++) lr_step(r[k], -1, 0);
+  double timer = timer_cost();
   for (long i = 0; i < calls; i++)
     for (int k = 0; k < n; k++) lr_step(r[k], i, timer);
   for (int k = 0; k < n; k++) {
@@ -220,11 +226,7 @@ static void bench_cold(long calls, size_t mib) {
   lr_open(&r, 45, NULL, calls);
   local_rank *one[] = {&r};
   warm_and_run(one, 1, 1000); /* context created, log cycled */
-  double timer = 1e9;
-  for (int i = 0; i < 1000; i++) {
-    uint64_t a = now(), b = now();
-    if ((double)(b - a) < timer) timer = (double)(b - a);
-  }
+  double timer = timer_cost();
   for (long i = 0; i < calls; i++) {
     evict(buf, mib);
     lr_step(&r, i, timer);
