@@ -77,8 +77,8 @@ def _overhead(s: dict, learner: str | None, auto: str | None) -> str | None:
     if learner in overhead and overhead[learner] is not None:
         text += f"; {learner}: {overhead[learner]:.1f}% (selection included)"
     if s.get("synthetic"):
-        text += (" (simulated: the host charges each plugin call its wall time if it returns within 5 us, "
-                 "its thread's CPU time otherwise, since the simulated ranks share the cores)")
+        text += (" (simulated: launches are asynchronous; each plugin call costs the host its thread's CPU time, "
+                 "which shows only where the stream waits for the host)")
     return text + "."
 
 

@@ -155,7 +155,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("agg_iters", _I32), ("validation", _I32), ("graph", _I32), ("cycles", _I32),
         ("oob_values", _I64), ("avg_busbw_gbs", _F64), ("avg_busbw_elided", _B), ("header", _S), ("source_format", _S),
         ("plugins", _S), ("func_matrix", _S), ("nccl_algo_env", _S), ("nccl_proto_env", _S), ("env", _S),
-        ("variant", _S),
+        ("variant", _S), ("samples_used", _I64), ("samples_dropped", _I64), ("drop_reasons", _S),
     ),
     "iterations": _schema(
         ("run_id", _S), ("fabric", _S), ("collective", _S), ("nodes", _I32), ("ranks", _I32),
@@ -184,7 +184,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("run_id", _S), ("fabric", _S), ("kind", _S), ("t_ns", _I64), ("rank", _I32),
         ("comm_id", _S), ("collective", _S), ("size_bytes", _I64), ("ranks", _I32), ("nodes", _I32),
         ("pull", _I64), ("arm", _S), ("auto_arm", _S), ("policy", _S), ("latency_us", _F64),
-        ("reward", _F64), ("round", _I64), ("sync_us", _F64), ("source", _S), ("line", _I64),
+        ("reward", _F64), ("round", _I64), ("sync_us", _F64), ("reward_lag", _I64), ("samples", _I64),
+        ("reason", _S), ("source", _S), ("line", _I64),
     ),
     "workload": _schema(
         ("trace_id", _S), ("fabric", _S), ("collective", _S), ("group_size", _I32),

@@ -364,6 +364,21 @@ def _parse_traces(files: StepFiles, source: SourceInfo, result: ParseResult) -> 
         result.issues.extend(Issue(i.line, f"{path.name}: {i.reason}", i.excerpt) for i in parsed.issues)
 
 
+def _samples_columns(run: dict[str, Any], events: list[dict]) -> None:
+    """The run's pulls applied with a reward and without, over every rank's trace (v2 traces'
+    ``samples`` rows; a v1 trace says nothing, and the columns stay null)."""
+    counts: dict[str, int] = {}
+    for row in events:
+        if row.get("kind") == "samples" and row.get("samples") is not None and row.get("reason"):
+            counts[row["reason"]] = counts.get(row["reason"], 0) + int(row["samples"])
+    if not counts:
+        return
+    dropped = {reason: n for reason, n in sorted(counts.items()) if reason != "used" and n}
+    run["samples_used"] = counts.get("used", 0)
+    run["samples_dropped"] = sum(dropped.values())
+    run["drop_reasons"] = ";".join(f"{reason}:{n}" for reason, n in dropped.items()) or None
+
+
 def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> ParseResult:
     from ncclbot_sweep.parsers.nccl_log import parse_nccl_log
 
@@ -398,6 +413,7 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
     _parse_traces(files, source, result)
     _apply_log_facts([run], facts, meta.get("arm"), result)
     _step_run_columns(run, meta, files, source, output)  # after the log facts: it decides the outcome
+    _samples_columns(run, result.tables.get("live_events", []))
     result.tables["runs"] = [run]
     return result
 

@@ -1,8 +1,10 @@
 """Per-collective latency traces -> ``live_events`` rows.
 
-* the ncclbot plugin trace (architecture section 8): ``# ncclbot-trace v1`` then a CSV
-  header; ``pull`` rows (arm played, AUTO's arm, local latency, reward) and ``sync`` rows;
-  a later version may add columns at the end, which are ignored with a note;
+* the ncclbot plugin trace (architecture section 8): ``# ncclbot-trace v2`` (or v1) then a
+  CSV header; ``pull`` rows (arm played, AUTO's arm, local latency, reward, and from v2 the
+  reward's lag in collectives), ``sync`` rows and, from v2, ``samples`` rows at finalize
+  (how many pulls were applied with a reward, reason ``used``, and without, by reason); a
+  later version may add columns at the end, which are ignored;
 * NCCL's example profiler traces (both generations): ``COLL`` begin/end pairs give one
   latency per collective with its algorithm, protocol and channels;
 * NCCL Inspector JSON records (``coll_perf``) and its Prometheus exposition.
@@ -27,12 +29,14 @@ from ncclbot_sweep.parsers.jsonfix import load_lenient, load_truncated
 __all__ = ["parse_ncclbot_trace", "parse_profiler_trace", "parse_inspector_json", "parse_inspector_prometheus",
            "TRACE_COLUMNS"]
 
-#: Header of a v1 plugin trace, in order (architecture section 8).
+#: Header of a v1 plugin trace, in order (architecture section 8); v2 appends TRACE_COLUMNS_V2.
 TRACE_COLUMNS = ("kind", "t_ns", "comm_id", "rank", "nranks", "nnodes", "collective", "size_bytes", "pull",
                  "arm", "auto_arm", "policy", "latency_us", "reward", "round", "sync_us")
+TRACE_COLUMNS_V2 = ("reward_lag", "samples", "reason")
 _TRACE_MAGIC = re.compile(r"^# ncclbot-trace v(\d+)\s*$")
-_INT = {"t_ns", "rank", "nranks", "nnodes", "size_bytes", "pull", "round"}
+_INT = {"t_ns", "rank", "nranks", "nnodes", "size_bytes", "pull", "round", "reward_lag", "samples"}
 _FLOAT = {"latency_us", "reward", "sync_us"}
+_KINDS = ("pull", "sync", "samples")
 
 
 def _base(source: SourceInfo) -> dict[str, Any]:
@@ -65,34 +69,37 @@ def parse_ncclbot_trace(text: str, source: SourceInfo) -> ParseResult:
         result.unusable = True
         result.issues.append(Issue(1, "first line is not '# ncclbot-trace v<N>'", lines[0][:200] if lines else ""))
         return result
+    columns = TRACE_COLUMNS + (TRACE_COLUMNS_V2 if int(magic.group(1)) >= 2 else ())
     reader = csv.reader(io.StringIO("\n".join(lines[1:])))
     header = next(reader, None)
-    if header is None or tuple(header[: len(TRACE_COLUMNS)]) != TRACE_COLUMNS:
+    if header is None or tuple(header[: len(columns)]) != columns:
         result.unusable = True
-        result.issues.append(Issue(2, "trace header row differs from the v1 columns", ",".join(header or [])[:200]))
+        result.issues.append(Issue(2, f"trace header row differs from the v{magic.group(1)} columns",
+                                   ",".join(header or [])[:200]))
         return result
     base = _base(source)
     for offset, fields in enumerate(reader, 3):
         if not fields or all(not f for f in fields):
             continue
-        if len(fields) < len(TRACE_COLUMNS):
-            result.issues.append(Issue(offset, f"row has {len(fields)} fields, expected {len(TRACE_COLUMNS)}",
+        if len(fields) < len(columns):
+            result.issues.append(Issue(offset, f"row has {len(fields)} fields, expected {len(columns)}",
                                        ",".join(fields)[:200]))
             continue
-        row = dict(zip(TRACE_COLUMNS, fields))
+        row = dict(zip(columns, fields))
         try:
             out = {**base, "source": "ncclbot", "line": offset, "kind": row["kind"] or None,
                    "comm_id": row["comm_id"] or None, "collective": _coll(row["collective"]) if row["collective"] else None,
-                   "arm": _arm(row["arm"]), "auto_arm": _arm(row["auto_arm"]), "policy": row["policy"] or None}
-            for key in _INT:
+                   "arm": _arm(row["arm"]), "auto_arm": _arm(row["auto_arm"]), "policy": row["policy"] or None,
+                   "reason": row.get("reason") or None}
+            for key in _INT & row.keys():
                 out["ranks" if key == "nranks" else "nodes" if key == "nnodes" else key] = _cell(row[key], int)
             for key in _FLOAT:
                 out[key] = _cell(row[key], float)
         except ValueError as exc:
             result.issues.append(Issue(offset, f"bad value: {exc}", ",".join(fields)[:200]))
             continue
-        if out["kind"] not in ("pull", "sync"):
-            result.issues.append(Issue(offset, f"kind must be pull or sync, got {out['kind']!r}"))
+        if out["kind"] not in _KINDS:
+            result.issues.append(Issue(offset, f"kind must be one of {', '.join(_KINDS)}, got {out['kind']!r}"))
             continue
         result.add("live_events", out)
     if not result.count("live_events") and not result.issues:

@@ -20,9 +20,26 @@ from ncclbot_sweep.names import FabricOffer
 from ncclbot_sweep.sim.truth import ProtoTruth, TreeTruth, TruthParams
 from ncclbot_sweep.sim.tunemodel import Graph, ModelSpec
 
-__all__ = ["FABRICS", "FabricSpec", "DEFAULT_FABRIC"]
+__all__ = ["FABRICS", "FabricSpec", "DEFAULT_FABRIC", "HostTiming"]
 
 DEFAULT_FABRIC = "sim-h100"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostTiming:
+    """What the host side of a launch costs (modelling assumptions, not measurements).
+
+    NCCL's enqueue of one collective (task preparation, the kernel launch, the proxy
+    upload) is a few microseconds of host time; the proxy thread reports a kernel's
+    channel events one polling pass after the kernel ends; the coordinator merges a
+    round one TCP round trip across the cluster after the last rank's sample; CUDA lets
+    a stream hold about 1,024 pending launches before ``cudaLaunchKernel`` blocks.
+    """
+
+    enqueue_us: float = 5.0
+    events_us: float = 3.0
+    coordinator_rtt_us: float = 40.0
+    queue_depth: int = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +58,7 @@ class FabricSpec:
     cuda_version: str = "12.9"
     nvls_stall_s: tuple[float, float] = (5.7, 7.8)
     x86_cpu: bool = True  # Grace (ARM) hosts skip NCCL's x86-only NVLSTree correction
+    host: HostTiming = HostTiming()  # what launching costs the host (asynchronous launch)
     #: The same racks with multi-node NVLink off and on (``NCCL_MNNVL_ENABLE=0``/``1``); None
     #: where NCCL_MNNVL_ENABLE changes nothing.
     mnnvl_names: tuple[str, str] | None = None

@@ -5,8 +5,11 @@ A simulated nccl-tests process whose environment names ``NCCL_TUNER_PLUGIN`` /
 for its communicator. The C host loads the library, calls profiler init then tuner init,
 per collective ``getCollInfo`` on the cost table (then NCCL's first-minimum scan), the Coll
 profiler event, the kernel-channel events from its proxy thread, and finalize in NCCL's
-order; it measures with ``CLOCK_MONOTONIC`` the host time spent inside those calls, which
-the caller adds to each iteration. The latency each call is served stays with
+order. It launches asynchronously, as NCCL does: a host clock (the plugin's CPU time in its
+calls, NCCL's enqueue time, waits) and a stream clock (a kernel starts once the stream is
+free and every rank launched it); kernel events reach the plugin when the host clock passes
+the kernel's end, and an iteration's time is its GPU time plus the time the stream waited
+for a launch (:meth:`PluginHost.times`). The latency each call is served stays with
 :class:`~ncclbot_sweep.sim.process.SimProcess`.
 
 What the plugin is told when R rank processes stand for a job of N ranks (the local
@@ -29,6 +32,7 @@ import numpy as np
 
 from ncclbot_sweep import pluginbuild
 from ncclbot_sweep.names import COLLECTIVES, FULL_BUFFER_COLLECTIVES, Arm, all_arms
+from ncclbot_sweep.sim.fabrics import HostTiming
 
 __all__ = ["CommInfo", "HostError", "LogRecord", "PluginHost", "host_library", "plugin_paths"]
 
@@ -76,10 +80,15 @@ class _Comm(C.Structure):
                 ("couple", C.c_int)]
 
 
+class _Timing(C.Structure):
+    _fields_ = [("enqueue_ns", C.c_int64), ("events_ns", C.c_int64), ("rtt_ns", C.c_int64),
+                ("queue_depth", C.c_int)]
+
+
 class _Stats(C.Structure):
     _fields_ = [("calls", C.c_uint64), ("collectives", C.c_uint64), ("kernel_events", C.c_uint64),
-                ("host_ns", C.c_uint64), ("proxy_ns", C.c_uint64), ("tuner_version", C.c_int),
-                ("profiler_version", C.c_int)]
+                ("host_ns", C.c_uint64), ("proxy_ns", C.c_uint64), ("waits", C.c_uint64), ("wait_ns", C.c_int64),
+                ("tuner_version", C.c_int), ("profiler_version", C.c_int)]
 
 
 def plugin_paths(env: dict[str, str]) -> tuple[str | None, str | None]:
@@ -102,13 +111,17 @@ def host_library(env: dict[str, str]) -> Path:
 def _load(path: Path) -> C.CDLL:
     lib = C.CDLL(str(path))
     lib.nbh_open.restype = C.c_void_p
-    lib.nbh_open.argtypes = [C.c_char_p, C.c_char_p, C.POINTER(_Comm), C.c_char_p, C.c_size_t]
+    lib.nbh_open.argtypes = [C.c_char_p, C.c_char_p, C.POINTER(_Comm), C.POINTER(_Timing), C.c_char_p, C.c_size_t]
     lib.nbh_choose.restype = C.c_int
     lib.nbh_choose.argtypes = [C.c_void_p, C.c_int, C.c_uint64, C.c_void_p, C.POINTER(C.c_int),
                                C.POINTER(C.c_int), C.POINTER(C.c_uint64)]
-    lib.nbh_played.restype = None
-    lib.nbh_played.argtypes = [C.c_void_p, C.c_int, C.c_uint64, C.c_char_p, C.c_int, C.c_int, C.c_double,
+    lib.nbh_played.restype = C.c_uint64
+    lib.nbh_played.argtypes = [C.c_void_p, C.c_int, C.c_uint64, C.c_char_p, C.c_int, C.c_int, C.c_double, C.c_int,
                                C.POINTER(C.c_uint64)]
+    lib.nbh_times.restype = C.c_int
+    lib.nbh_times.argtypes = [C.c_void_p, C.c_uint64, C.c_uint64, C.c_void_p, C.c_void_p]
+    lib.nbh_clock.restype = C.c_int64
+    lib.nbh_clock.argtypes = [C.c_void_p]
     lib.nbh_close.restype = C.c_int
     lib.nbh_close.argtypes = [C.c_void_p, C.POINTER(C.c_uint64), C.POINTER(_Stats)]
     lib.nbh_sync.restype = None
@@ -128,15 +141,17 @@ class PluginHost:
     """
 
     def __init__(self, comm: CommInfo, *, tuner: str | None, profiler: str | None, host_lib: Path,
-                 constants: list[float] | None = None) -> None:
+                 constants: list[float] | None = None, timing: HostTiming = HostTiming()) -> None:
         self._lib = _load(host_lib)
         self.comm = comm
         self._constants = (C.c_double * 144)(*(constants or [0.0] * 144))
         info = _Comm(comm.comm_id, comm.nranks, comm.nnodes, comm.rank, comm.nvl_domains, comm.nvl_ranks,
                      comm.nvl_ranks, _LEVELS.get(comm.debug_level.upper(), 2), self._constants,
                      comm.name.encode(), int(comm.couple))
+        clock = _Timing(round(timing.enqueue_us * 1000), round(timing.events_us * 1000),
+                        round(timing.coordinator_rtt_us * 1000), timing.queue_depth)
         err = C.create_string_buffer(1024)
-        handle = self._lib.nbh_open(_encode(tuner), _encode(profiler), C.byref(info), err, len(err))
+        handle = self._lib.nbh_open(_encode(tuner), _encode(profiler), C.byref(info), C.byref(clock), err, len(err))
         if not handle:
             raise HostError(err.value.decode(errors="replace") or "plugin host init failed")
         self._h: C.c_void_p | None = C.c_void_p(handle)
@@ -145,7 +160,8 @@ class PluginHost:
         self._buf = C.create_string_buffer(_LOG_CHUNK)
 
     def choose(self, collective: str, n_bytes: int, table: np.ndarray) -> tuple[int, Arm | None, float]:
-        """``getCollInfo`` then NCCL's scan: (result code, arm played, host us inside the call).
+        """Deliver the kernel events due, then ``getCollInfo`` and NCCL's scan: (result code, arm
+        played, the plugin's CPU us inside the call).
 
         ``table`` is the ``[7, 3]`` float32 cost table, C-contiguous (-1 unavailable).
         """
@@ -156,16 +172,30 @@ class PluginHost:
         return rc, arm, self._ns.value / 1000.0
 
     def played(self, collective: str, n_bytes: int, *, elt: int, dtype: str, arm: Arm, channels: int,
-               latency_us: float) -> float:
-        """The call's profiler events (GPU time ``latency_us``); returns host us inside them."""
+               latency_us: float, replay: bool = False) -> int:
+        """The call's Coll event and launch (GPU time ``latency_us``); its kernel's index.
+
+        ``replay``: a CUDA graph's replay (no ``getCollInfo``; CUDA's host callback issues the
+        Coll event on another thread).
+        """
         count = n_bytes // elt
         if collective in FULL_BUFFER_COLLECTIVES:
             count //= self.comm.nranks
-        self._ns.value = 0
-        self._lib.nbh_played(self._h, COLLECTIVES.index(collective), count, dtype.encode(),
-                             arm.algorithm_index * 3 + arm.protocol_index, channels, latency_us,
-                             C.byref(self._ns))
-        return self._ns.value / 1000.0
+        return self._lib.nbh_played(self._h, COLLECTIVES.index(collective), count, dtype.encode(),
+                                    arm.algorithm_index * 3 + arm.protocol_index, channels, latency_us,
+                                    int(replay), C.byref(self._ns))
+
+    def times(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(iteration times, stream idle before each) in us of kernels ``first`` .. ``first + count - 1``,
+        as CUDA events on the stream measure them; call :meth:`sync` first."""
+        times, idle = np.empty(count), np.empty(count)
+        if self._lib.nbh_times(self._h, first, count, times.ctypes.data, idle.ctypes.data) != 0:
+            raise RuntimeError(f"kernels {first}..{first + count - 1} are not known yet (sync first)")
+        return times, idle
+
+    def clock_us(self) -> float:
+        """The host clock: simulated us since the communicator opened."""
+        return self._lib.nbh_clock(self._h) / 1000.0
 
     def stats(self) -> dict[str, int]:
         """Counters of the C host (calls, collectives, kernel events, host and proxy ns, versions);
@@ -189,7 +219,7 @@ class PluginHost:
                     records.append(LogRecord(int(level), int(flags or "0", 16), where, message))
 
     def sync(self) -> None:
-        """Wait until the proxy thread delivered every collective's events (a stream synchronize)."""
+        """``cudaStreamSynchronize``: the host clock moves to the stream's last kernel end."""
         self._lib.nbh_sync(self._h)
 
     def close(self) -> float:

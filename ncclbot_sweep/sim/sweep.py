@@ -18,7 +18,8 @@ from ncclbot_sweep.names import Arm
 from ncclbot_sweep.sim.fabric import SimFabric
 from ncclbot_sweep.sim.process import SimProcess, derive_seed
 
-__all__ = ["Play", "Played", "Runs", "SizeResult", "Warmup", "forced_arm_pools", "one_arm_player", "run_sweep"]
+__all__ = ["Play", "Played", "Runs", "SizeResult", "Warmup", "forced_arm_pools", "merge_runs", "one_arm_player",
+           "run_sweep"]
 
 
 #: Consecutive calls per arm, in call order: ``((Ring/LL128, 3), (Tree/LL, 1), ...)``.
@@ -27,10 +28,16 @@ Runs = tuple[tuple[Arm | None, int], ...]
 
 @dataclasses.dataclass(frozen=True)
 class Played:
-    """What ``count`` consecutive calls at one size cost (us each) and which arms ran them."""
+    """What ``count`` consecutive calls at one size cost (us each) and which arms ran them.
+
+    ``idle``: per call, the us the stream waited for the host before it (its share of
+    ``times``); None where the host is not modelled (a forced or stock process, whose host
+    always runs ahead of the GPU).
+    """
 
     times: np.ndarray
     runs: Runs
+    idle: np.ndarray | None = None
 
 
 #: ``play(size, count)``: run ``count`` calls at ``size`` (a live step's plugin host decides
@@ -58,9 +65,10 @@ class SizeResult:
     in_place: np.ndarray
     calls_per_pass: int  # timed calls plus check calls, per pass
     played: Runs = ()  # every call's arm, both passes, checks included
+    idle_us: float | None = None  # the stream's wait for the host within both timed passes
 
 
-def _merge(*runs: Runs) -> Runs:
+def merge_runs(*runs: Runs) -> Runs:
     """Concatenate runs, joining neighbours on the same arm."""
     out: list[tuple[Arm | None, int]] = []
     for arm, count in (item for group in runs for item in group):
@@ -73,15 +81,20 @@ def _merge(*runs: Runs) -> Runs:
     return tuple(out)
 
 
-def one_arm_player(process: SimProcess, collective: str, choose_arm: Callable[[int], Arm | None]) -> Play:
-    """NCCL without a tuner plugin: one arm per size (AUTO's or the forced one)."""
+def one_arm_player(process: SimProcess, collective: str, choose_arm: Callable[[int], Arm | None], *,
+                   host_us: float = 0.0) -> Play:
+    """NCCL without a tuner plugin: one arm per size (AUTO's or the forced one).
+
+    Its host enqueues faster than any kernel runs, so an iteration costs its GPU time; with
+    ``host_us`` (nccl-tests' ``-z``: the host waits for each call) the enqueue is in series.
+    """
     arms: dict[int, Arm | None] = {}
 
     def play(size: int, count: int) -> Played:
         if size not in arms:
             arms[size] = choose_arm(size)
         arm = arms[size]
-        return Played(process.run(collective, arm, size, count), ((arm, count),))
+        return Played(process.run(collective, arm, size, count) + host_us, ((arm, count),))
     return play
 
 
@@ -124,6 +137,7 @@ def _one_size(process: SimProcess, play: Play, choose_arm: Callable[[int], Arm |
     passes, runs = [], []
     checks = check if check > 0 and size > 0 else 0
     arm = None
+    idle: float | None = None
     for _in_place in (0, 1):
         if size == 0:
             arm = choose_arm(size)
@@ -132,10 +146,12 @@ def _one_size(process: SimProcess, play: Play, choose_arm: Callable[[int], Arm |
             timed = play(size, iters * agg)
             times, arm = timed.times, arm or timed.runs[0][0]
             runs.append(timed.runs)
+            if timed.idle is not None:
+                idle = (idle or 0.0) + float(timed.idle.sum())
             if checks:
                 runs.append(play(size, checks).runs)
         passes.append(times.reshape(iters, agg).mean(axis=1))
-    return SizeResult(size, arm, passes[0], passes[1], iters * agg + checks, _merge(*runs))
+    return SizeResult(size, arm, passes[0], passes[1], iters * agg + checks, merge_runs(*runs), idle)
 
 
 def forced_arm_pools(

@@ -97,10 +97,10 @@ static const nb_setting k_settings[] = {
         "shared secret, required whenever a coordinator address is set (the coordinator checks it)"),
     INT(T_U32, "NCCLBOT_SYNC_EVERY", sync_every, "16", 1, 4096,
         "m: timed pulls per synchronisation round"),
-    INT(T_U32, "NCCLBOT_SYNC_LAG", sync_lag, "1", 1, 8,
-        "A: round r's merged rewards apply at the boundary that starts round r+1+A; a rank sends "
-        "round r once every sample is in, at the latest A*m/2 pulls after its end (a GPU up to "
-        "that many collectives behind its host loses no sample)"),
+    INT(T_U32, "NCCLBOT_SYNC_LAG", sync_lag, "1", 1, 64,
+        "A: round r's merged rewards apply at the boundary that starts round r+1+A; there a rank "
+        "waits, if it must, for its own samples of round r (so its host runs at most (A+1) x m "
+        "timed collectives ahead of its GPU) and for the merged result"),
     INT(T_U32, "NCCLBOT_PROBE", probe, "0", 0, 1000000,
         "hold rule: an arm other than AUTO's may have at most PROBE + 2 x (its pulls already "
         "applied) pulls whose rewards are not applied yet; a held arm is left out of the choice; "
@@ -118,6 +118,11 @@ static const nb_setting k_settings[] = {
         "how long a rank waits for a round's merged result"),
     INT(T_U32, "NCCLBOT_SYNC_INIT_TIMEOUT_MS", sync_init_timeout_ms, "60000", 1, 86400000,
         "how long a rank's init waits to reach the coordinator and for every rank to join (START)"),
+    {"NCCLBOT_SAMPLE_TIMEOUT_MS", T_U32, OFF(sample_timeout_ms), 0, "10000", 0, 0, 1, 86400000, NULL,
+     0, NULL,
+     "how long a rank waiting for its own samples goes without any arriving before it counts "
+     "the launched ones still missing as lost (NCCL never delivered them); a sample also counts "
+     "as lost 50 ms after a later collective's arrived"},
     {"NCCLBOT_SYNC_ON_FAILURE", T_ENUM, OFF(on_failure), 0, "fail", 0, 0, 0, 0, k_failure, F_AGREE,
      NULL,
      "`fail`: every rank fails from the same collective on, with a WARN (ranks never run different "

@@ -56,6 +56,7 @@ typedef struct {
   uint64_t gate_min;   /* ... once the choice has this many learned rewards */
   uint32_t sync_timeout_ms;      /* a round's result */
   uint32_t sync_init_timeout_ms; /* connect and START at init */
+  uint32_t sample_timeout_ms;    /* a launched pull's sample that long overdue is lost */
   int on_failure;                /* nb_on_failure */
   int sync_configured;
   char sync_host[256];

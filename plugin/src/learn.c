@@ -4,15 +4,20 @@
  * Rank consistency. Every decision is a deterministic function of statistics that all
  * ranks hold identically. Timed pulls are logged in call order (the same on every
  * rank); round r is pulls [r*m, (r+1)*m). With lag A (NCCLBOT_SYNC_LAG):
- *   - a rank sends round r (its local latencies; pulls still unmeasured go as missing)
- *     once each of them has its sample, at the latest A*m/2 pulls after the round's end;
+ *   - a rank sends round r (its local latencies; pulls without a sample go as missing, each
+ *     with its reason) once every one of them has its outcome: the sample arrived, or it
+ *     never can (lost, bad timers, never launched). No sample is dropped for arriving late;
  *     the sync thread does the sending (sync.c), never the collective's call;
  *   - the coordinator merges per pull the maximum latency over ranks (missing if any rank
  *     misses it) and sends the result to every rank, where the sync thread publishes it;
  *   - at boundary b (the call that starts round b) a rank applies the result of round
- *     b-1-A. It is normally already in memory; a rank waits only when it is not.
+ *     b-1-A. When its own round b-1-A is not sent yet, it first waits for those samples
+ *     (kernels it and every rank launched before boundary b-A, so no rank can be waiting
+ *     on it: no deadlock), then for the result, normally already in memory.
  * So a reward reaches the statistics between m and (A+1)*m pulls after its call, on every
- * rank at the same call.
+ * rank at the same call, and a host runs at most (A+1)*m timed collectives ahead of its
+ * GPU's reported samples (NCCL launches asynchronously: a sample arrives when the GPU has
+ * run the collective, however far the host ran ahead meanwhile).
  *
  * Stopping. Boundary b needs result b-1-A, so when the coordinator has completed round L
  * (and no later one) no rank can pass boundary L+2+A, and every rank can reach it (results
@@ -29,6 +34,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +145,9 @@ static void setup_learning(nb_comm *c) {
       c->mode = NB_MODE_LEARN_SYNC;
     }
   }
+  *(void **)&c->sim_await = nb_logger_symbol(nb_log_get(), "ncclbotSimAwait");
+  if (c->sim_await && c->rank <= 0)
+    NB_INFO("the host simulates the GPU (ncclbotSimAwait): waits for samples advance its clock");
   if (c->cfg.trace_dir[0]) nb_trace_open(c);
 }
 
@@ -171,23 +180,19 @@ void nb_learn_setup(nb_comm *c, int have_comm_id) {
 
 /* ---------- applying rewards ---------- */
 
-/* Most of a context's samples never reach its statistics: say once what to change. */
+/* Most of a context's samples never reach its statistics: say once why. */
 static void warn_drops(nb_comm *c, const nb_ctx *x) {
+  static const char *const why[NB_DROP_COUNT] = {
+      "", "the profiler reported no usable kernel timers (is NCCL_PROFILER_PLUGIN this same library?)",
+      "their kernel events never came", "no Coll start came for them (graph capture, or a group "
+      "larger than NCCLBOT_SYNC_LAG x NCCLBOT_SYNC_EVERY timed collectives)",
+      "more than half the log of later pulls went by without them", "another rank had none"};
+  int top = NB_DROP_TIMER;
+  for (int i = NB_DROP_TIMER; i < NB_DROP_COUNT; i++)
+    if (c->n_drops[i] > c->n_drops[top]) top = i;
   c->warned_drops = 1;
-  char ctx[64];
-  snprintf(ctx, sizeof ctx, "%s %llu bytes", nb_coll_name(NB_KEY_COLL(x->key)),
-           (unsigned long long)NB_KEY_BYTES(x->key));
-  if (c->mode == NB_MODE_LEARN_SYNC)
-    NB_WARN("%s: %u of %u samples dropped (their latency was not measured when their round was "
-            "sent, %u pulls after its end): the GPU runs that far behind the host; raise "
-            "NCCLBOT_SYNC_LAG (up to 8) or NCCLBOT_SYNC_EVERY so that NCCLBOT_SYNC_LAG x "
-            "NCCLBOT_SYNC_EVERY / 2 exceeds it",
-            ctx, x->n_missing, x->n_missing + x->n_rewarded,
-            c->cfg.sync_lag * c->cfg.sync_every / 2);
-  else
-    NB_WARN("%s: %u of %u samples dropped: the profiler reports no usable kernel timers for "
-            "them (is NCCL_PROFILER_PLUGIN this same library?)",
-            ctx, x->n_missing, x->n_missing + x->n_rewarded);
+  NB_WARN("%s %llu bytes: %u of %u samples dropped, most because %s", nb_coll_name(NB_KEY_COLL(x->key)),
+          (unsigned long long)NB_KEY_BYTES(x->key), x->n_missing, x->n_missing + x->n_rewarded, why[top]);
 }
 
 static void apply_entry(nb_comm *c, nb_pull *e, float merged_us, int64_t round) {
@@ -202,15 +207,37 @@ static void apply_entry(nb_comm *c, nb_pull *e, float merged_us, int64_t round) 
   } else {
     c->n_missing++;
     x->n_missing++;
+    c->n_drops[e->state == NB_PULL_HAVE ? NB_DROP_MERGED : e->why ? e->why : NB_DROP_LOST]++;
     if (!c->warned_drops && x->n_missing >= 64 && x->n_missing > x->n_rewarded) warn_drops(c, x);
   }
   x->sel_ok = 0;
   if (c->trace) nb_trace_pull(c, e, x, reward, round);
 }
 
+/* The oldest entry that may still be pending. */
+static void advance_match_lo(nb_comm *c) {
+  while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
+    c->match_lo++;
+}
+
+/* Round of a log index (synchronised mode). */
+static int64_t round_of(const nb_comm *c, uint64_t i) { return (int64_t)(i / c->cfg.sync_every); }
+
+/* Entry i leaves PENDING: its sample (HAVE) or the reason it has none (MISSING). The count of
+ * the closed round waiting to be sent follows. */
+static void settle(nb_comm *c, uint64_t i, int state, uint8_t why) {
+  nb_pull *e = &c->log[i & c->log_mask];
+  e->state = (uint8_t)state;
+  e->why = why;
+  if (c->mode == NB_MODE_LEARN_SYNC && round_of(c, i) == c->sync->submitted + 1 &&
+      c->sync->closed > c->sync->submitted)
+    c->sync->open_pending--;
+}
+
 /*
  * Local mode (one rank): a sample is applied as soon as it is matched (drain); this
- * walks the log only to give up on pulls whose sample never came (a lost channel).
+ * walks the log only to give up on pulls whose sample never came: half the log of later
+ * pulls (2,048 or more, twice what CUDA lets a host queue ahead of its GPU) went by.
  */
 static void apply_local(nb_comm *c) {
   uint64_t window = (c->log_mask + 1) / 2;
@@ -218,7 +245,7 @@ static void apply_local(nb_comm *c) {
     nb_pull *e = &c->log[c->applied & c->log_mask];
     if (e->state == NB_PULL_PENDING) {
       if (c->head - c->applied < window) break;
-      e->state = NB_PULL_MISSING;
+      settle(c, c->applied, NB_PULL_MISSING, NB_DROP_OVERRUN);
     }
     if (e->state != NB_PULL_APPLIED) {
       apply_entry(c, e, e->state == NB_PULL_HAVE ? e->lat_us : -1.0f, -1);
@@ -226,14 +253,15 @@ static void apply_local(nb_comm *c) {
     }
     c->applied++;
   }
-  while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
-    c->match_lo++;
+  advance_match_lo(c);
 }
 
 /* Attach each profiler sample to the pull its collective was bound to, if that pull is
- * still in the log and pending; anything else is dropped and counted. */
-static void drain(nb_comm *c) {
+ * still in the log and pending; anything else is dropped and counted. Returns the samples
+ * taken. */
+static uint32_t drain(nb_comm *c) {
   nb_meas m;
+  uint32_t taken = 0;
   while (nb_mq_pop(&c->mq, &m) == 0) {
     nb_prof_reclaim(c, &m);
     nb_pull *e = &c->log[m.pull & c->log_mask];
@@ -242,18 +270,100 @@ static void drain(nb_comm *c) {
       c->n_unmatched++;
       continue;
     }
+    taken++;
     e->lat_us = m.lat_us;
-    e->state = m.lat_us >= 0.0f ? NB_PULL_HAVE : NB_PULL_MISSING;
+    e->lag = m.launched - e->launch;
+    if (m.pull >= c->newest_sample) c->newest_sample = m.pull + 1;
+    settle(c, m.pull, m.lat_us >= 0.0f ? NB_PULL_HAVE : NB_PULL_MISSING,
+           m.lat_us >= 0.0f ? NB_DROP_NONE : NB_DROP_TIMER);
     if (c->mode == NB_MODE_LEARN_LOCAL) { /* one rank: learn at once */
       apply_entry(c, e, m.lat_us, -1);
       e->state = NB_PULL_APPLIED;
-    } else if ((int64_t)(m.pull / c->cfg.sync_every) == c->sync->submitted + 1 &&
-               c->sync->closed > c->sync->submitted) {
-      c->sync->open_pending--; /* a sample of the closed round waiting to be sent */
     }
-    while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
-      c->match_lo++;
   }
+  if (taken) advance_match_lo(c);
+  return taken;
+}
+
+/* ---------- waiting for this rank's own samples ---------- */
+
+/* A sample this long overdue behind a later collective's arrival is lost (NCCL delivers a
+ * collective's kernel events together, and collectives in launch order). */
+#define NB_LOST_AFTER_NEWER_US 50000u
+
+/* Entries [lo, upto) still pending: the ones never launched (no Coll start, and none can
+ * come for them before this call returns: an open group, a graph capture) are retired and
+ * voided; returns the newest bind ordinal among the launched ones, 0 when none is left. */
+static uint32_t retire_unlaunched(nb_comm *c, uint64_t lo, uint64_t upto) {
+  uint32_t newest = 0;
+  for (uint64_t i = lo; i < upto; i++) {
+    nb_pull *e = &c->log[i & c->log_mask];
+    if (e->state != NB_PULL_PENDING) continue;
+    if (!e->bind) {
+      e->voided = 1;
+      settle(c, i, NB_PULL_MISSING, NB_DROP_UNLAUNCHED);
+    } else if ((int32_t)(e->bind - newest) > 0 || !newest) {
+      newest = e->bind;
+    }
+  }
+  return newest;
+}
+
+/* Launched entries [lo, upto) still pending count as lost (their events never came). */
+static void retire_lost(nb_comm *c, uint64_t lo, uint64_t upto) {
+  for (uint64_t i = lo; i < upto; i++)
+    if (c->log[i & c->log_mask].state == NB_PULL_PENDING) settle(c, i, NB_PULL_MISSING, NB_DROP_LOST);
+}
+
+static void maybe_submit(nb_comm *c);
+
+/* 1 while something other than samples decides what happens next (a verdict, a lost coordinator). */
+static int sync_stopping(nb_comm *c) {
+  nb_sync *s = c->sync;
+  int64_t L;
+  int fail;
+  return s && (s->stop_at >= 0 || nb_sync_polled_verdict(s, &L, &fail) || __atomic_load_n(&s->lost, __ATOMIC_ACQUIRE));
+}
+
+/*
+ * Until every entry before `upto` has its outcome and the rounds it completes are sent (the
+ * rank's own samples of a round whose result its next boundary needs). Waits only for
+ * collectives launched before this call, which every rank launched too before reaching the
+ * same pull; under a simulated GPU the host delivers them on request, under NCCL they come as
+ * the GPU runs them. A sample counts as lost 50 ms after a later one arrived, or after
+ * NCCLBOT_SAMPLE_TIMEOUT_MS without any arriving.
+ */
+static void await_samples(nb_comm *c, uint64_t upto) {
+  if (c->match_lo >= upto) return;
+  uint64_t t0 = nb_now_ns(), progress = t0, newer_seen = 0;
+  c->n_waits++;
+  while (c->match_lo < upto && !sync_stopping(c)) {
+    uint64_t lo = c->match_lo;
+    uint32_t newest = retire_unlaunched(c, lo, upto);
+    maybe_submit(c);
+    if (!newest) break;
+    if (c->sim_await) { /* the host delivers every event due by then, on its proxy thread */
+      c->sim_await(c->comm_id, c->rank, newest, 0);
+      drain(c);
+      retire_lost(c, lo, upto); /* the host delivered all it ever will for these */
+    } else if (drain(c)) {
+      progress = nb_now_ns();
+      newer_seen = 0;
+    } else {
+      uint64_t now = nb_now_ns();
+      if (c->newest_sample > c->match_lo + 1 && !newer_seen) newer_seen = now;
+      if (newer_seen && now - newer_seen > NB_LOST_AFTER_NEWER_US * 1000ull) {
+        retire_lost(c, lo, c->newest_sample - 1 < upto ? c->newest_sample - 1 : upto);
+        newer_seen = 0;
+      } else if (now - progress > (uint64_t)c->cfg.sample_timeout_ms * 1000000ull) {
+        retire_lost(c, lo, upto);
+      } else {
+        nb_mq_wait(&c->mq, 2000);
+      }
+    }
+    advance_match_lo(c);
+  }
+  c->wait_own_us_total += (double)(nb_now_ns() - t0) / 1000.0;
 }
 
 /* ---------- synchronised rounds ---------- */
@@ -334,40 +444,56 @@ static int lost(nb_comm *c, const char *why) {
   return play_nccl(c, why);
 }
 
-/* Hands round r's local latencies to the sync thread (pulls still unmeasured go as missing). */
+/* Hands round r's local latencies to the sync thread (every pull has its outcome). */
 static void submit_round(nb_comm *c, int64_t r) {
   uint64_t m = c->cfg.sync_every, first = (uint64_t)r * m;
   float *lat = c->sub_buf;
   uint64_t h = 1469598103934665603ULL;
   for (uint64_t i = 0; i < m; i++) {
     nb_pull *e = &c->log[(first + i) & c->log_mask];
-    if (e->state == NB_PULL_PENDING) e->state = NB_PULL_MISSING;
     lat[i] = e->state == NB_PULL_HAVE ? e->lat_us : -1.0f;
     uint64_t k = c->tab.ctx[e->ctx].key ^ ((uint64_t)e->arm << 50);
     h = (h ^ k) * 1099511628211ULL;
   }
-  while (c->match_lo < c->head && c->log[c->match_lo & c->log_mask].state != NB_PULL_PENDING)
-    c->match_lo++;
   nb_sync_submit(c->sync, r, h, lat);
   c->sync->submitted = r;
 }
 
-/* Round r's pulls are all issued: count those still waiting for their sample. */
-static void close_round(nb_comm *c, int64_t r) {
+/* Pulls of round r still waiting for their outcome. */
+static uint32_t pending_in(const nb_comm *c, int64_t r) {
   uint64_t m = c->cfg.sync_every, first = (uint64_t)r * m;
   uint32_t pending = 0;
   for (uint64_t i = 0; i < m; i++) pending += c->log[(first + i) & c->log_mask].state == NB_PULL_PENDING;
-  c->sync->closed = r;
-  c->sync->open_pending = pending;
+  return pending;
 }
 
-/* Sends the closed round once its samples are in, or at its deadline (A*m/2 pulls late). */
+/* Round r's pulls are all issued. */
+static void close_round(nb_comm *c, int64_t r) {
+  nb_sync *s = c->sync;
+  s->closed = r;
+  if (r == s->submitted + 1) s->open_pending = pending_in(c, r);
+}
+
+/* Sends every closed round whose pulls all have their outcome, in order. */
 static void maybe_submit(nb_comm *c) {
   nb_sync *s = c->sync;
-  if (s->closed <= s->submitted || s->stop_at >= 0) return;
-  int64_t r = s->submitted + 1;
-  uint64_t deadline = (uint64_t)(r + 1) * c->cfg.sync_every + c->cfg.sync_lag * c->cfg.sync_every / 2;
-  if (s->open_pending == 0 || c->head >= deadline) submit_round(c, r);
+  while (s->closed > s->submitted && s->open_pending == 0 && s->stop_at < 0) {
+    submit_round(c, s->submitted + 1);
+    if (s->closed > s->submitted) s->open_pending = pending_in(c, s->submitted + 1);
+  }
+}
+
+/* Last log entry of round r plus one. */
+static uint64_t round_end(const nb_comm *c, int64_t r) { return (uint64_t)(r + 1) * c->cfg.sync_every; }
+
+/* The newest bind ordinal among round r's entries (0: none was launched). */
+static uint32_t newest_bind(const nb_comm *c, int64_t r) {
+  uint32_t newest = 0;
+  for (uint64_t i = (uint64_t)r * c->cfg.sync_every; i < round_end(c, r); i++) {
+    uint32_t b = c->log[i & c->log_mask].bind;
+    if (b && (!newest || (int32_t)(b - newest) > 0)) newest = b;
+  }
+  return newest;
 }
 
 /* How long a rank that timed out waits for the coordinator's verdict. */
@@ -379,6 +505,8 @@ static int await_result(nb_comm *c, int64_t r, char *why, size_t whylen) {
   int64_t L = 0;
   int fail = 0;
   uint64_t w0 = nb_now_ns();
+  uint32_t newest = c->sim_await ? newest_bind(c, r) : 0;
+  if (newest) c->sim_await(c->comm_id, c->rank, newest, 1); /* every rank's samples, then merged */
   int rc = nb_sync_wait(s, r, c->cfg.sync_timeout_ms, &L, &fail, why, whylen);
   if (rc == NB_WAIT_TIMEOUT) { /* ask the coordinator to stop everyone, take its verdict */
     nb_sync_send(s, c->cfg.on_failure == NB_FAIL_ABORT ? NB_MSG_FAIL : NB_MSG_FREEZE, r);
@@ -409,6 +537,10 @@ static int boundary(nb_comm *c, int64_t b) {
   int64_t r = b - 1 - (int64_t)c->cfg.sync_lag;
   if (s->stop_at >= 0 && b >= s->stop_at) return stop_now(c);
   if (r >= 0) { /* before a verdict's boundary the results it covers are all on their way */
+    if (s->submitted < r) {
+      await_samples(c, round_end(c, r));
+      maybe_submit(c);
+    }
     int got = await_result(c, r, why, sizeof why);
     if (got < 0) return lost(c, why);
     if (got > 0 && b >= s->stop_at) return stop_now(c);
@@ -576,7 +708,12 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
   e->arm_idx = (uint8_t)idx;
   e->auto_arm = (uint8_t)auto_arm;
   e->state = NB_PULL_PENDING;
-  e->bound = 0;
+  e->launch = (uint32_t)c->launched;
+  e->lag = 0;
+  e->bind = 0;
+  e->why = NB_DROP_NONE;
+  e->voided = 0;
+  __atomic_store_n(&c->user_thread, (uintptr_t)pthread_self(), __ATOMIC_RELAXED);
   nb_issue(&c->tab.stat[x->arm_off + idx]);
   c->head++;
   c->n_timed++;
@@ -586,6 +723,7 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
 ncclResult_t nb_learn_decide(nb_comm *c, int coll, size_t nBytes, float *table, int numAlgo,
                              int numProto) {
   c->n_calls++;
+  __atomic_store_n(&c->launched, c->launched + 1, __ATOMIC_RELAXED); /* the profiler reads it */
   if (c->mode == NB_MODE_INERT || !table || coll < 0 || coll >= NCCLBOT_NUM_COLLS ||
       numAlgo <= 0 || numProto <= 0)
     return ncclSuccess;
@@ -606,8 +744,7 @@ void nb_learn_finalize(nb_comm *c) {
   if (c->mode == NB_MODE_LEARN_LOCAL) { /* samples still missing now never come */
     drain(c);
     for (uint64_t i = c->applied; i < c->head; i++)
-      if (c->log[i & c->log_mask].state == NB_PULL_PENDING)
-        c->log[i & c->log_mask].state = NB_PULL_MISSING;
+      if (c->log[i & c->log_mask].state == NB_PULL_PENDING) settle(c, i, NB_PULL_MISSING, NB_DROP_LOST);
     apply_local(c);
   }
   if ((c->mode == NB_MODE_LEARN_LOCAL || c->mode == NB_MODE_LEARN_SYNC) && c->cfg.state_dir[0] &&
@@ -615,16 +752,24 @@ void nb_learn_finalize(nb_comm *c) {
     char why[256];
     if (nb_state_save(c, why, sizeof why) != 0) NB_WARN("state not saved: %s", why);
   }
-  if (c->mode == NB_MODE_LEARN_SYNC || c->mode == NB_MODE_LEARN_LOCAL)
+  if (c->mode == NB_MODE_LEARN_SYNC || c->mode == NB_MODE_LEARN_LOCAL) {
     NB_INFO("communicator %016llx: %llu calls, %llu timed pulls, %llu rewards applied, "
-            "%llu missing, %llu unmatched samples, %llu rounds (%.1f us mean), %llu profiler drops, "
-            "%llu calls beyond NCCLBOT_MAX_CONTEXTS",
+            "%llu missing (%llu bad timers, %llu lost, %llu unlaunched, %llu overrun, %llu another "
+            "rank's), %llu unmatched samples, %llu rounds (%.1f us mean), %llu waits for own "
+            "samples (%.1f us mean), %llu profiler drops, %llu calls beyond NCCLBOT_MAX_CONTEXTS",
             (unsigned long long)c->comm_id, (unsigned long long)c->n_calls,
             (unsigned long long)c->n_timed, (unsigned long long)c->n_applied,
-            (unsigned long long)c->n_missing, (unsigned long long)c->n_unmatched,
+            (unsigned long long)c->n_missing, (unsigned long long)c->n_drops[NB_DROP_TIMER],
+            (unsigned long long)c->n_drops[NB_DROP_LOST],
+            (unsigned long long)c->n_drops[NB_DROP_UNLAUNCHED],
+            (unsigned long long)c->n_drops[NB_DROP_OVERRUN],
+            (unsigned long long)c->n_drops[NB_DROP_MERGED], (unsigned long long)c->n_unmatched,
             (unsigned long long)c->n_rounds, c->n_rounds ? c->sync_us_total / c->n_rounds : 0.0,
+            (unsigned long long)c->n_waits, c->n_waits ? c->wait_own_us_total / c->n_waits : 0.0,
             (unsigned long long)__atomic_load_n(&c->n_prof_dropped, __ATOMIC_RELAXED),
             (unsigned long long)c->n_over_cap);
+    if (c->trace) nb_trace_samples(c);
+  }
   if (c->sync) {
     nb_sync_send(c->sync, NB_MSG_BYE, 0);
     nb_sync_close(c->sync);

@@ -13,6 +13,12 @@
 void nb_log_set(ncclDebugLogger_t fn);
 ncclDebugLogger_t nb_log_get(void);
 
+/* A symbol of the shared library that holds NCCL's logger (NCCL itself, or a host standing
+ * in for it), found without knowing its file name and without loading anything
+ * (RTLD_NOLOAD); NULL when the logger is in no shared library or the library lacks it.
+ * Init only: it may take the dynamic loader's lock. */
+void *nb_logger_symbol(ncclDebugLogger_t logfn, const char *name);
+
 #define NB_LOG(level, flags, ...)                                                  \
   do {                                                                             \
     ncclDebugLogger_t nb_l_ = nb_log_get();                                        \

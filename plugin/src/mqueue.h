@@ -2,13 +2,19 @@
  * mqueue.h: bounded lock-free multi-producer multi-consumer queue of
  * measurements (profiler/proxy thread -> tuner/user thread). Fixed capacity,
  * allocated at init; push on a full queue fails (the caller counts a drop).
- * Sequence-numbered cells (D. Vyukov's bounded MPMC design).
+ * Sequence-numbered cells (D. Vyukov's bounded MPMC design). A consumer that must
+ * wait for a measurement sleeps on a futex (nb_mq_wait); a push wakes it only when
+ * one announced itself, so the common push pays one atomic add and one load.
  */
 #ifndef NCCLBOT_MQUEUE_H
 #define NCCLBOT_MQUEUE_H
 
+#include <linux/futex.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef struct {
   uint64_t key;   /* context key: collective << 58 | bytes */
@@ -17,6 +23,7 @@ typedef struct {
   uint8_t arm;
   uint8_t gen;    /* the record's generation (low byte) ... */
   uint16_t rec;   /* ... and index: the tuner hands the record back for reuse */
+  uint32_t launched; /* collectives the rank had launched when the sample arrived */
 } nb_meas;
 
 typedef struct {
@@ -29,6 +36,8 @@ typedef struct {
   uint64_t mask;
   uint64_t head __attribute__((aligned(64))); /* producers */
   uint64_t tail __attribute__((aligned(64))); /* consumers */
+  uint32_t pushes __attribute__((aligned(64))); /* bumped after each push: the futex word */
+  uint32_t sleepers; /* a consumer sleeps (or is about to) on `pushes` */
 } nb_mq;
 
 static inline int nb_mq_init(nb_mq *q, uint64_t cap_pow2) {
@@ -37,6 +46,7 @@ static inline int nb_mq_init(nb_mq *q, uint64_t cap_pow2) {
   for (uint64_t i = 0; i < cap_pow2; i++) q->cells[i].seq = i;
   q->mask = cap_pow2 - 1;
   q->head = q->tail = 0;
+  q->pushes = q->sleepers = 0;
   return 0;
 }
 
@@ -56,6 +66,9 @@ static inline int nb_mq_push(nb_mq *q, const nb_meas *m) {
                                       __ATOMIC_RELAXED)) {
         c->m = *m;
         __atomic_store_n(&c->seq, pos + 1, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&q->pushes, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&q->sleepers, __ATOMIC_SEQ_CST))
+          syscall(SYS_futex, &q->pushes, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
         return 0;
       }
     } else if (dif < 0) {
@@ -85,6 +98,25 @@ static inline int nb_mq_pop(nb_mq *q, nb_meas *out) {
       pos = __atomic_load_n(&q->tail, __ATOMIC_RELAXED);
     }
   }
+}
+
+/* 1 when a pop would find a measurement (consumer side). */
+static inline int nb_mq_ready(nb_mq *q) {
+  uint64_t pos = __atomic_load_n(&q->tail, __ATOMIC_RELAXED);
+  return __atomic_load_n(&q->cells[pos & q->mask].seq, __ATOMIC_ACQUIRE) == pos + 1;
+}
+
+/* Sleep until a measurement is queued or timeout_us passes (one consumer). The sleeper is
+ * announced before `pushes` is read, and a push bumps `pushes` before it looks for a
+ * sleeper, so a push either is seen before sleeping or wakes the sleep (both seq_cst). */
+static inline void nb_mq_wait(nb_mq *q, uint64_t timeout_us) {
+  __atomic_store_n(&q->sleepers, 1, __ATOMIC_SEQ_CST);
+  uint32_t seen = __atomic_load_n(&q->pushes, __ATOMIC_SEQ_CST);
+  if (!nb_mq_ready(q)) {
+    struct timespec ts = {(time_t)(timeout_us / 1000000), (long)(timeout_us % 1000000) * 1000};
+    syscall(SYS_futex, &q->pushes, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+  }
+  __atomic_store_n(&q->sleepers, 0, __ATOMIC_RELAXED);
 }
 
 #endif

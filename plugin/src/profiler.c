@@ -20,6 +20,7 @@
  */
 #include "profiler.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "learn.h"
@@ -76,18 +77,21 @@ static nb_rec *current(uintptr_t h) {
   return (gen & 255) == h >> NB_GEN_SHIFT ? r : NULL;
 }
 
-/* User thread: the log index of the pull this collective measures, or -1 (untimed call). */
+/* User thread: the log index of the pull this collective measures, or -1 (untimed call). A
+ * pull retired before its Coll start came (voided) still takes it, so that the start cannot
+ * bind a later pull of the same context and arm; its sample is then discarded. */
 static int64_t bind_pull(nb_comm *c, uint64_t key, int arm) {
   if (!c->log) return -1;
   uint64_t lo = c->head > NB_BIND_WINDOW ? c->head - NB_BIND_WINDOW : 0;
   if (c->claim < lo) c->claim = lo;
   for (uint64_t i = c->claim; i < c->head; i++) {
     nb_pull *e = &c->log[i & c->log_mask];
-    if (!e->bound && e->state == NB_PULL_PENDING && e->arm == arm &&
+    if (!e->bind && (e->state == NB_PULL_PENDING || e->voided) && e->arm == arm &&
         c->tab.ctx[e->ctx].key == key) {
-      e->bound = 1;
+      if (++c->n_bound == 0) c->n_bound = 1; /* 0 means unbound */
+      e->bind = c->n_bound;
       c->claim = i + 1; /* pulls before it had no collective start: they stay unbound */
-      return (int64_t)i;
+      return e->voided ? -1 : (int64_t)i;
     }
   }
   return -1;
@@ -95,6 +99,10 @@ static int64_t bind_pull(nb_comm *c, uint64_t key, int arm) {
 
 static void start_coll(nb_comm *c, void **eHandle, const ncclbotProfDescr_v6 *d) {
   if (!c->log || c->claim >= c->head) return; /* no pull waits for its collective: below the gate */
+  /* A Coll start comes on the thread that launched the collective, right after its
+   * getCollInfo, except from a CUDA host callback: a graph replay (no getCollInfo, no pull)
+   * or a launch queued behind one. Those are not bound, and the log stays this thread's. */
+  if ((uintptr_t)pthread_self() != __atomic_load_n(&c->user_thread, __ATOMIC_RELAXED)) return;
   int coll = nb_prof_coll(d->coll.func, &c->prof_func);
   size_t ts = nb_prof_type_size(d->coll.datatype, &c->prof_type);
   int arm = nb_prof_arm(d->coll.algo, d->coll.proto, &c->prof_algo, &c->prof_proto);
@@ -200,7 +208,8 @@ ncclResult_t nb_prof_stop(void *eHandle) {
   nb_comm *c = r->comm;
   nb_meas m = {r->key, r->pull, bad ? -1.0f : (float)((double)d / 1000.0), r->arm,
                (uint8_t)(__atomic_load_n(&r->gen, __ATOMIC_RELAXED) & 255),
-               (uint16_t)(((unsigned char *)r - c->rec_base) / NB_REC_SIZE)};
+               (uint16_t)(((unsigned char *)r - c->rec_base) / NB_REC_SIZE),
+               (uint32_t)__atomic_load_n(&c->launched, __ATOMIC_RELAXED)};
   uint32_t one = 1;
   if (!__atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return ncclSuccess; /* already recycled by the user thread */

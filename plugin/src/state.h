@@ -63,15 +63,30 @@ typedef struct {
 
 enum { NB_PULL_PENDING = 0, NB_PULL_HAVE = 1, NB_PULL_MISSING = 2, NB_PULL_APPLIED = 3 };
 
+/* Why a pull has no local sample (nb_pull.why, counted at finalize and in the trace). */
+enum {
+  NB_DROP_NONE = 0,
+  NB_DROP_TIMER,      /* the profiler saw a zero, missing or backwards timer, or too few channels */
+  NB_DROP_LOST,       /* its kernel events never came (retired after NCCLBOT_SAMPLE_TIMEOUT_MS) */
+  NB_DROP_UNLAUNCHED, /* no Coll start by the time its round was needed (open group, graph capture) */
+  NB_DROP_OVERRUN,    /* one rank: more than half the log of later pulls went by without it */
+  NB_DROP_MERGED,     /* this rank had it, another rank did not: the merged round has none */
+  NB_DROP_COUNT
+};
+
 typedef struct {
   uint32_t ctx;
   uint32_t pull_no; /* per-context pull index */
   float lat_us;     /* local latency once known */
+  uint32_t launch;  /* collectives this rank had launched at the call, itself included */
+  uint32_t lag;     /* reward_lag: collectives launched after it before its sample came */
+  uint32_t bind;    /* 1 + ordinal of the Coll start that took it (nb_comm.n_bound); 0 unbound */
   uint8_t arm;      /* arena-independent arm id */
   uint8_t arm_idx;  /* index within the context's arms */
   uint8_t auto_arm;
   uint8_t state;
-  uint8_t bound;    /* a profiler record carries this pull's log index */
+  uint8_t why;      /* NB_DROP_* once it is known to have no local sample */
+  uint8_t voided;   /* retired unlaunched: a later Coll start for it is taken and discarded */
 } nb_pull;
 
 /* ---- profiler records ---- */
@@ -164,6 +179,13 @@ typedef struct {
 } nb_name_memo;
 
 typedef struct nb_static nb_static;
+
+/* A host that simulates the GPU (ncclbot-sweep's simulated fabric) exports this beside its
+ * logger; NCCL does not. The plugin calls it when getCollInfo must wait: for the kernel events
+ * of the Coll start with this ordinal and those before it (merged 0), or for every rank's, and
+ * the coordinator's answer (merged 1). The host advances its simulated clock and delivers, on
+ * its proxy thread, every event due by then before it returns. */
+typedef void (*nb_sim_await_fn)(uint64_t comm_id, int rank, uint32_t ordinal, int merged);
 typedef struct nb_saved nb_saved;
 typedef struct nb_tracer nb_tracer;
 
@@ -185,6 +207,12 @@ typedef struct nb_comm {
   uint64_t match_lo; /* oldest entry that may still be pending */
   uint64_t applied;  /* next entry to apply (local mode) */
   uint64_t claim;    /* profiler: next log entry a collective start may bind */
+  uint32_t n_bound;  /* Coll starts that took a pull (the ordinal nb_pull.bind carries) */
+  uint64_t launched; /* collectives this rank launched (user thread writes, profiler reads: atomic) */
+  uintptr_t user_thread; /* the thread of the last getCollInfo: Coll starts from another thread
+                          * (CUDA graph replays' host callbacks) are not ours to bind (atomic) */
+  uint64_t newest_sample; /* 1 + the newest log index a sample arrived for (user thread) */
+  nb_sim_await_fn sim_await; /* a simulated GPU's clock (learn.c), NULL under NCCL */
 
   nb_mq mq;
   nb_sync *sync;
@@ -204,6 +232,9 @@ typedef struct nb_comm {
 
   /* counters (tuner thread unless noted) */
   uint64_t n_calls, n_timed, n_unmatched, n_missing, n_applied, n_rounds, n_over_cap;
+  uint64_t n_drops[NB_DROP_COUNT]; /* pulls applied without a reward, by reason */
+  uint64_t n_waits;        /* boundaries that waited for this rank's own samples */
+  double wait_own_us_total; /* wall time those waits took */
   uint64_t n_prof_dropped; /* profiler thread, atomic */
   uint64_t n_queue_full;   /* profiler thread, atomic */
   double sync_us_total;     /* wall time in round boundaries */

@@ -3,12 +3,11 @@
  * topoGetAlgoInfo in src/enqueue.cc; NCCL >= 2.31: ncclTuningCompute and
  * ncclTuningSelectBestTuning in src/tuning/tuning.cc).
  */
-#define _GNU_SOURCE
 #include "table.h"
 
-#include <dlfcn.h>
 #include <float.h>
 
+#include "log.h"
 #include "policy.h"
 
 static int g_scan = NB_SCAN_FIRST;
@@ -62,23 +61,14 @@ int nb_table_unavailable(const float *table, int numAlgo, int numProto) {
   return 1;
 }
 
-/*
- * ncclGetVersion of the library that holds NCCL's logger (the logger NCCL passes to init is
- * its own ncclDebugLog, src/tuning/tuning.cc ncclTuningInit), found without knowing its file
- * name and without loading anything (RTLD_NOLOAD). 0 when the logger is not in a shared
- * library that exports ncclGetVersion (a static NCCL, a test host).
- */
+/* ncclGetVersion of the library that holds NCCL's logger (the logger NCCL passes to init is
+ * its own ncclDebugLog, src/tuning/tuning.cc ncclTuningInit); 0 when it cannot be read (a
+ * static NCCL, a test host). */
 static int nccl_version_of(ncclDebugLogger_t logfn) {
-  Dl_info info;
-  void *addr = *(void **)&logfn; /* a function address as data (POSIX dladdr) */
-  if (!logfn || !dladdr(addr, &info) || !info.dli_fname) return 0;
-  void *lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-  if (!lib) return 0;
   ncclResult_t (*get)(int *) = NULL;
-  *(void **)&get = dlsym(lib, "ncclGetVersion");
+  *(void **)&get = nb_logger_symbol(logfn, "ncclGetVersion");
   int version = 0;
   if (!get || get(&version) != ncclSuccess || version < 0) version = 0;
-  dlclose(lib);
   return version;
 }
 

@@ -12,20 +12,25 @@
 
 #define NB_TRACE_HEADER                                                                    \
   "kind,t_ns,comm_id,rank,nranks,nnodes,collective,size_bytes,pull,arm,auto_arm,policy," \
-  "latency_us,reward,round,sync_us\n"
+  "latency_us,reward,round,sync_us,reward_lag,samples,reason\n"
 #define NB_TRACE_ROWS (1u << 15)
 #define NB_TRACE_WAKE (NB_TRACE_ROWS / 4) /* rows between wake-ups of the writer */
 #define NB_TRACE_PERIOD_MS 50            /* the writer also wakes this often */
 
-enum { NB_ROW_PULL = 0, NB_ROW_SYNC = 1 };
+enum { NB_ROW_PULL = 0, NB_ROW_SYNC = 1, NB_ROW_SAMPLES = 2 };
+
+/* The reason column of `samples` rows, by NB_DROP_* (NB_DROP_NONE: applied with a reward). */
+static const char *const k_reasons[NB_DROP_COUNT] = {"used", "bad_timer", "lost", "unlaunched",
+                                                     "overrun", "merged"};
 
 typedef struct {
   uint64_t stamp; /* stamp() when the row was made; the writer turns it into wall-clock ns */
   uint64_t key;
   int64_t round;
-  double value; /* pull: merged reward (<0 none); sync: wall time in us */
+  double value; /* pull: merged reward (<0 none); sync: wall time in us; samples: count */
   float lat_us;
   uint32_t pull_no;
+  uint32_t lag; /* pull: reward_lag (with has_lat) */
   uint8_t kind, arm, auto_arm, has_lat;
 } nb_trace_row;
 
@@ -71,11 +76,16 @@ static uint64_t row_ns(const nb_tracer *t, uint64_t st, uint64_t now) {
 }
 
 static void write_row(FILE *f, const nb_comm *c, const nb_trace_row *r, uint64_t t_ns) {
-  fprintf(f, "%s,%llu,%016llx,%d,%d,%d,", r->kind == NB_ROW_PULL ? "pull" : "sync",
-          (unsigned long long)t_ns, (unsigned long long)c->comm_id, c->rank, c->nranks,
-          c->nnodes);
+  static const char *const kinds[] = {"pull", "sync", "samples"};
+  fprintf(f, "%s,%llu,%016llx,%d,%d,%d,", kinds[r->kind], (unsigned long long)t_ns,
+          (unsigned long long)c->comm_id, c->rank, c->nranks, c->nnodes);
   if (r->kind == NB_ROW_SYNC) {
-    fprintf(f, ",,,,,,,,%lld,%.3f\n", (long long)r->round, r->value);
+    fprintf(f, ",,,,,,,,%lld,%.3f,,,\n", (long long)r->round, r->value);
+    return;
+  }
+  if (r->kind == NB_ROW_SAMPLES) {
+    fprintf(f, ",,,,,%s,,,,,,%.0f,%s\n", nb_policy_name(c->cfg.policy), r->value,
+            k_reasons[r->round]);
     return;
   }
   char arm[32], auto_arm[32];
@@ -93,9 +103,13 @@ static void write_row(FILE *f, const nb_comm *c, const nb_trace_row *r, uint64_t
   else
     fputc(',', f);
   if (r->round >= 0)
-    fprintf(f, "%lld,\n", (long long)r->round);
+    fprintf(f, "%lld,,", (long long)r->round);
   else
-    fputs(",\n", f);
+    fputs(",,", f);
+  if (r->has_lat)
+    fprintf(f, "%u,,\n", r->lag);
+  else
+    fputs(",,\n", f);
 }
 
 /* Writes the rows queued so far (writer thread, or the closer after the writer ended). */
@@ -164,7 +178,7 @@ void nb_trace_open(nb_comm *c) {
     free(t);
     return;
   }
-  fputs("# ncclbot-trace v1\n" NB_TRACE_HEADER, t->f);
+  fputs("# ncclbot-trace v2\n" NB_TRACE_HEADER, t->f);
   t->c = c;
   t->cal_stamp = stamp();
   t->cal_ns = wall_ns();
@@ -219,6 +233,7 @@ void nb_trace_pull(nb_comm *c, const nb_pull *e, const nb_ctx *x, double reward,
   r->auto_arm = e->auto_arm;
   r->has_lat = e->state == NB_PULL_HAVE;
   r->lat_us = e->lat_us;
+  r->lag = e->lag;
   r->value = reward;
   r->round = round;
   commit(t);
@@ -231,6 +246,19 @@ void nb_trace_sync(nb_comm *c, int64_t round, double sync_us) {
   r->round = round;
   r->value = sync_us;
   commit(t);
+}
+
+void nb_trace_samples(nb_comm *c) {
+  nb_tracer *t = c->trace;
+  for (int why = 0; why < NB_DROP_COUNT; why++) {
+    uint64_t n = why == NB_DROP_NONE ? c->n_applied : c->n_drops[why];
+    if (!n && why != NB_DROP_NONE) continue;
+    nb_trace_row *r = next_row(t);
+    r->kind = NB_ROW_SAMPLES;
+    r->round = why;
+    r->value = (double)n;
+    commit(t);
+  }
 }
 
 void nb_trace_close(nb_comm *c) {

@@ -1,6 +1,7 @@
 /*
  * trace.h: the per-rank CSV trace of docs/architecture.md section 8
- * (<NCCLBOT_TRACE_DIR>/ncclbot-<comm_id 16 hex>-r<rank>.csv, "# ncclbot-trace v1").
+ * (<NCCLBOT_TRACE_DIR>/ncclbot-<comm_id 16 hex>-r<rank>.csv, "# ncclbot-trace v2": v1's
+ * columns, then reward_lag, samples and reason).
  *
  * Off the hot path: a row is a fixed-size binary record copied into a ring allocated
  * at open; a writer thread per traced communicator formats and writes the rows. No
@@ -21,6 +22,9 @@ void nb_trace_open(nb_comm *c);
 void nb_trace_pull(nb_comm *c, const nb_pull *e, const nb_ctx *x, double reward, int64_t round);
 /* A sync row: one round's wall time in us. No allocation, no I/O. */
 void nb_trace_sync(nb_comm *c, int64_t round, double sync_us);
+/* The `samples` rows at finalize: pulls applied with a reward (reason "used") and without,
+ * one row per reason that occurred. */
+void nb_trace_samples(nb_comm *c);
 /* Writes every row still queued, stops the writer and closes the file. Idempotent. */
 void nb_trace_close(nb_comm *c);
 

@@ -6,16 +6,16 @@ import csv
 from pathlib import Path
 
 HEADER = ("kind,t_ns,comm_id,rank,nranks,nnodes,collective,size_bytes,pull,arm,auto_arm,policy,"
-          "latency_us,reward,round,sync_us")
+          "latency_us,reward,round,sync_us,reward_lag,samples,reason")
 
 
 def read_trace(path: Path) -> list[dict]:
     lines = path.read_text().splitlines()
-    assert lines[0] == "# ncclbot-trace v1", lines[0]
+    assert lines[0] == "# ncclbot-trace v2", lines[0]
     assert lines[1] == HEADER, lines[1]
     rows = list(csv.DictReader(lines[1:]))
     for r in rows:
-        assert None not in r and len(r) == 16, r
+        assert None not in r and len(r) == 19, r
     return rows
 
 

@@ -51,9 +51,12 @@ def test_trace_parses_into_live_events(plugin, nb_env, comm_id, tmp_path):
     path = trace_path(tmp_path, comm_id, 0)
     res = traces.parse_ncclbot_trace(path.read_text(), common.SourceInfo(str(path), "0", "run"))
     assert not res.issues and not res.unusable
-    rows = res.tables["live_events"]
-    assert len(rows) == 20 and all(x["kind"] == "pull" and x["collective"] == "AllReduce" for x in rows)
+    rows = [x for x in res.tables["live_events"] if x["kind"] == "pull"]
+    assert len(rows) == 20 and all(x["collective"] == "AllReduce" for x in rows)
     assert rows[0]["arm"] == "Ring/LL128" and rows[0]["latency_us"] == 11.0 and rows[0]["ranks"] == 1
+    assert all(x["reward_lag"] == 0 for x in rows), "each sample came before the next launch"
+    samples = {x["reason"]: x["samples"] for x in res.tables["live_events"] if x["kind"] == "samples"}
+    assert samples == {"used": 20}, samples
 
 
 def test_rank0_announces_every_setting_without_the_token(plugin, nb_env, comm_id):

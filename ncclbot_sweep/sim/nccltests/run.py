@@ -47,7 +47,7 @@ from ncclbot_sweep.sim.nccltests.options import REDOPS, Options, UsageError, par
 from ncclbot_sweep.sim.live import LiveFailure, RankPlace, live_player, open_host, rank_place, wants_plugin
 from ncclbot_sweep.sim.pluginhost import HostError, PluginHost
 from ncclbot_sweep.sim.process import SimProcess, derive_seed
-from ncclbot_sweep.sim.sweep import Warmup, run_sweep
+from ncclbot_sweep.sim.sweep import Warmup, one_arm_player, run_sweep
 
 __all__ = ["NCCL_TESTS_VERSION", "main"]
 
@@ -278,10 +278,13 @@ def _benchmark_one(ctx: _Context, proc: SimProcess, dtype: str, op: str, busbws:
         printed.setdefault(size, (count, log_bytes))
         sizes.append(size)
     op_name, root = _op_and_root(ctx.collective, op, o.root)
-    play = None
     if ctx.plugin is not None and ctx.collective in COLLECTIVES:
         play = live_player(ctx.plugin, proc, ctx.collective, table=lambda size: _cost_table(ctx, size),
-                           channels=lambda arm, size: _channels(ctx, arm, size), elt=elt, dtype=nccl_type_name(dtype))
+                           channels=lambda arm, size: _channels(ctx, arm, size), elt=elt, dtype=nccl_type_name(dtype),
+                           blocking=o.blocking, agg=o.agg_iters, graph=o.cudagraph)
+    else:  # NCCL alone: its host runs ahead of the GPU, or (-z) waits for each call in series
+        play = one_arm_player(proc, ctx.collective, lambda size: _arm_or_fail(ctx, size),
+                              host_us=ctx.fabric.spec.host.enqueue_us if o.blocking else 0.0)
     events = run_sweep(proc, ctx.collective, sizes, lambda size: _arm_or_fail(ctx, size), iters=o.iters,
                        warmup=o.warmup_iters, agg=o.agg_iters, check=o.check, cycles=o.run_cycles, play=play)
     for event in events:
@@ -293,6 +296,10 @@ def _benchmark_one(ctx: _Context, proc: SimProcess, dtype: str, op: str, busbws:
         _relay_plugin_log(ctx)
         if isinstance(event, Warmup):
             continue
+        if event.idle_us is not None:
+            busy = float(event.out_of_place.sum() + event.in_place.sum()) * o.agg_iters - event.idle_us
+            ctx.log.info("INIT", f"NCCLBOT-SIM: {ctx.collective} {event.size} bytes: the stream waited "
+                                 f"{event.idle_us:.1f} us for the host over {busy:.1f} us of kernels")
         ctx.log.flush()
         line, record = _row(ctx, event, count, dtype, op_name, root, busbws)
         ctx.out.write(line + "\n")
