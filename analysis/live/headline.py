@@ -1,7 +1,8 @@
 """The headline numbers of a live analysis (``headline.json``, ``analyze live --json``).
 
 Per scenario: every run's selection TRLT, the best learner (chosen from those numbers),
-the overhead ladder, the setup toll and the speed against stock per size band; over the
+the overhead ladder, the setup toll, the speed against stock per size band and how late each
+run's rewards came; over the
 campaign, the forced-against-stock and AUTO-against-audit comparisons. Everything a sentence
 of :mod:`.verdict` or of the report says about a live campaign is read from here, so the
 words and ``headline.json`` cannot disagree. Values are plain JSON (None for a missing number).
@@ -93,6 +94,8 @@ def _scenario(key: dict, runs: pd.DataFrame, tables: dict[str, pd.DataFrame]) ->
         "avg_busbw_ratio_vs_stock": _pick(tables["stock_bands"], key, "policy", "avg_busbw_ratio"),
         "synthetic": bool(is_synthetic(runs)),
         "speed_vs_stock_bands": _bands(tables["stock_per_size"], tables["stock_bands"], key),
+        "reward_lag": {str(row.pop("policy")): {k: _clean(v) for k, v in row.items()}
+                       for row in _rows(tables["reward_lag"], key).drop(columns=[*key, "run_id"]).to_dict("records")},
     }
 
 

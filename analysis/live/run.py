@@ -4,7 +4,7 @@
 offline audit where one of them holds a forced sweep, then per scenario (campaign, fabric,
 collective, nodes, ranks): merge the traces over ranks, find the setup stalls, reconstruct
 the oracle, price the selections, draw the learning curves, and, given a stock run, the
-overhead ladder and the stock comparison. A part that lacks its input records a
+overhead ladder and the stock comparison, and how late each run's rewards came. A part that lacks its input records a
 :class:`.inputs.LiveIssue` and the others still run. ``write_live`` puts every table out as
 Parquet and CSV (with its columns and types when empty, :mod:`.schema`) and the figures as PNG.
 """
@@ -28,6 +28,7 @@ from .curves import curve_windows, learning_curves, timeline
 from .forced import auto_against_audit, forced_vs_stock
 from .headline import live_headline
 from .inputs import SCENARIO_KEYS, LiveData, LiveIssue, issues_frame, load_live
+from .lag import reward_lag
 from .oracle import MIN_PULLS, pooled_means, reconstruct_oracle
 from .overhead import ladder, ladder_bins
 from .pulls import check_traces, merge_pulls
@@ -52,6 +53,7 @@ TABLES: dict[str, str] = {
     "overhead_ladder": "nccl-tests average bus bandwidth and overhead per rung (Table 18)",
     "overhead_bins": "per size bin time overhead and share of the bandwidth drop (Table 19)",
     "setup_toll": "first-use NVLS stall per run (Table 20)",
+    "reward_lag": "how late each run's rewards came (collectives launched meanwhile) and the samples used and dropped",
     "setup_processes": "largest inter-collective gap per process (rank)",
     "stock_bands": "speed against stock per size band (Table 17)",
     "stock_per_size": "speed against stock per size",
@@ -183,6 +185,8 @@ def _scenario_tables(data: LiveData, key: dict, runs: pd.DataFrame, audit: pd.Da
     if len(sc.stalls):
         out["setup_toll"] = setup_toll(runs, sc.stalls, pulls=sc.pulls, pooled=sc.pooled)
         out["setup_processes"] = sc.stalls
+    out["reward_lag"] = reward_lag(runs, data.events[data.events["run_id"].isin(runs["run_id"])]
+                                   if len(data.events) else data.events)
     _stock_steps(data, sc, data.stock_for(key, runs), issues, out)
     return {name: _with_scenario(frame, key) for name, frame in out.items()}
 

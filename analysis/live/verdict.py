@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .lag import lag_sentence, noteworthy
 from .stock import MARGIN
 
 __all__ = ["ScenarioVerdict", "campaign_lines", "scenario_verdicts"]
@@ -82,6 +83,15 @@ def _overhead(s: dict, learner: str | None, auto: str | None) -> str | None:
     return text + "."
 
 
+def _lag(s: dict, learner: str | None) -> list[str]:
+    """The best learner's reward lag, then every other run that lost samples or that a fixed
+    deadline would have starved."""
+    lags = s.get("reward_lag") or {}
+    shown = [learner] if learner in lags else []
+    shown += [label for label, row in sorted(lags.items()) if label != learner and noteworthy(row)]
+    return [lag_sentence(label, lags[label]) for label in shown]
+
+
 def scenario_verdicts(headline: dict) -> list[ScenarioVerdict]:
     """Per scenario of ``headline``: selection against AUTO, speed against stock, overhead, setup stall."""
     out = []
@@ -92,6 +102,7 @@ def scenario_verdicts(headline: dict) -> list[ScenarioVerdict]:
         overhead = _overhead(s, learner, auto)
         if overhead:
             lines.append(overhead)
+        lines.extend(_lag(s, learner))
         stall = s["setup_stall_s"]
         if stall["runs"]:
             lines.append(f"First-use stall (setup): median {stall['median']:.1f} s over {stall['runs']} runs, "

@@ -12,9 +12,11 @@
  *           cost), by NCCL's enqueue time per launch (the fabric's constant), and by waits:
  *           a full launch queue (1,024 kernels pending), a stream synchronisation, or the
  *           plugin waiting in getCollInfo (ncclbotSimAwait below);
- *   stream  a kernel starts when this rank's stream is free and every rank of the
- *           communicator has launched it (their launch times meet in a shared page), and
- *           ends its latency later. Host time hides behind the queue as on a GPU.
+ *   stream  a kernel starts when the stream is free and every rank of the communicator has
+ *           launched it (their launch times meet in a shared page), and ends when the
+ *           collective's GPU time has passed: rank 0's draw, the same for every rank, since a
+ *           collective ends together on all of them. Host time hides behind the queue as on
+ *           a GPU. Each rank's kernel timers still measure its own draw (the sample).
  * A kernel's KernelCh events reach the plugin, from the proxy thread, once the host clock
  * passes its end plus the proxy's polling delay; the Coll start and stop come on the caller's
  * thread right after getCollInfo (a graph replay's from another thread, as CUDA's host
@@ -30,10 +32,10 @@
  *   sync      cudaStreamSynchronize: the host waits for its stream;
  *   close     deliver every event, tuner finalize, profiler finalize, dlclose both.
  *
- * What this leaves out: the GPU time of one rank's kernel does not wait for its peers' (each
- * rank's stream runs its own latencies once all have launched), the proxy thread polls with a
- * fixed delay, NCCL's host time per launch is one constant, and the coordinator answers a
- * fixed round trip after the last rank's sample.
+ * What this leaves out: a rank's own timer noise does not move when its collective ends (rank
+ * 0's draw does, for all), the proxy thread polls with a fixed delay, NCCL's host time per
+ * launch is one constant, and the coordinator answers a fixed round trip after the last
+ * rank's sample arrived (the samples of a collective arrive together on every rank).
  *
  * Thread safety: one host per process and communicator; its calls come from one thread. The
  * logger may be called from any thread (the plugin logs from the proxy thread too).
@@ -96,17 +98,18 @@ typedef struct {
 typedef struct {
   void *parent;        /* the plugin's Coll handle; NULL: no kernel events */
   int64_t launch;      /* host clock at the launch */
-  int64_t lat;         /* this rank's GPU time */
-  int64_t start, end;  /* stream: once known */
+  int64_t lat;         /* this rank's GPU time (its kernel timers measure it) */
+  int64_t start, end;  /* stream: once known (end: start + rank 0's GPU time) */
   double lat_us;       /* as served (the iteration time adds the idle before the start) */
   int nch;
   int first;           /* first launch after a stream synchronisation */
 } nbh_kernel;
 
-/* One (kernel slot, rank) of the shared page: when the rank launched it and when it ended. */
+/* One (kernel slot, rank) of the shared page: when the rank launched it, and its draw. */
 typedef struct {
-  int64_t launch, end;
-  uint64_t lseq, eseq; /* kernel index + 1 once each is written (release) */
+  int64_t launch, lat;
+  uint64_t seq; /* kernel index + 1 once both are written (release) */
+  uint64_t pad;
 } nbh_slot;
 
 typedef struct {
@@ -263,13 +266,13 @@ static int64_t wall_ns(void) { return (int64_t)clock_ns(CLOCK_REALTIME); }
  * ---- coupling: the rank processes' launches meet in one shared page ----
  *
  * A kernel cannot start until every rank of the communicator has launched it. Each rank
- * process writes, per kernel, when it launched it and (once known) when it ended, into a page
- * of POSIX shared memory named by the communicator and the launching process. A rank that
- * needs a peer's launch waits (real time) until the peer wrote it: the slowest rank never
- * waits (every peer launched more than it), so no wait is circular. A slot is reused NBH_RING
+ * process writes, per kernel, when it launched it and its GPU time into a page of POSIX
+ * shared memory named by the communicator and the launching process. A rank that needs a
+ * peer's launch waits (real time) until the peer wrote it: the slowest rank never waits
+ * (every peer launched more than it), so no wait is circular. A slot is reused NBH_RING
  * kernels later, which no peer can still need: launching kernel k + NBH_RING needs kernel
- * k + NBH_RING - 1024 ended everywhere, so every rank launched past k + 3,000. A peer silent
- * for 10 s is gone: this rank runs on alone.
+ * k + NBH_RING - 1024 ended, so every rank launched past k + 3,000. A peer silent for 10 s
+ * is gone: this rank runs on alone.
  */
 #define NBH_COUPLE_TIMEOUT_S 10
 
@@ -293,48 +296,37 @@ static void couple_open(nbh_host *h, const nbh_comm *c) {
     shm_unlink(h->couple_name); /* every rank has it mapped now */
 }
 
-static void couple_lost(nbh_host *h, const char *what) {
-  nbh_logger(NCCL_LOG_WARN, NCCL_INIT, "simhost.c", __LINE__,
-             "NCCLBOT-SIM: no %s from a peer rank process for %d s; this rank runs on alone", what,
-             NBH_COUPLE_TIMEOUT_S);
-  munmap(h->couple, h->couple_bytes);
-  h->couple = NULL;
-}
-
-/* Waits until every rank wrote kernel k's field (launch: 0, end: 1); the maximum over ranks. */
-static int64_t couple_max(nbh_host *h, uint64_t k, int end, int64_t own) {
-  int64_t best = own;
+/* Waits until every rank wrote kernel k; the latest launch over ranks, and rank 0's draw. */
+static void couple_read(nbh_host *h, uint64_t k, int64_t *launch, int64_t *lat0) {
   for (int r = 0; h->couple && r < h->nranks; r++) {
     if (r == h->rank) continue;
     nbh_slot *s = couple_slot(h, k, r);
-    uint64_t *seq = end ? &s->eseq : &s->lseq;
     uint64_t deadline = 0;
-    for (int spins = 0; __atomic_load_n(seq, __ATOMIC_ACQUIRE) != k + 1; spins++) {
+    for (int spins = 0; __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != k + 1; spins++) {
       if (spins < 64) continue;
       if (!deadline) deadline = mono_ns() + NBH_COUPLE_TIMEOUT_S * 1000000000ull;
       if (mono_ns() > deadline) {
-        couple_lost(h, end ? "kernel end" : "launch");
-        return best;
+        nbh_logger(NCCL_LOG_WARN, NCCL_INIT, "simhost.c", __LINE__,
+                   "NCCLBOT-SIM: no launch from a peer rank process for %d s; this rank runs on alone",
+                   NBH_COUPLE_TIMEOUT_S);
+        munmap(h->couple, h->couple_bytes);
+        h->couple = NULL;
+        return;
       }
       struct timespec ts = {0, 20000};
       nanosleep(&ts, NULL);
     }
-    int64_t v = end ? s->end : s->launch;
-    if (v > best) best = v;
+    if (s->launch > *launch) *launch = s->launch;
+    if (r == 0) *lat0 = s->lat;
   }
-  return best;
 }
 
-static void couple_write(nbh_host *h, uint64_t k, int end, int64_t v) {
+static void couple_write(nbh_host *h, uint64_t k, int64_t launch, int64_t lat) {
   if (!h->couple) return;
   nbh_slot *s = couple_slot(h, k, h->rank);
-  if (end) {
-    s->end = v;
-    __atomic_store_n(&s->eseq, k + 1, __ATOMIC_RELEASE);
-  } else {
-    s->launch = v;
-    __atomic_store_n(&s->lseq, k + 1, __ATOMIC_RELEASE);
-  }
+  s->launch = launch;
+  s->lat = lat;
+  __atomic_store_n(&s->seq, k + 1, __ATOMIC_RELEASE);
 }
 
 /* ---- the stream ---- */
@@ -346,10 +338,10 @@ static void know(nbh_host *h, uint64_t k) {
   for (; h->known <= k && h->known < h->launched; h->known++) {
     nbh_kernel *q = kernel(h, h->known);
     int64_t free_at = h->known ? kernel(h, h->known - 1)->end : 0;
-    int64_t launched = couple_max(h, h->known, 0, q->launch);
+    int64_t launched = q->launch, span = q->lat;
+    couple_read(h, h->known, &launched, &span);
     q->start = launched > free_at ? launched : free_at;
-    q->end = q->start + q->lat;
-    couple_write(h, h->known, 1, q->end);
+    q->end = q->start + span;
   }
 }
 
@@ -447,7 +439,7 @@ static void deliver_due(nbh_host *h, int64_t t) {
     nbh_kernel *q = kernel(h, k);
     if (k >= h->known) {
       int64_t start = q->launch > free_at ? q->launch : free_at;
-      if (start + q->lat + h->timing.events_ns > t) break;
+      if (start + h->timing.events_ns > t) break;
       know(h, k);
     }
     if (q->end + h->timing.events_ns > t) break;
@@ -622,8 +614,7 @@ EXPORT void ncclbotSimAwait(uint64_t comm_id, int rank, uint32_t ordinal, int me
   pthread_mutex_unlock(&g_hosts_mu);
   if (!h || !h->in_call || ordinal == 0 || ordinal > h->nbound || h->nbound - ordinal >= NBH_RING) return;
   uint64_t k = h->bound_kernel[ordinal % NBH_RING];
-  int64_t t = arrival(h, k);
-  if (merged) t = couple_max(h, k, 1, kernel(h, k)->end) + h->timing.events_ns + h->timing.rtt_ns;
+  int64_t t = arrival(h, k) + (merged ? h->timing.rtt_ns : 0); /* every rank's events come together */
   if (t > h->await_clock) h->await_clock = t;
   h->awaited = 1;
   h->stats.waits++;
@@ -759,7 +750,7 @@ EXPORT uint64_t nbh_played(nbh_host *h, int coll, uint64_t count, const char *dt
     h->nbound++;
     h->bound_kernel[h->nbound % NBH_RING] = k;
   }
-  couple_write(h, k, 0, q->launch);
+  couple_write(h, k, q->launch, q->lat);
   h->launched++;
   h->synced = 0;
   return k;

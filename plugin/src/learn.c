@@ -223,6 +223,10 @@ static void advance_match_lo(nb_comm *c) {
 /* Round of a log index (synchronised mode). */
 static int64_t round_of(const nb_comm *c, uint64_t i) { return (int64_t)(i / c->cfg.sync_every); }
 
+/* Why a pull that is given up on has no sample: its kernel events never came, or (no Coll
+ * start took it) it was never launched while this rank was looking. */
+static uint8_t lost_reason(const nb_pull *e) { return e->bind ? NB_DROP_LOST : NB_DROP_UNLAUNCHED; }
+
 /* Entry i leaves PENDING: its sample (HAVE) or the reason it has none (MISSING). The count of
  * the closed round waiting to be sent follows. */
 static void settle(nb_comm *c, uint64_t i, int state, uint8_t why) {
@@ -245,7 +249,7 @@ static void apply_local(nb_comm *c) {
     nb_pull *e = &c->log[c->applied & c->log_mask];
     if (e->state == NB_PULL_PENDING) {
       if (c->head - c->applied < window) break;
-      settle(c, c->applied, NB_PULL_MISSING, NB_DROP_OVERRUN);
+      settle(c, c->applied, NB_PULL_MISSING, e->bind ? NB_DROP_OVERRUN : NB_DROP_UNLAUNCHED);
     }
     if (e->state != NB_PULL_APPLIED) {
       apply_entry(c, e, e->state == NB_PULL_HAVE ? e->lat_us : -1.0f, -1);
@@ -744,7 +748,8 @@ void nb_learn_finalize(nb_comm *c) {
   if (c->mode == NB_MODE_LEARN_LOCAL) { /* samples still missing now never come */
     drain(c);
     for (uint64_t i = c->applied; i < c->head; i++)
-      if (c->log[i & c->log_mask].state == NB_PULL_PENDING) settle(c, i, NB_PULL_MISSING, NB_DROP_LOST);
+      if (c->log[i & c->log_mask].state == NB_PULL_PENDING)
+        settle(c, i, NB_PULL_MISSING, lost_reason(&c->log[i & c->log_mask]));
     apply_local(c);
   }
   if ((c->mode == NB_MODE_LEARN_LOCAL || c->mode == NB_MODE_LEARN_SYNC) && c->cfg.state_dir[0] &&

@@ -160,11 +160,12 @@ def test_auto_through_the_plugin_plays_stock_arms(live):
         assert played[name] == played["stock"], f"{name} played other arms than stock NCCL"
 
 
-def test_overhead_ladder_bandwidth_falls_with_the_sync_period(live):
+def test_overhead_ladder_rungs_hide_behind_the_gpu_queue(live):
     """Bus bandwidth at the smallest size (where host time is largest against GPU time), over
-    both passes and every timed iteration, per rung. Rank 0 of every AUTO rung plays the same
-    arms and so draws the same GPU times (common random numbers): the gaps are host time. Stock
-    runs without the plugin and draws its noise in another order, so it is only the end point."""
+    both passes and every timed iteration, per rung. nccl-tests' default loop launches ahead of
+    the GPU, so the plugin's host time, and the rounds' waits for the rank's own samples, hide
+    behind the queue: every rung is within 1% of stock, and of each other. Each rung still runs
+    one round per m timed collectives."""
     _root, data = live
     runs = _runs(data)
     it = read_table(data, "iterations")
@@ -179,7 +180,21 @@ def test_overhead_ladder_bandwidth_falls_with_the_sync_period(live):
         pulls, rounds = (int(rank0.get((run_id, kind), 0)) for kind in ("pull", "sync"))
         expected = pulls / every if every else 0
         assert abs(rounds - expected) <= 0.05 * expected + 2, f"{name}: {rounds} sync rounds for {pulls} pulls"
-    assert rung["AUTO[sync-4]"] < rung["AUTO[sync-16]"] < rung["AUTO[sync-64]"] < rung["stock"], rung
+        assert rung[name] >= 0.99 * rung["stock"], rung
+
+
+def test_rewards_arrive_late_and_none_is_dropped(live):
+    """The host runs ahead of the stream: in a learning run a reward arrives a median of more
+    than one collective after its call, never more than (A+1) x m = 32 later (the rounds' wait
+    for the rank's own samples), and every pull gets its reward."""
+    _root, data = live
+    runs = _runs(data)
+    events = read_table(data, "live_events")
+    for name in ("ucb1", "greedy", "AUTO"):
+        (run_id,) = runs.index[runs["name"] == name]
+        lag = events[(events["run_id"] == run_id) & (events["kind"] == "pull")]["reward_lag"].dropna()
+        assert lag.median() > 1 and lag.max() <= 32, (name, lag.describe())
+        assert runs.loc[run_id, "samples_dropped"] == 0 and runs.loc[run_id, "samples_used"] == len(lag), name
 
 
 def _planted_bin(tmp_path: Path, script: str) -> Path:
@@ -324,7 +339,7 @@ def test_live_tables_order_learners_and_the_ladder(analysed):
     auto_rungs = selection[selection.index.str.startswith("AUTO")]["selection_trlt_mean_pct"]
     assert auto_rungs.max() - auto_rungs.min() < 1e-9, "every AUTO rung plays the same arms"
     ladder = analysed.tables["overhead_ladder"].set_index("rung")
-    assert ladder.loc["AUTO [sync-4]", "overhead_pct"] > ladder.loc["AUTO [sync-64]", "overhead_pct"]
+    assert ladder.loc[ladder.index.str.startswith("AUTO"), "overhead_pct"].abs().max() < 1.0, "hidden by the queue"
     stock = analysed.tables["stock_bands"]
     assert stock["avg_busbw_ratio"].between(0.5, 1.5).all()
 

@@ -248,6 +248,23 @@ def test_blocking_loop_puts_the_host_in_series(built, tmp_path):
         assert {int(r["reward_lag"]) for r in by_size[record["size"]] if r["reward_lag"]} <= {0, 1}
 
 
+def test_graph_replays_call_no_tuner_and_time_nothing(built, tmp_path):
+    """-G 4: each loop is captured once (getCollInfo then, the arm fixed) and replayed four times.
+    A replay's Coll event comes from CUDA's host-callback thread, not the caller's, so the plugin
+    binds none of them: every captured pull ends without a sample, as never launched, and no
+    replay is timed; the iterations still cost their GPU time."""
+    by_size, results, log = _traced_run(tmp_path, "-n", "50", "-G", "4")
+    assert all(not r["latency_us"] for rows in by_size.values() for r in rows), "a replay was credited to a pull"
+    stats = re.search(r"plugin host time .* in (\d+) getCollInfo calls and (\d+) collectives' events .* (\d+) "
+                      r"kernel-channel events", log)
+    calls, colls, kernel_events = (int(x) for x in stats.groups())
+    assert colls == 4 * calls and kernel_events == 0, "four replays per capture, none traced"
+    assert re.search(rf"{calls} timed pulls, 0 rewards applied, {calls} missing \(0 bad timers, 0 lost, {calls} "
+                     r"unlaunched", log)
+    for record in results:
+        assert 300.0 < record["in_place"]["time"] < 2000.0  # (out-of-place 16 MiB carries the NVLS set-up)
+
+
 def test_a_missing_plugin_fails_like_nccl_init(built, tmp_path):
     done = _stand_in(tmp_path, "-b", "1M", "-e", "1M", "-n", "5", "-g", "1",
                      NCCL_TUNER_PLUGIN=str(tmp_path / "nope.so"), NCCL_PROFILER_PLUGIN="")
