@@ -79,7 +79,8 @@ def _learner_numbers(summary: pd.DataFrame, *, split: dict) -> dict | None:
             "auto_mean_pct": float(a["realized_mean_pct"]), "p99_pct": float(b["realized_p99_pct"]),
             "auto_p99_pct": float(a["realized_p99_pct"]), "above": int(b["realized_above"]),
             "auto_above": int(a["realized_above"]),
-            "beats": bool(b["realized_mean_pct"] < a["realized_mean_pct"] and b["realized_above"] <= a["realized_above"])}
+            "beats": bool(b["realized_mean_pct"] < a["realized_mean_pct"]
+                          and b["realized_above"] <= a["realized_above"])}
 
 
 def _live_numbers(live: dict) -> list[dict]:
@@ -130,13 +131,15 @@ def _files_sentence(deployment: dict) -> str:
 
 
 def _auto_sentence(auto: dict, *, threshold: float) -> str:
-    return (f"AUTO picks a wrong arm in {auto['wrong']} of {auto['contexts']} contexts ({auto['error_rate_pct']:.1f}%); "
+    return (f"AUTO picks a wrong arm in {auto['wrong']} of {auto['contexts']} contexts "
+            f"({auto['error_rate_pct']:.1f}%); "
             f"its loss against the measured-best arm (selection-priced, all contexts): mean {auto['mean_pct']:.1f}%, "
             f"p99 {auto['p99_pct']:.1f}%; {auto['above']} contexts lose more than {100 * threshold:g}%.")
 
 
 def _offline(learner: dict, *, threshold: float) -> str:
-    return (f"in the replay {learner['name']} (the best of {learner['learners']} learners) loses "
+    which = "the one learner replayed" if learner["learners"] == 1 else f"the best of {learner['learners']} learners"
+    return (f"in the replay {learner['name']} ({which}) loses "
             f"{learner['mean_pct']:.2f}% against AUTO's {learner['auto_mean_pct']:.2f}% on the {learner['contexts']} "
             f"test contexts (split {learner['split']}: node counts {learner['test_nodes']}; realized TRLT), "
             f"{learner['above']} against {learner['auto_above']} of them above {100 * threshold:g}%")
@@ -149,15 +152,16 @@ def _learning_sentence(numbers: dict) -> str:
     live = [s for s in numbers["live"] if s["compared"]]
     slower = [f"{s['learner']} at {' and '.join(s['slower'])}" for s in live if s["slower"]]
     offline = _offline(learner, threshold=threshold) if learner else "no learner was replayed beside AUTO"
-    measured = "where the sweep measured, the files above already play the measured-best arm"
+    measured = "where the sweep measured, the exported files already play the measured-best arm"
     if learner is None and not live:
-        return "No evidence either way: no learner was replayed beside AUTO and no live learner was compared with stock."
+        return ("No evidence either way: no learner was replayed beside AUTO and no live learner was compared "
+                "with stock.")
     if learner is not None and not learner["beats"]:
         return f"No: {offline}; {measured}."
     if slower:
         return (f"Not yet: live, a learner was slower than stock ({'; '.join(slower)}), although {offline}. "
-                f"Deploy the files above ({measured}); learn live only for what the sweep did not measure, once the "
-                "loss against stock is understood.")
+                f"Deploy the files above ({measured}) and learn live only for what the sweep did not measure, once "
+                "the loss against stock is understood.")
     if not live:
         return (f"Worth a live trial: {offline}, but no live learner was compared with stock here; run a live "
                 f"campaign against stock before production ({measured}).")
