@@ -46,7 +46,7 @@ from ..replay import replay_with_trajectories
 from ..summary import confirmatory, per_context, per_scenario, scenario_pivot, summarize
 from ..tables import write_table
 from ..transient import detect_transients
-from .action import DEFAULT_MARGIN, EXPORT_FOLDER, what_to_set
+from .action import DEFAULT_MARGIN, what_to_set
 from .dynamics import learning_curves, plot_learning_curves, plot_transients, transient_curves
 from .headline import headline_numbers, headline_sentences, learners, summary_claims
 from .page import render_page
@@ -144,7 +144,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order, "split": split,
         "claims": summary_claims(summary, tests, threshold=options.threshold), "live": live,
-        "headline": headline_sentences(numbers), "export_folder": EXPORT_FOLDER,
+        "headline": headline_sentences(numbers),
         "convention": problem.pools.convention, "excluded": problem.pools.excluded, "studies": studies,
         "sections": sections, "provenance": provenance, "results_file": RESULTS_FILE, "contexts_table": _write_contexts(dataset, problem, audit),
     }
