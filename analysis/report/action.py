@@ -78,17 +78,13 @@ def _ranges(table: pd.DataFrame) -> pd.DataFrame:
 
 def _command(kind: str, dataset: Path, path: Path, *, fabric: str | None, margin: float | None,
              window: tuple[int, int], rho_max: float) -> str:
-    """The ``ncclbot-sweep export`` command that writes ``path`` (again: the options the report changed included)."""
+    """The ``ncclbot-sweep export`` command that writes ``path`` (again), with every option the report used."""
     words = ["ncclbot-sweep", "export", kind, "-d", str(dataset), "-o", str(path)]
     if margin is not None:
         words += ["--margin", f"{margin:g}"]
     if fabric is not None:
         words += ["--fabric", fabric]
-    if tuple(window) != (11, 99):
-        words += ["--window", str(window[0]), str(window[1])]
-    if rho_max != 2.0:
-        words += ["--rho-max", f"{rho_max:g}"]
-    return shlex.join(words)
+    return shlex.join([*words, "--window", str(window[0]), str(window[1]), "--rho-max", f"{rho_max:g}"])
 
 
 def what_to_set(problem, dataset, out: Path, *, margin: float = DEFAULT_MARGIN, fabric: str | None = None,

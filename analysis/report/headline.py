@@ -60,7 +60,8 @@ def _action_numbers(what: WhatToSet) -> dict:
     shapes = ranges[["fabric", "collective", "nodes", "ranks"]].drop_duplicates()
     return {"margin": what.margin, "scenarios": what.scenarios, "scenarios_set": len(shapes),
             "loss_max_pct": float(ranges["loss_max_pct"].max()) if len(ranges) else None,
-            "ranges": [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+            "ranges": [{**{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()},
+                        "slower_by": _span(row["loss_min_pct"], row["loss_max_pct"])}
                        for row in ranges.to_dict("records")],
             "deployments": [{**dataclasses.asdict(d), "nccl_tuner": str(d.nccl_tuner), "static": str(d.static)}
                             for d in what.deployments]}
@@ -113,6 +114,12 @@ def headline_numbers(audit, summary: pd.DataFrame, what: WhatToSet, *, live: dic
 
 def _pct(value: float) -> str:
     return f"{value:.0f}%" if value >= 10 else f"{value:.1f}%"
+
+
+def _span(low: float, high: float) -> str:
+    """How much slower NCCL's choice is over a range: ``12-58%``, or ``23%`` when one number."""
+    low_text, high_text = _pct(low), _pct(high)
+    return high_text if low_text == high_text else f"{low_text[:-1]}-{high_text}"
 
 
 def _action_sentence(action: dict) -> str:
