@@ -31,6 +31,7 @@ from .replay import ReplayProblem
 __all__ = [
     "NCCL_TUNER_FIELDS",
     "STATE_HEADER",
+    "arm_runs",
     "decisions",
     "nccl_tuner_text",
     "nccl_version",
@@ -85,8 +86,9 @@ def provenance(dataset, fabric: str, nccl_version: str, kind: str, margin: float
     return lines
 
 
-def _runs(frame: pd.DataFrame, column: str):
-    """Per (collective, nodes, ranks): maximal runs of adjacent sizes sharing ``column``.
+def arm_runs(frame: pd.DataFrame, column: str):
+    """Per (collective, nodes, ranks): maximal runs of adjacent sizes sharing ``column`` (a line
+    of each file, and a row of the report's "what to set" table).
 
     Yields ``(collective, nodes, ranks, value, first_size, last_size, next_size)``,
     ``next_size`` the first swept size after the run (None after the largest).
@@ -116,7 +118,7 @@ def nccl_tuner_text(table: pd.DataFrame, header: list[str]) -> str:
     """
     chosen = table.assign(arm=table["best"].where(table["keep"], ""))
     lines = [*header, f"# {NCCL_TUNER_FIELDS}"]
-    for coll, nodes, ranks, arm, first, last, nxt in _runs(chosen, "arm"):
+    for coll, nodes, ranks, arm, first, last, nxt in arm_runs(chosen, "arm"):
         if not arm:
             continue
         last = last if nxt is None else nxt - 1
@@ -129,7 +131,7 @@ def static_text(table: pd.DataFrame, header: list[str]) -> str:
     """The plugin's static table: a row wherever the arm changes (``AUTO`` where not kept)."""
     chosen = table.assign(arm=table["best"].where(table["keep"], "AUTO"))
     lines = [*header, "collective,nodes,ranks,size_bytes,arm"]
-    for coll, nodes, ranks, arm, first, _, _ in _runs(chosen, "arm"):
+    for coll, nodes, ranks, arm, first, _, _ in arm_runs(chosen, "arm"):
         lines.append(f"{coll},{nodes},{ranks},{first},{arm}")
     return "\n".join(lines) + "\n"
 

@@ -18,12 +18,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncclbot_sweep.names import bus_bandwidth_gbs, human_size
+from ncclbot_sweep.names import ALGORITHMS, PROTOCOLS, bus_bandwidth_gbs, human_size
 
 from .inputs import is_synthetic
 from .pools import CONTEXT_COLUMNS, SCENARIO_COLUMNS, Pools
 
 __all__ = [
+    "ARM_COLOURS",
+    "arm_colour",
     "arm_curves",
     "cost_vs_measured",
     "error_map",
@@ -40,6 +42,24 @@ __all__ = [
     "survival_curves",
     "ZERO_TRLT",
 ]
+
+
+#: Per algorithm, the shades of its protocols in ``PROTOCOLS`` order (LL light, LL128 middle, Simple dark).
+_SHADES = {"Tree": ("#a1d99b", "#41ab5d", "#006d2c"), "Ring": ("#9ecae1", "#4292c6", "#08519c"),
+           "CollNetDirect": ("#d9d9d9", "#969696", "#525252"), "CollNetChain": ("#fbb4b9", "#f768a1", "#ae017e"),
+           "NVLS": ("#cbc9e2", "#9e9ac8", "#6a51a3"), "NVLSTree": ("#fdbe85", "#fd8d3c", "#d94701"),
+           "PAT": ("#dfc27d", "#bf812d", "#8c510a")}
+#: The one palette of arms, for every figure that draws them (arm curves, cost model, transients,
+#: live timelines): the algorithm gives the hue, the protocol the shade, so Ring/Simple is the
+#: same dark blue wherever it appears.
+ARM_COLOURS: dict[str, str] = {f"{a}/{p}": _SHADES[a][i] for a in ALGORITHMS for i, p in enumerate(PROTOCOLS)}
+#: The colour of a label that is not an arm.
+_OTHER = "#7f7f7f"
+
+
+def arm_colour(arm) -> str:
+    """``arm``'s colour in :data:`ARM_COLOURS` (grey for anything that is not an arm)."""
+    return ARM_COLOURS.get(str(arm), _OTHER)
 
 
 #: TRLT (a fraction) whose magnitude is below this counts as zero: a policy served exactly the
@@ -258,8 +278,8 @@ def plot_arm_curves(curves: pd.DataFrame, folder: str | Path) -> list[Path]:
     for key, g in curves.groupby(list(SCENARIO_COLUMNS), sort=True):
         fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
         for arm, rows in g.groupby("arm", sort=True):
-            bw.plot(rows["size_bytes"], rows["busbw_gbs"], marker=".", linewidth=1.2, label=arm)
-            lat.plot(rows["size_bytes"], rows["steady_us"], marker=".", linewidth=1.2, label=arm)
+            bw.plot(rows["size_bytes"], rows["busbw_gbs"], marker=".", linewidth=1.2, label=arm, color=arm_colour(arm))
+            lat.plot(rows["size_bytes"], rows["steady_us"], marker=".", linewidth=1.2, label=arm, color=arm_colour(arm))
         _mark(bw, g, "busbw_gbs")
         _mark(lat, g, "steady_us")
         for ax in (bw, lat):
@@ -286,10 +306,11 @@ def error_map(audit: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cell_label(row) -> str:
-    """A map cell's text: the arm when AUTO is right; ``AUTO arm > best arm`` and the loss when it errs."""
+    """A map cell's text: the arm when AUTO is right; when it errs, the best arm first and how much
+    slower AUTO's arm is (``Tree/LL128 is best;`` / ``NVLSTree/Simple is 33% slower``)."""
     if not row.error:
         return str(row.auto_arm)
-    return f"{row.auto_arm} > {row.best_arm}\n{row.loss_pct:.{0 if row.loss_pct >= 1 else 1}f}% slower"
+    return f"{row.best_arm} is best;\n{row.auto_arm} is {row.loss_pct:.{0 if row.loss_pct >= 1 else 1}f}% slower"
 
 
 def plot_error_maps(emap: pd.DataFrame, folder: str | Path) -> list[Path]:
@@ -343,7 +364,7 @@ def plot_cost_vs_measured(frame: pd.DataFrame, folder: str | Path) -> list[Path]
     for fabric, g in frame.groupby("fabric", sort=True):
         fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=110)
         for arm, rows in g.groupby("arm", sort=True):
-            ax.scatter(rows["measured_us"], rows["predicted_us"], s=10, alpha=0.7, label=arm)
+            ax.scatter(rows["measured_us"], rows["predicted_us"], s=10, alpha=0.7, label=arm, color=arm_colour(arm))
         values = g[["measured_us", "predicted_us"]].to_numpy(float)
         lo, hi = float(np.nanmin(values)) / 1.5, float(np.nanmax(values)) * 1.5
         ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="predicted = measured")

@@ -44,32 +44,25 @@ class DemoResult:
     live_analysis: Path
 
     def summary(self) -> list[str]:
-        """The five lines the demo ends with: what was measured, AUTO's loss, the best learner's,
-        where the report is, where the live campaign's analysis is.
+        """The lines the demo ends with: what was analysed, AUTO over every context, what to set and
+        the files that set it, whether live learning is worth running, where the outputs are.
 
-        The numbers are the report's own (``results.json``: realized TRLT on the test contexts),
-        so the lines and the page never disagree.
+        The sentences are the report's headline sentences, built from the numbers it keeps in
+        ``results.json`` (``headline``) by the same function, so the lines and the page never disagree.
         """
+        from ncclbot_sweep.analysis.report.headline import headline_sentences
         from ncclbot_sweep.analysis.report.results import RESULTS_FILE
 
         folder = self.report if self.report.is_dir() else self.report.parent
         results = json.loads((folder / RESULTS_FILE).read_text(encoding="utf-8"))
-        policies = {name: entry["summary"] for name, entry in results["policies"].items()}
-        threshold = f"{results['options']['threshold']:.0%}"
-        learners = {name: row for name, row in policies.items() if name not in ("AUTO", "Random")}
-        best = min(learners, key=lambda name: learners[name]["realized_mean_pct"]) if learners else None
+        headline = headline_sentences(results["headline"])
         fabrics = ", ".join(results["provenance"]["fabrics"])
-        contexts = policies["AUTO"]["contexts"] if "AUTO" in policies else "the"
-
-        def loss(name: str, what: str) -> str:
-            row = policies[name]
-            return (f"demo:   {what} loses {row['realized_mean_pct']:.1f}% of the best arm's time on average; "
-                    f"{row['realized_above']} contexts lose more than {threshold}")
-
         return [
-            f"demo: result on {contexts} test contexts of {fabrics} (synthetic: the simulated fabric)",
-            loss("AUTO", "AUTO (NCCL's own choice)") if "AUTO" in policies else "demo:   AUTO was not replayed",
-            loss(best, f"the best learner, {best},") if best else "demo:   no learner was replayed",
+            f"demo: result on {fabrics} (synthetic: the simulated fabric)",
+            f"demo:   {headline.auto}",
+            f"demo:   {headline.action}",
+            *(f"demo:   {line}" for line in headline.files),
+            f"demo:   {headline.learning}",
             f"demo:   report {self.report} (data {self.dataset}, campaign {self.campaign})",
             f"demo:   live campaign analysis {self.live_analysis} (data {self.live_dataset}, "
             f"campaign {self.live_campaign})",

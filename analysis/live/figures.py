@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..figures import pyplot
+from ..figures import arm_colour, pyplot
 
 __all__ = ["plot_learning_curves", "plot_timeline"]
 
@@ -67,25 +67,24 @@ def plot_learning_curves(curves: pd.DataFrame, labels: dict[str, str], *, path: 
 
 
 #: The finish lines of a timeline facet: (column, legend label, style); drawn widest first.
-_FINISHES = (("finish_ms", "this run's finish", dict(color="tab:green", linewidth=3.0, alpha=0.6, zorder=1)),
+_FINISHES = (("finish_ms", "this run's finish", dict(color="#d62728", linewidth=3.0, alpha=0.6, zorder=1)),
              ("oracle_finish_ms", "oracle's finish", dict(color="grey", linestyle="--", linewidth=1.8, zorder=3)),
              ("auto_finish_ms", "AUTO's finish", dict(color="black", linestyle=":", linewidth=1.2, zorder=4)))
 
 
 def plot_timeline(timeline: pd.DataFrame, path: str | Path, *, title: str, synthetic: bool) -> Path:
     """Figure 11: one facet per run (fastest first), each collective at accumulated time,
-    colour and marker by arm; the run's, the oracle's and AUTO's finish as vertical lines."""
+    colour (the report's arm palette) and marker by arm; the run's, the oracle's and AUTO's finish as vertical lines."""
     plt = pyplot()
     order = timeline.groupby("run_id", sort=False)["finish_ms"].first().sort_values().index
     fig, axes = plt.subplots(len(order), 1, figsize=(7.0, 1.7 + 1.1 * len(order)), dpi=120, sharex=True,
                              squeeze=False, layout="constrained")
     arms = sorted(timeline["arm"].dropna().unique())
-    colours = {a: f"C{i % 10}" for i, a in enumerate(arms)}
     for ax, run_id in zip(axes[:, 0], order):
         g = timeline[timeline["run_id"] == run_id]
         for i, arm in enumerate(arms):
             sel = g[g["arm"] == arm]
-            ax.scatter(sel["accumulated_ms"], sel["latency_us"] / 1e3, s=8, color=colours[arm],
+            ax.scatter(sel["accumulated_ms"], sel["latency_us"] / 1e3, s=8, color=arm_colour(arm),
                        marker=_MARKERS[i % len(_MARKERS)], label=arm, zorder=2)
         for column, label, style in _FINISHES:
             ax.axvline(g[column].iloc[0], label=label, **style)

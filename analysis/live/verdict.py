@@ -1,4 +1,4 @@
-"""A live analysis in words: did the plugin beat AUTO and stock, per size band, at what overhead.
+"""A live analysis in words: did the plugin beat stock and AUTO, per size band, at what overhead.
 
 Sentences built from :func:`.headline.live_headline` only, so each number a reader sees is
 one of ``headline.json``; ``analyze live`` prints them and the report opens its live section
@@ -13,13 +13,14 @@ import dataclasses
 from .lag import lag_sentence, noteworthy
 from .stock import MARGIN
 
-__all__ = ["ScenarioVerdict", "campaign_lines", "scenario_verdicts"]
+__all__ = ["ScenarioVerdict", "campaign_lines", "scenario_verdicts", "stock_standing"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ScenarioVerdict:
     """The sentences about one scenario (campaign, fabric, collective, nodes, ranks); ``short``
-    is what a headline keeps of them: against AUTO, and against stock in one clause."""
+    is what a headline keeps of them: against stock in one clause, then against AUTO (stock
+    first: beating AUTO is no win where the run is slower than NCCL without the plugin)."""
 
     title: str
     lines: list[str]
@@ -30,16 +31,23 @@ def _bands(entries: list[dict]) -> str:
     return ", ".join(f"{e['sizes']} {e['median']:.2f}x" for e in entries if e["median"] is not None) or "no sizes"
 
 
-def _against_stock(label: str, entries: list[dict]) -> str:
-    """``UCB1 was faster than stock at 16-32 MiB (1.31x); slower than stock at 4-8 MiB (0.80x)``."""
-    words = {"faster": [], "slower": [], "on par with": []}
+def stock_standing(entries: list[dict]) -> dict[str, list[str]]:
+    """The bands of ``entries`` (speed against stock, median per band) by standing: ``slower``,
+    ``faster`` and ``on par with`` stock (past :data:`.stock.MARGIN`), each as ``4-8 MiB (0.91x)``."""
+    words: dict[str, list[str]] = {"slower": [], "faster": [], "on par with": []}
     for e in entries:
         if e["median"] is None:
             continue
         kind = "faster" if e["median"] > MARGIN else "slower" if e["median"] < 1 / MARGIN else "on par with"
         words[kind].append(f"{e['sizes']} ({e['median']:.2f}x)")
+    return words
+
+
+def _against_stock(label: str, standing: dict[str, list[str]]) -> str:
+    """``UCB1 was slower than stock at 4-8 MiB (0.80x); faster than stock at 16-32 MiB (1.31x)``: a
+    loss first, where there is one."""
     parts = [f"{kind}{'' if kind == 'on par with' else ' than'} stock at {' and '.join(sizes)}"
-             for kind, sizes in words.items() if sizes]
+             for kind, sizes in standing.items() if sizes]
     return f"{label} was " + "; ".join(parts) if parts else f"{label} has no size compared with stock"
 
 
@@ -64,9 +72,9 @@ def _stock(s: dict, learner: str | None, auto: str | None) -> tuple[str, str]:
         text = "No comparison with stock (no stock run of this communicator)."
         return text, text
     listed = "; ".join(f"{label} {_bands(bands[label])}" for label in shown)
-    verdict = _against_stock(shown[0], bands[shown[0]])
-    return (f"Speed against stock (stock time / run time per size, median per band; above 1 is faster, "
-            f"stalled sizes left out): {listed}. {verdict}.", f"{verdict} (stock time / run time, median per band).")
+    verdict = _against_stock(shown[0], stock_standing(bands[shown[0]]))
+    return (f"{verdict}. Per band (stock time / run time per size, median; above 1 is faster, stalled sizes left "
+            f"out): {listed}.", f"{verdict}; x = stock time / run time, median per band.")
 
 
 def _overhead(s: dict, learner: str | None, auto: str | None) -> str | None:
@@ -93,12 +101,13 @@ def _lag(s: dict, learner: str | None) -> list[str]:
 
 
 def scenario_verdicts(headline: dict) -> list[ScenarioVerdict]:
-    """Per scenario of ``headline``: selection against AUTO, speed against stock, overhead, setup stall."""
+    """Per scenario of ``headline``: speed against stock, selection against AUTO, overhead, setup stall."""
     out = []
     for s in headline["scenarios"]:
         learner, auto = s["best_learner"], s["auto"]
         stock, stock_verdict = _stock(s, learner, auto)
-        lines = [_selection(s, learner, auto), stock]
+        selection = _selection(s, learner, auto)
+        lines = [stock, selection]
         overhead = _overhead(s, learner, auto)
         if overhead:
             lines.append(overhead)
@@ -108,7 +117,7 @@ def scenario_verdicts(headline: dict) -> list[ScenarioVerdict]:
             lines.append(f"First-use stall (setup): median {stall['median']:.1f} s over {stall['runs']} runs, "
                          "a one-time toll left out of the comparisons above.")
         title = f"{s['campaign']}: {s['collective']} on {s['nodes']} nodes ({s['ranks']} ranks), {s['fabric']}"
-        out.append(ScenarioVerdict(title, lines, [lines[0], stock_verdict]))
+        out.append(ScenarioVerdict(title, lines, [stock_verdict, selection]))
     return out
 
 

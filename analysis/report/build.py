@@ -46,8 +46,9 @@ from ..replay import replay_with_trajectories
 from ..summary import confirmatory, per_context, per_scenario, scenario_pivot, summarize
 from ..tables import write_table
 from ..transient import detect_transients
+from .action import DEFAULT_MARGIN, what_to_set
 from .dynamics import learning_curves, plot_learning_curves, plot_transients, transient_curves
-from .headline import build_headline, learners, summary_claims
+from .headline import headline_numbers, headline_sentences, learners, summary_claims
 from .page import render_page
 from .results import RESULTS_FILE, results_document, write_results
 
@@ -78,6 +79,8 @@ class ReportOptions:
     live_datasets: Sequence[str | Path] = ()
     #: The command line that asked for the report, recorded in its provenance (None: called from Python).
     command: str | None = None
+    #: The exports in ``out/export`` keep contexts where the measured best beats AUTO by at least this fraction.
+    export_margin: float = DEFAULT_MARGIN
 
 
 def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions = ReportOptions(),
@@ -123,8 +126,12 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     audit_rows.to_csv(out / "tables" / "audit_contexts.csv", index=False)
     provenance = _provenance(dataset, problem, options)
     live = _live_section([dataset, *options.live_datasets], out)
+    what = what_to_set(problem, dataset, out, margin=options.export_margin, fabric=options.fabric,
+                       window=options.window, rho_max=options.rho_max)
+    tables["what_to_set"] = write_table(what.ranges, out, name="what_to_set")
+    numbers = headline_numbers(audit, summary, what, live=live, threshold=options.threshold, split=split)
     write_results(out / RESULTS_FILE, results_document(problem=problem, audit=audit, replay=replay, summary=summary,
-                                                       tests=tests, provenance=provenance,
+                                                       tests=tests, provenance=provenance, headline=numbers,
                                                        options=_plain_options(options)))
     studies = _study_tables(options.studies, out)
     sections = _study_sections(options.studies, out)
@@ -137,7 +144,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order, "split": split,
         "claims": summary_claims(summary, tests, threshold=options.threshold), "live": live,
-        "headline": build_headline(audit, summary, live=live, threshold=options.threshold),
+        "headline": headline_sentences(numbers),
         "convention": problem.pools.convention, "excluded": problem.pools.excluded, "studies": studies,
         "sections": sections, "provenance": provenance, "results_file": RESULTS_FILE, "contexts_table": _write_contexts(dataset, problem, audit),
     }
@@ -282,7 +289,8 @@ def _live_section(datasets: Sequence[str | Path], out: Path) -> dict:
               for name, caption in _LIVE_SHOWN.items() if len(result.tables[name])}
     figures = {name: f"live/{path.name}" for name, path in sorted(result.figures.items())}
     return {"present": True, "tables": tables, "figures": figures, "synthetic": result.synthetic,
-            "verdicts": scenario_verdicts(result.headline), "campaign_lines": campaign_lines(result.headline),
+            "headline": result.headline, "verdicts": scenario_verdicts(result.headline),
+            "campaign_lines": campaign_lines(result.headline),
             "issues": result.issues["what"].tolist()}
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 
-from ..figures import pyplot, save_figure
+from ..figures import arm_colour, pyplot, save_figure
 from ..inputs import is_synthetic
 from ..pools import CONTEXT_COLUMNS, Pools
 
@@ -120,7 +120,8 @@ def plot_transients(frame: pd.DataFrame, folder: str | Path, *, window_start: in
     for fabric, g in frame.groupby("fabric", sort=True):
         fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=120)
         for arm, rows in g.groupby("arm", sort=False):
-            (line,) = ax.plot(rows["iteration"], rows["median"], marker=".", linewidth=1.2, label=arm)
+            (line,) = ax.plot(rows["iteration"], rows["median"], marker=".", linewidth=1.2, label=arm,
+                              color=arm_colour(arm))
             ax.fill_between(rows["iteration"], rows["q25"], rows["q75"], alpha=0.12, color=line.get_color(),
                             linewidth=0)
         ax.axhline(1.0, color="grey", linewidth=1, label="steady mean")

@@ -4,7 +4,9 @@ What a script or a dashboard reads after a sweep instead of scraping the page: p
 the steady mean of every measured arm, AUTO's arm, the measured-best arm, AUTO's loss, the
 runner-up margin, each replayed policy's TRLT and the degenerate-context flags
 (:mod:`..degenerate`); per policy the Table-1 summary and the
-tests against AUTO; the provenance of the data; and :data:`SCHEMA_VERSION`, raised whenever
+tests against AUTO; the provenance of the data; ``headline``, every number the page's headline
+box and the demo's summary say (:func:`.headline.headline_numbers`: percentages there, as on the
+page); and :data:`SCHEMA_VERSION`, raised whenever
 a key is renamed or its meaning changes (adding keys keeps the version).
 
 Values are plain JSON: fractions (not percent) for losses and TRLT, as in the audit rows;
@@ -102,12 +104,13 @@ def policy_results(summary: pd.DataFrame, tests: pd.DataFrame | None) -> dict[st
 
 
 def results_document(*, problem, audit, replay: pd.DataFrame, summary: pd.DataFrame, tests: pd.DataFrame | None,
-                     provenance: dict, options: dict) -> dict:
+                     provenance: dict, headline: dict, options: dict) -> dict:
     """The whole ``results.json`` object (see the module docstring for its keys and units)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "provenance": provenance,
         "options": options,
+        "headline": headline,
         "audit": _records(audit.summary),
         "policies": policy_results(summary, tests),
         "contexts": context_results(problem, audit.contexts, replay),

@@ -50,7 +50,7 @@ def test_report_writes_html_figures_and_table_copies(dataset, tmp_path):
         assert part in html
     for name in ("summary", "scenarios", "audit_summary", "audit_gate", "tail_anatomy", "transients", "tests"):
         assert (tmp_path / "tables" / f"{name}.csv").exists()
-        assert (tmp_path / "tables" / f"{name}.md").read_text().startswith("| ")
+        assert re.search(r"^\| \S", (tmp_path / "tables" / f"{name}.md").read_text(), re.M), name
     assert (tmp_path / "survival.png").stat().st_size > 1000
     arms = sorted((tmp_path / "figures").glob("arms_*.png"))
     maps = sorted((tmp_path / "figures").glob("errmap_*.png"))

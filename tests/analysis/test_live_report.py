@@ -70,13 +70,24 @@ def _headline(ucb: float, auto: float, bands: list[tuple[str, float]]) -> dict:
 
 def test_verdicts_say_the_numbers_they_are_given():
     (won,) = scenario_verdicts(_headline(3.1, 7.8, [("1-8 MiB", 1.02), ("16-64 MiB", 1.31)]))
-    assert won.lines[0].startswith("UCB1 (the best learner): selection loss 3.1% against AUTO's 7.8%")
-    assert won.lines[0].endswith("UCB1 beat AUTO.")
-    assert "UCB1 1-8 MiB 1.02x, 16-64 MiB 1.31x" in won.lines[1]
-    assert "UCB1 was faster than stock at 16-64 MiB (1.31x); on par with stock at 1-8 MiB (1.02x)" in won.lines[1]
+    assert won.lines[0].startswith("UCB1 was faster than stock at 16-64 MiB (1.31x); on par with stock at 1-8 MiB "
+                                   "(1.02x). Per band")
+    assert "UCB1 1-8 MiB 1.02x, 16-64 MiB 1.31x" in won.lines[0]
+    assert won.lines[1].startswith("UCB1 (the best learner): selection loss 3.1% against AUTO's 7.8%")
+    assert won.lines[1].endswith("UCB1 beat AUTO.")
     assert won.lines[2].startswith("Overhead of the plugin (AUTO through the plugin, selection fixed): 0.4%")
     (lost,) = scenario_verdicts(_headline(9.0, 7.8, [("1-8 MiB", 0.8)]))
-    assert lost.lines[0].endswith("UCB1 did not beat AUTO.") and "slower than stock at 1-8 MiB (0.80x)" in lost.lines[1]
+    assert "slower than stock at 1-8 MiB (0.80x)" in lost.lines[0] and lost.lines[1].endswith("UCB1 did not beat AUTO.")
+
+
+def test_a_win_over_auto_never_reads_before_a_loss_against_stock():
+    # Slower than stock at small sizes, faster at large ones, and better than AUTO: the loss is said first.
+    (mixed,) = scenario_verdicts(_headline(3.1, 7.8, [("4-8 MiB", 0.91), ("16-64 MiB", 1.31)]))
+    short = " ".join(mixed.short)
+    assert short.startswith("UCB1 was slower than stock at 4-8 MiB (0.91x); faster than stock at 16-64 MiB (1.31x)")
+    assert short.index("slower than stock") < short.index("UCB1 beat AUTO")
+    text = " ".join(mixed.lines)
+    assert text.index("slower than stock") < text.index("beat AUTO")
 
 
 def test_live_reads_the_sweep_from_a_second_dataset(apart, tmp_path):

@@ -135,8 +135,14 @@ window.addEventListener("load", function () {
   };
   var out = document.createElement("pre");
   out.id = "%s";
+  var outside = Array.prototype.slice.call(document.querySelectorAll("table")).filter(function (t) {
+    return !t.closest("#headline");
+  });
+  var action = document.querySelector("#headline h3");
   out.textContent = JSON.stringify({headline: box(document.getElementById("headline")),
-                                    table: box(document.querySelector("table")),
+                                    table: box(outside[0]), action: box(action),
+                                    action_title: action ? action.textContent : "",
+                                    ranges: box(document.querySelector("#headline table")),
                                     text: (document.getElementById("headline") || {}).innerText || ""});
   document.body.appendChild(out);
 });
@@ -153,7 +159,8 @@ def _run_chromium(page: Path, profile: Path, *extra: str) -> subprocess.Complete
 
 
 def _rects(page: Path, profile: Path) -> dict:
-    """Where the headline box and the first table sit on the page (CSS px), and the box's text."""
+    """Where the headline box, its first heading and ranges table, and the first table after it sit on
+    the page (CSS px), and the box's text."""
     copy = page.with_name(f"browser-rects-{page.name}")
     copy.write_text(page.read_text().replace("</body>", RECTS + "</body>"))
     try:
@@ -179,39 +186,95 @@ def _dump_dom(page: Path, profile: Path) -> str:
     return _run_chromium(page, profile, "--dump-dom").stdout
 
 
-def test_the_headline_box_comes_first_and_carries_the_audit(report, tmp_path):
+def test_the_headline_box_comes_first_and_leads_with_what_to_set(report, tmp_path):
     import numpy as np
     import pandas as pd
 
     dom = _dump_dom(report, tmp_path / "profile")
-    start, first_table = dom.find('id="headline"'), dom.find("<table")
-    assert 0 <= start < first_table, "the headline box must precede the first table in the DOM"
+    start, end = dom.find('id="headline"'), dom.find("</section>")
+    assert 0 <= start < end < dom.find('<table class="dataframe'), "the headline box must precede the data tables"
     audit = pd.read_csv(report.parent / "tables" / "audit_contexts.csv")
     found = _rects(report, tmp_path / "profile")
     text = " ".join(found["text"].split())
+    assert found["action_title"] == "What to set"
+    ranges = pd.read_csv(report.parent / "tables" / "what_to_set.csv")
+    assert len(ranges) and f"{len(ranges)} size ranges" in text
+    worst = ranges.loc[ranges["loss_max_pct"].idxmax()]
+    assert f"NCCL's choice is up to {worst['loss_max_pct']:.0f}% slower there" in text
+    assert f"{worst['sizes']} {worst['arm']} {worst['auto_arm']}" in text
+    assert f"NCCL_TUNER_CONFIG_FILE={(report.parent / 'export' / 'sim-h100' / 'nccl_tuner.conf').resolve()}" in text
     assert f"AUTO picks a wrong arm in {int(audit['error'].sum())} of {len(audit)} contexts" in text
     row = pd.read_csv(report.parent / "tables" / "audit_summary.csv").set_index("pricing").loc["selection"]
     assert f"mean {row['mean_pct']:.1f}%, p99 {row['p99_pct']:.1f}%" in text
-    worst = audit[audit["error"]].nlargest(1, "trlt_selection").iloc[0]
-    assert f"AUTO plays {worst['auto_arm']}, {worst['best_arm']} is best; AUTO is " \
-           f"{100 * worst['trlt_selection']:.0f}% slower" in text
     summary = pd.read_csv(report.parent / "tables" / "summary.csv").set_index("policy")
-    learners = summary.drop(index=["AUTO", "Random"], errors="ignore")
-    best = learners["realized_mean_pct"].idxmin()
-    assert f"{best}, the best of {len(learners)} learners" in text
-    assert f"realized TRLT mean {learners.loc[best, 'realized_mean_pct']:.2f}%" in text
+    assert f"loses {summary.loc['UCB1', 'realized_mean_pct']:.2f}% against AUTO's " \
+           f"{summary.loc['AUTO', 'realized_mean_pct']:.2f}%" in text
+    assert text.index("What to set") < text.index("AUTO over every context") < text.index("Is live learning")
 
     box, table = found["headline"], found["table"]
     assert box["bottom"] <= table["top"], f"the headline box overlaps or follows the first table: {found}"
-    assert box["top"] < HEIGHT / 2 and box["bottom"] <= HEIGHT, f"the headline box is not on the first screen: {box}"
+    # What to set is on the first screen: its heading, its sentence and the top of its ranges table.
+    assert box["top"] < HEIGHT / 4 and found["action"]["bottom"] < HEIGHT / 2, f"not on the first screen: {found}"
+    assert found["ranges"]["top"] < HEIGHT - 100, f"the ranges table starts below the first screen: {found}"
     image = _screenshot(report, tmp_path / "headline.png", tmp_path / "profile")
     assert image.shape[:2] == (HEIGHT, WIDTH)
-    inside = image[int(box["top"]) + 4:int(box["bottom"]) - 4, int(box["left"]) + 4:int(box["right"]) - 4]
+    bottom = min(box["bottom"], HEIGHT)
+    inside = image[int(box["top"]) + 4:int(bottom) - 4, int(box["left"]) + 4:int(box["right"]) - 4]
     background = np.median(inside.reshape(-1, 3), axis=0)
     assert background[2] > background[0] + 5, f"the box is not tinted: {background}"
     inked = (np.abs(inside - background).sum(axis=2) > 120).mean()
     assert inked > 0.02, f"the headline box looks blank ({inked:.3%} of its pixels carry ink)"
-    edge = image[int(box["top"]):int(box["bottom"]), int(box["left"]):int(box["left"]) + 3]
+    edge = image[int(box["top"]):int(bottom), int(box["left"]):int(box["left"]) + 3]
     assert (edge[:, :, 2] - edge[:, :, 0] > 100).any(axis=1).mean() > 0.95, "the box's blue border is not drawn"
-    below = image[int(box["bottom"]) + 2:, :]
-    assert (np.abs(below - background).sum(axis=2) < 10).mean() < 0.5, "the box's tint runs below the box"
+    if box["bottom"] + 2 < HEIGHT:
+        below = image[int(box["bottom"]) + 2:, :]
+        assert (np.abs(below - background).sum(axis=2) < 10).mean() < 0.5, "the box's tint runs below the box"
+
+
+SCROLL_ID = "ncclbot-browser-scroll"
+SCROLL = """<script>
+window.addEventListener("load", function () {
+  var tables = Array.prototype.slice.call(document.querySelectorAll("table.t"));
+  var found = tables.map(function (t) {
+    var frame = t.closest(".scroll"), head = t.querySelector("th");
+    return {columns: head ? head.parentElement.children.length : 0,
+            frame: frame ? getComputedStyle(frame).overflowX + "/" + getComputedStyle(frame).overflowY : "none",
+            header: head ? getComputedStyle(head).position : "none"};
+  });
+  // Squeeze the longest table's frame and scroll it down and sideways: its header row must stay on top.
+  var widest = Math.max.apply(null, found.map(function (t) { return t.columns; }));
+  var tall = tables.slice().sort(function (a, b) { return b.rows.length - a.rows.length; })[0];
+  var frame = tall.closest(".scroll");
+  frame.style.maxHeight = (tall.rows[0].offsetHeight * 2.5) + "px";
+  frame.scrollTop = tall.rows[0].offsetHeight * 1.5;
+  frame.scrollLeft = 200;
+  var top = frame.getBoundingClientRect().top, head = tall.rows[0].cells[1].getBoundingClientRect();
+  var first = tall.rows[1].cells[0].getBoundingClientRect();
+  var out = document.createElement("pre");
+  out.id = "%s";
+  out.textContent = JSON.stringify({tables: found, widest: widest,
+                                    scrolled: frame.scrollTop, header_gap: head.top - top,
+                                    first_row_gap: first.top - top});
+  document.body.appendChild(out);
+});
+</script>
+""" % SCROLL_ID
+
+
+def test_wide_tables_scroll_in_their_frame_under_a_fixed_header(report, tmp_path):
+    copy = report.with_name(f"browser-scroll-{report.name}")
+    copy.write_text(report.read_text().replace("</body>", SCROLL + "</body>"))
+    try:
+        done = _run_chromium(copy, tmp_path / "profile", "--dump-dom")
+    finally:
+        copy.unlink()
+    found = re.search(rf'<pre id="{SCROLL_ID}"[^>]*>(.*?)</pre>', done.stdout, re.S)
+    assert found, f"chromium exit {done.returncode}, no result in its DOM; stderr:\n{done.stderr[-3000:]}"
+    found = json.loads(html.unescape(found.group(1)))
+    assert found["widest"] > 10, "no table here is wider than 10 columns: the frame is not exercised"
+    for table in found["tables"]:
+        if table["columns"] > 10:
+            assert table["frame"] == "auto/auto" and table["header"] == "sticky", table
+    assert found["scrolled"] > 0, found
+    assert abs(found["header_gap"]) <= 1.5, f"the header row scrolled away with the rows: {found}"
+    assert found["first_row_gap"] < -1, f"the rows did not scroll under the header: {found}"

@@ -92,7 +92,9 @@ def test_error_map_cells_name_auto_and_best(tmp_path, kept_figures):
     assert path.name == "errmap_sim-a_AllReduce.png" and path.with_suffix(".csv").is_file()
     ax = kept_figures[0].axes[0]
     texts = {t.get_text() for t in ax.texts}
-    assert "Ring/LL > Ring/Simple\n100% slower" in texts and "Ring/LL > Tree/LL\n27% slower" in texts
+    # The best arm first, then AUTO's arm and how much slower it is: read as a sentence, not an inequality.
+    assert "Ring/Simple is best;\nRing/LL is 100% slower" in texts and "Tree/LL is best;\nRing/LL is 27% slower" in texts
+    assert not any(">" in text for text in texts)
     assert "Ring/Simple" in texts
     # Sizes run down the page (one row each, the report's size labels), node counts across.
     assert [t.get_text() for t in ax.get_yticklabels()] == ["1 KiB", "4 KiB"]

@@ -45,7 +45,7 @@ def test_results_json_is_strict_json_with_a_schema_version(report):
     text = (report / "results.json").read_text()
     doc = json.loads(text, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
     assert doc["schema_version"] == SCHEMA_VERSION == 1
-    assert set(doc) == {"schema_version", "provenance", "options", "audit", "policies", "contexts"}
+    assert set(doc) == {"schema_version", "provenance", "options", "headline", "audit", "policies", "contexts"}
     assert doc["options"]["horizon"] == 30 and doc["options"]["policies"] == ["AUTO", "UCB1", "Random"]
 
 
@@ -101,10 +101,10 @@ def test_page_names_campaign_and_fabric_and_shows_provenance_and_glossary(report
                  "ncclbot-sweep analyze report --dataset", "<h2>Glossary</h2>", "<dt>TRLT</dt>", "<dt>Margin</dt>",
                  "<dt>Scenario</dt>", "<dt>Realized</dt>", "<dt>Selection-priced</dt>", 'href="results.json"'):
         assert part in html, part
-    # every data table sits in a box that scrolls sideways instead of widening the page
+    # every data table sits in a box that scrolls (sideways instead of widening the page, down under its header)
     tables = html.count('<table class="dataframe t">')
     assert tables >= 6 and html.count('<div class="scroll"><table class="dataframe t">') == tables
-    assert ".scroll { max-width: 100%; overflow-x: auto;" in html
+    assert ".scroll { max-width: 100%; max-height: 32em; overflow: auto;" in html
 
 
 def test_every_html_table_header_is_readable_words(report):
@@ -122,10 +122,13 @@ def test_headline_claims_carry_the_scenario_test_and_its_holm_p(report):
     html = (report / "index.html").read_text()
     test = pd.read_csv(report / "tables" / "tests.csv").set_index("b").loc["UCB1"]
     (line,) = [li for li in re.findall(r"<li>(UCB1:[^<]*)</li>", html)]
-    assert f"Holm p = {test['p_holm_mean']:.3g}" in line and f"sign-flip over scenarios p = {test['p_signflip_mean']:.3g}" in line
-    assert f"Holm p = {test['p_holm_above']:.3g}" in line
+    # p-values with two significant digits, as in the tables
+    assert f"Holm p = {test['p_holm_mean']:#.2g}".rstrip(".") in line
+    assert f"sign-flip over scenarios p = {test['p_signflip_mean']:#.2g}".rstrip(".") in line
+    assert f"Holm p = {test['p_holm_above']:#.2g}".rstrip(".") in line
+    assert not re.search(r"p = \d\.\d{3}", line), line
     # one test scenario per collective at 8 nodes: the smallest attainable p is stated
-    assert "not significant at 0.05 after Holm (with 2 scenarios the smallest attainable sign-flip p is 0.5)" in line
+    assert "not significant at 0.05 after Holm (with 2 scenarios the smallest attainable sign-flip p is 0.50)" in line
 
 
 def test_per_scenario_table_is_scenarios_by_policies_and_names_its_split(report):
