@@ -16,6 +16,11 @@ framework between collectives pays, and what the live simulator's ranks pay, sin
 Python processes share two cores there. On the machine of issue 20's last stop, warm
 ``getCollInfo`` took 131 ns (trimmed mean), 230 ns after 1 MiB and about 5 us after 64 MiB.
 
+Where valgrind is installed it adds the last-level cache lines a fully cold ``getCollInfo``
+touches (callgrind's cache model, 16 MiB LL, after 32 MiB written between calls): the
+difference in LL misses inside ``get_coll_info_v4`` between 30 and 10 cold calls, over 20.
+Those lines are what a cold call waits for; its time depends on how many it fetches together.
+
 Run from the repository root: ``.venv/bin/python benchmarks/plugin.py [--runs 3] [--calls N]``.
 """
 
@@ -24,7 +29,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +57,29 @@ def run_bench(calls: int) -> str:
     return subprocess.run([str(BENCH), str(calls)], check=True, capture_output=True, text=True).stdout
 
 
+def cold_lines() -> float | None:
+    """LL lines per fully cold getCollInfo under callgrind's cache model (None without valgrind)."""
+    if shutil.which("valgrind") is None:
+        return None
+    misses = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for calls in (10, 30):
+            out = Path(tmp) / f"cg.{calls}"
+            subprocess.run(["valgrind", "--tool=callgrind", "--simulate-cache=yes", "--I1=32768,8,64",
+                            "--D1=32768,8,64", "--LL=16777216,16,64", "--toggle-collect=get_coll_info_v4",
+                            f"--callgrind-out-file={out}", str(BENCH), str(calls), "cold"],
+                           check=True, capture_output=True, env={**os.environ, "NCCLBOT_POLICY": "ucb1"})
+            events = summary = None
+            for line in out.read_text().splitlines():
+                if line.startswith("events:"):
+                    events = line.split()[1:]
+                elif line.startswith("summary:"):
+                    summary = [int(x) for x in line.split()[1:]]
+            row = dict(zip(events or [], summary or []))
+            misses[calls] = sum(row.get(k, 0) for k in ("ILmr", "DLmr", "DLmw"))
+    return (misses[30] - misses[10]) / 20
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -68,7 +98,10 @@ def main() -> None:
     print(f"plugin bench, best of {args.runs} runs of {args.calls:,} calls "
           f"(load average {load:.1f} -> {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)")
     print(f"{'figure':40s} {'measured':>10s} {'target':>8s} {'target/measured':>16s}")
-    for name, _pattern, target in FIGURES:
+    lines = cold_lines()
+    if lines is not None:
+        best["LL lines a fully cold call touches"] = lines
+    for name, _pattern, target in FIGURES + [("LL lines a fully cold call touches", "", 25.0)] * (lines is not None):
         got = best[name]
         if target is None:
             print(f"{name:40s} {got:10.1f} {'-':>8s} {'(no target)':>16s}")

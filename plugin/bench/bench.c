@@ -160,6 +160,10 @@ static void lr_open(local_rank *r, uint64_t id, const char *trace_dir, long call
   r->pns = malloc(sizeof(double) * (size_t)calls);
 }
 
+/* Written right before and right after each getCollInfo: a memory trace (valgrind
+ * --tool=lackey --trace-mem=yes) finds the call's accesses between the two. */
+volatile int g_cold_marker;
+
 /* One call and its collective, each timed on its own (timer overhead subtracted), as NCCL
  * interleaves them: a call drains the previous collective's sample. i < 0: warm-up. */
 static void lr_step(local_rank *r, long i, double timer) {
@@ -168,7 +172,9 @@ static void lr_step(local_rank *r, long i, double timer) {
   table_init(t);
   long a0 = g_allocs;
   uint64_t t0 = now();
+  g_cold_marker = 1;
   ncclTunerPlugin_v6.getCollInfo(r->tctx, 4, 4u << 20, 1, (float **)(void *)t, 7, 3, 0, &nch);
+  g_cold_marker = 2;
   uint64_t t1 = now();
   int arm = 5;
   for (int k = 0; k < 21; k++)
@@ -223,9 +229,18 @@ static void evict(unsigned char *buf, size_t mib) {
 static void bench_cold(long calls, size_t mib) {
   unsigned char *buf = calloc(mib << 20, 1);
   local_rank r;
-  lr_open(&r, 45, NULL, calls);
+  lr_open(&r, 45, NULL, calls > 1000 ? calls : 1000);
   local_rank *one[] = {&r};
   warm_and_run(one, 1, 1000); /* context created, log cycled */
+  if (getenv("NCCLBOT_BENCH_LAYOUT")) { /* where a cold call's lines lie (for a memory trace) */
+    const nb_comm *c = r.tctx;
+    fprintf(stderr, "layout comm %p+%zu log %p+%zu arena %p+%zu steps %p+%zu records %p+%zu "
+            "free %p+%zu cells %p+%zu\n", (const void *)c, sizeof *c, (void *)c->log,
+            (size_t)(c->log_mask + 1) * sizeof *c->log, (void *)c->tab.arena, c->fill.used,
+            (void *)c->steps, sizeof *c->steps, (void *)c->rec_base, (size_t)NB_NREC * NB_REC_SIZE,
+            (void *)c->rec_free, (size_t)NB_NREC * sizeof *c->rec_free, (void *)c->mq.cells,
+            (size_t)(c->mq.mask + 1) * sizeof *c->mq.cells);
+  }
   double timer = timer_cost();
   for (long i = 0; i < calls; i++) {
     evict(buf, mib);
@@ -409,6 +424,12 @@ int main(int argc, char **argv) {
   if (!mkdtemp(tdir)) {
     perror("mkdtemp");
     return 1;
+  }
+  if (argc > 2 && strcmp(argv[2], "cold") == 0) { /* under callgrind: lines a cold call touches */
+    setenv("NCCLBOT_POLICY", "ucb1", 0);
+    setenv("NCCLBOT_MIN_BYTES", "0", 1);
+    bench_cold(calls, 32);
+    return 0;
   }
   bench_local(calls, tdir);
   unsetenv("NCCLBOT_TRACE_DIR");

@@ -7,15 +7,14 @@
  * the opposite order. The last release frees the state, and the registry itself
  * once it is empty, so nothing is left behind when NCCL dlcloses the library.
  * The registry owns each communicator's shape (nranks, nnodes) and the logger:
- * both are written here, under the registry mutex, and only here.
+ * both are written here, under the registry mutex, and only here. It includes nothing
+ * above it: the last releaser tears the rest down (plugin.c).
  * Thread safety: every function here takes the registry mutex.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "learn.h"
 #include "log.h"
 #include "state.h"
 
@@ -26,15 +25,10 @@ static size_t g_n, g_cap;
 void nb_registry_lock(void) { pthread_mutex_lock(&g_lock); }
 void nb_registry_unlock(void) { pthread_mutex_unlock(&g_lock); }
 
-uint64_t nb_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static nb_comm *create(uint64_t comm_id, int nranks, int nnodes) {
-  nb_comm *c = calloc(1, sizeof *c);
+  nb_comm *c = aligned_alloc(64, (sizeof *c + 63) / 64 * 64); /* its lines are laid out by access */
   if (!c) return NULL;
+  memset(c, 0, sizeof *c);
   c->comm_id = comm_id;
   c->rank = -1;
   c->nranks = nranks;
@@ -92,7 +86,7 @@ nb_comm *nb_comm_acquire(uint64_t comm_id, int tuner_side, int nranks, int nnode
   return found;
 }
 
-void nb_comm_release(nb_comm *c, int tuner_side) {
+int nb_comm_release(nb_comm *c, int tuner_side) {
   pthread_mutex_lock(&g_lock);
   if (tuner_side)
     c->tuner_refs--;
@@ -112,11 +106,12 @@ void nb_comm_release(nb_comm *c, int tuner_side) {
     }
   }
   pthread_mutex_unlock(&g_lock);
-  if (last) {
-    nb_learn_teardown(c);
-    nb_mq_free(&c->mq);
-    free(c->rec_base);
-    free(c->rec_free);
-    free(c);
-  }
+  return last;
+}
+
+void nb_comm_free(nb_comm *c) {
+  nb_mq_free(&c->mq);
+  free(c->rec_base);
+  free(c->rec_free);
+  free(c);
 }

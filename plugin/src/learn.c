@@ -30,11 +30,13 @@
  * without a verdict cannot know which rounds the others hold: fail mode fails at once,
  * freeze mode plays NCCL's choice from then on.
  */
+#include "clock.h"
 #include "learn.h"
 
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,14 +53,15 @@
 /* ---------- setup ---------- */
 
 static int alloc_learning(nb_comm *c) {
-  if (nb_tab_init(&c->tab, c->cfg.max_contexts) != 0) return -1;
+  if (nb_tab_init(&c->tab, &c->fill, c->cfg.max_contexts) != 0) return -1;
   c->steps = malloc(sizeof *c->steps);
   if (!c->steps) return -1;
   nb_steps_init(c->steps, &c->cfg);
   uint64_t cap = 2 * NB_NREC; /* local mode gives up on a pull after cap/2 later ones */
   while (cap < 2ULL * (c->cfg.sync_lag + 3) * c->cfg.sync_every) cap *= 2; /* unapplied pulls */
-  c->log = calloc(cap, sizeof *c->log);
+  c->log = aligned_alloc(64, cap * sizeof *c->log); /* two entries per line */
   if (!c->log) return -1;
+  memset(c->log, 0, cap * sizeof *c->log);
   c->log_mask = cap - 1;
   return 0;
 }
@@ -181,7 +184,7 @@ void nb_learn_setup(nb_comm *c, int have_comm_id) {
 /* ---------- applying rewards ---------- */
 
 /* Most of a context's samples never reach its statistics: say once why. */
-static void warn_drops(nb_comm *c, const nb_ctx *x) {
+static __attribute__((noinline, cold)) void warn_drops(nb_comm *c, const nb_ctx *x) {
   static const char *const why[NB_DROP_COUNT] = {
       "", "the profiler reported no usable kernel timers (is NCCL_PROFILER_PLUGIN this same library?)",
       "their kernel events never came", "no Coll start came for them (graph capture, or a group "
@@ -196,8 +199,8 @@ static void warn_drops(nb_comm *c, const nb_ctx *x) {
 }
 
 static void apply_entry(nb_comm *c, nb_pull *e, float merged_us, int64_t round) {
-  nb_ctx *x = &c->tab.ctx[e->ctx];
-  nb_arm_stat *st = &c->tab.stat[x->arm_off + e->arm_idx];
+  nb_ctx *x = nb_ctx_at(&c->tab, e->ctx);
+  nb_arm_stat *st = &nb_ctx_stats(x)[e->arm_idx];
   double reward = merged_us >= 0.0f ? nb_reward(x->mu_min, merged_us) : -1.0;
   nb_resolve(st);
   if (reward >= 0.0) {
@@ -267,10 +270,11 @@ static uint32_t drain(nb_comm *c) {
   nb_meas m;
   uint32_t taken = 0;
   while (nb_mq_pop(&c->mq, &m) == 0) {
-    nb_prof_reclaim(c, &m);
     nb_pull *e = &c->log[m.pull & c->log_mask];
+    __builtin_prefetch(e, 1);
+    nb_prof_reclaim(c, &m);
     if (m.pull >= c->head || c->head - m.pull > c->log_mask + 1 || e->state != NB_PULL_PENDING ||
-        e->arm != m.arm || c->tab.ctx[e->ctx].key != m.key) {
+        e->arm != m.arm || nb_ctx_at(&c->tab, e->ctx)->key != m.key) {
       c->n_unmatched++;
       continue;
     }
@@ -456,7 +460,7 @@ static void submit_round(nb_comm *c, int64_t r) {
   for (uint64_t i = 0; i < m; i++) {
     nb_pull *e = &c->log[(first + i) & c->log_mask];
     lat[i] = e->state == NB_PULL_HAVE ? e->lat_us : -1.0f;
-    uint64_t k = c->tab.ctx[e->ctx].key ^ ((uint64_t)e->arm << 50);
+    uint64_t k = nb_ctx_at(&c->tab, e->ctx)->key ^ ((uint64_t)e->arm << 50);
     h = (h ^ k) * 1099511628211ULL;
   }
   nb_sync_submit(c->sync, r, h, lat);
@@ -533,8 +537,9 @@ static int await_result(nb_comm *c, int64_t r, char *why, size_t whylen) {
 }
 
 /* Round boundary b (see the top of this file). Returns 0 to go on learning, 1 when frozen
- * or NCCL decides from now on, -1 when failed (fail mode). */
-static int boundary(nb_comm *c, int64_t b) {
+ * or NCCL decides from now on, -1 when failed (fail mode). Once per m pulls: kept out of the
+ * hot call's frame. */
+static __attribute__((noinline)) int boundary(nb_comm *c, int64_t b) {
   uint64_t t0 = nb_now_ns();
   nb_sync *s = c->sync;
   char why[400] = "";
@@ -564,9 +569,11 @@ static int boundary(nb_comm *c, int64_t b) {
 
 /* ---------- the decision ---------- */
 
-static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numAlgo,
-                          int numProto) {
-  if (c->tab.nctx >= c->cfg.max_contexts) { /* bounded memory: NCCL decides, nothing stored */
+/* A context's first sight (cold: its arrays stay out of the hot call's frame). */
+static __attribute__((noinline, cold)) int64_t create_ctx(nb_comm *c, uint64_t key,
+                                                          const float *table, int numAlgo,
+                                                          int numProto) {
+  if (c->fill.nctx >= c->cfg.max_contexts) { /* bounded memory: NCCL decides, nothing stored */
     c->n_over_cap++;
     return -1;
   }
@@ -580,9 +587,9 @@ static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numA
     mu[0] = mu_min;
   }
   int pass = c->cfg.policy == NB_POLICY_AUTO ? n != 1 : n <= 1 || !(mu_min > 0.0);
-  int64_t ci = nb_tab_add(&c->tab, key, pass ? 0 : n);
+  int64_t ci = nb_tab_add(&c->tab, &c->fill, key, pass ? 0 : n);
   if (ci < 0) return -1;
-  nb_ctx *x = &c->tab.ctx[ci];
+  nb_ctx *x = nb_ctx_at(&c->tab, (uint32_t)ci);
   x->auto_arm = (uint8_t)auto_arm;
   x->auto_idx = NB_NO_ARM;
   for (int i = 0; i < n; i++)
@@ -593,8 +600,8 @@ static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numA
   }
   const nb_saved_ctx *sv = c->saved ? nb_saved_find(c->saved, key) : NULL;
   x->mu_min = sv ? sv->mu_min : mu_min;
-  memcpy(&c->tab.arm_id[x->arm_off], ids, (size_t)n);
-  nb_arm_stat *st = &c->tab.stat[x->arm_off];
+  memcpy(nb_ctx_ids(x), ids, (size_t)n);
+  nb_arm_stat *st = nb_ctx_stats(x);
   nb_warm_start(mu, x->mu_min, n, c->cfg.pseudo_count, st, &x->pol);
   if (sv) /* the saved state holds means and counts (persist.c) */
     for (int i = 0; i < n; i++)
@@ -608,10 +615,9 @@ static int64_t create_ctx(nb_comm *c, uint64_t key, const float *table, int numA
   return ci;
 }
 
-static uint32_t available_mask(const nb_comm *c, const nb_ctx *x, const float *table, int numAlgo,
-                               int numProto) {
+static uint32_t available_mask(const nb_ctx *x, const float *table, int numAlgo, int numProto) {
   uint32_t mask = 0;
-  const uint8_t *ids = &c->tab.arm_id[x->arm_off];
+  const uint8_t *ids = nb_ctx_ids(x);
   if (numProto == NCCLBOT_NUM_PROTOS && numAlgo >= NCCLBOT_NUM_ALGOS) { /* cell = arm id */
     for (int i = 0; i < x->narms; i++) mask |= (uint32_t)nb_cost_available(table[ids[i]]) << i;
     return mask;
@@ -636,11 +642,11 @@ static int select_arm(nb_comm *c, nb_ctx *x, uint64_t key, uint32_t mask) {
   if (c->cfg.policy == NB_POLICY_AUTO) return 0;
   uint32_t available = mask;
   if (x->pulls != x->n_rewarded + x->n_missing) { /* some reward pending: the hold rule */
-    uint32_t free_arms = mask & ~nb_held(&c->tab.stat[x->arm_off], x->narms, c->cfg.probe, x->auto_idx);
+    uint32_t free_arms = mask & ~nb_held(nb_ctx_cstats(x), x->narms, c->cfg.probe, x->auto_idx);
     if (free_arms) mask = free_arms; /* every arm held: the policy chooses among all */
   }
   int cacheable = nb_policy_cacheable(&c->cfg);
-  const nb_arm_stat *st = &c->tab.stat[x->arm_off];
+  const nb_arm_stat *st = nb_ctx_cstats(x);
   if (!(cacheable && x->sel_ok && x->sel_mask == mask)) {
     uint64_t stream = cacheable ? 0 : nb_rng_stream(c->cfg.seed, c->comm_id, key);
     x->sel_idx = (uint8_t)nb_select(&c->cfg, st, x->narms, available, mask, &x->pol, stream);
@@ -661,28 +667,31 @@ static int sync_gate(const nb_comm *c, const nb_ctx *x, const float *table, int 
   if (c->mode != NB_MODE_LEARN_SYNC || (c->sync->confirmed && !c->sync->auto_only)) return -2;
   if (c->sync->auto_only) return -1;
   int arm = nb_auto_arm(table, numAlgo, numProto);
-  const uint8_t *ids = &c->tab.arm_id[x->arm_off];
+  const uint8_t *ids = nb_ctx_ids(x);
   for (int i = 0; i < x->narms; i++)
     if (ids[i] == arm && (mask >> i & 1)) return i;
   return -1;
 }
 
+static __attribute__((noinline, cold)) ncclResult_t refuse(nb_comm *c) {
+  if (c->failed == 1) NB_WARN("refusing this and later collectives: %s", c->fail_why);
+  c->failed = 2;
+  return ncclSystemError;
+}
+
 static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *table,
                                     int numAlgo, int numProto) {
-  if (c->failed) { /* fail_comm said why once; NCCL reports each failed call itself */
-    if (c->failed == 1) NB_WARN("refusing this and later collectives: %s", c->fail_why);
-    c->failed = 2;
-    return ncclSystemError;
-  }
+  if (c->failed) return refuse(c); /* fail_comm said why once; NCCL reports each failed call */
   drain(c);
   if (c->mode == NB_MODE_LEARN_LOCAL) apply_local(c);
   else if (!c->sync->frozen) maybe_submit(c);
   uint64_t key = NB_KEY(coll, nBytes);
   int64_t ci = nb_tab_find(&c->tab, key);
   if (ci < 0) ci = create_ctx(c, key, table, numAlgo, numProto);
-  if (ci < 0 || (c->tab.ctx[ci].flags & NB_CTX_PASS)) return ncclSuccess;
-  nb_ctx *x = &c->tab.ctx[ci];
-  uint32_t mask = available_mask(c, x, table, numAlgo, numProto);
+  if (ci < 0) return ncclSuccess;
+  nb_ctx *x = nb_ctx_at(&c->tab, (uint32_t)ci);
+  if (x->flags & NB_CTX_PASS) return ncclSuccess;
+  uint32_t mask = available_mask(x, table, numAlgo, numProto);
   if (!mask) return ncclSuccess;
   int learning = c->mode == NB_MODE_LEARN_LOCAL || !c->sync->frozen;
   if (learning && c->mode == NB_MODE_LEARN_SYNC && c->head > 0 &&
@@ -690,7 +699,6 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
     int r = boundary(c, (int64_t)(c->head / c->cfg.sync_every));
     if (r < 0) return ncclSystemError;
     if (r > 0) learning = 0;
-    x = &c->tab.ctx[ci];
   }
   int timed_auto = c->cfg.policy == NB_POLICY_AUTO;
   int gate = sync_gate(c, x, table, numAlgo, numProto, mask);
@@ -699,7 +707,7 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
   int idx = timed_auto ? 0 : gate >= 0 ? gate : select_arm(c, x, key, mask);
   int auto_arm = c->trace || timed_auto ? nb_auto_arm(table, numAlgo, numProto) : x->auto_arm;
   /* timed AUTO logs the arm NCCL plays in this call, which the profiler will report */
-  int arm = timed_auto ? auto_arm : c->tab.arm_id[x->arm_off + idx];
+  int arm = timed_auto ? auto_arm : nb_ctx_ids(x)[idx];
   if (arm == NB_NO_ARM) return ncclSuccess;
   if (!timed_auto) nb_force_arm(table, numAlgo, numProto, arm);
   if (!learning) return ncclSuccess;
@@ -718,20 +726,45 @@ static ncclResult_t decide_learning(nb_comm *c, int coll, size_t nBytes, float *
   e->why = NB_DROP_NONE;
   e->voided = 0;
   __atomic_store_n(&c->user_thread, (uintptr_t)pthread_self(), __ATOMIC_RELAXED);
-  nb_issue(&c->tab.stat[x->arm_off + idx]);
+  nb_issue(&nb_ctx_stats(x)[idx]);
   c->head++;
   c->n_timed++;
   return ncclSuccess;
 }
 
+/*
+ * A call that finds the caches cold (the host ran framework code since the last collective)
+ * would fetch its lines one after another, each waiting for the one before it; these
+ * prefetches ask for them together. First the communicator's hot lines (state.h), then, once
+ * those arrive, the lines they point to: this context's block (a repeat of the last one:
+ * the memo), the log entry the pull will take, the queue cell a sample would be in.
+ */
+static inline void prefetch_comm(const nb_comm *c) {
+  const char *base = (const char *)c;
+  for (size_t off = 64; off < offsetof(nb_comm, mq) + 64; off += 64) __builtin_prefetch(base + off);
+  __builtin_prefetch(&c->cfg);
+  __builtin_prefetch((const char *)&c->cfg + 64);
+}
+
+static inline void prefetch_call(const nb_comm *c, uint64_t key) {
+  if (c->log) __builtin_prefetch(&c->log[c->head & c->log_mask], 1);
+  if (c->mq.cells) __builtin_prefetch(&c->mq.cells[c->mq.tail & c->mq.mask]);
+  if (c->tab.arena && c->tab.memo_key == key) {
+    const char *x = (const char *)nb_ctx_at(&c->tab, c->tab.memo_ctx);
+    for (int line = 0; line < 7; line++) __builtin_prefetch(x + 64 * line, 1);
+  }
+}
+
 ncclResult_t nb_learn_decide(nb_comm *c, int coll, size_t nBytes, float *table, int numAlgo,
                              int numProto) {
+  prefetch_comm(c);
   c->n_calls++;
   __atomic_store_n(&c->launched, c->launched + 1, __ATOMIC_RELAXED); /* the profiler reads it */
   if (c->mode == NB_MODE_INERT || !table || coll < 0 || coll >= NCCLBOT_NUM_COLLS ||
       numAlgo <= 0 || numProto <= 0)
     return ncclSuccess;
   if ((uint64_t)nBytes < c->cfg.min_bytes) return ncclSuccess;
+  prefetch_call(c, NB_KEY(coll, nBytes));
   /* NCCL 2.31+'s symmetric-kernel pass: all -1.0, no arm to play; no context, no pull */
   if (nb_table_unavailable(table, numAlgo, numProto)) return ncclSuccess;
   if (c->mode == NB_MODE_STATIC) {
@@ -788,7 +821,7 @@ void nb_learn_teardown(nb_comm *c) {
   if (c->sync) nb_sync_close(c->sync);
   c->sync = NULL;
   nb_trace_close(c);
-  nb_tab_free(&c->tab);
+  nb_tab_free(&c->tab, &c->fill);
   free(c->log);
   c->log = NULL;
   free(c->sub_buf);

@@ -41,20 +41,4 @@ void nb_learn_finalize(nb_comm *c);
 /* nb_learn_teardown: free what the tuner side allocated (last registry release only). */
 void nb_learn_teardown(nb_comm *c);
 
-/* Names used in traces, state files and static tables. */
-const char *nb_coll_name(int coll);
-int nb_coll_from_name(const char *s);
-void nb_arm_name(int arm, char *out, size_t cap);
-int nb_arm_from_name(const char *s); /* "Ring/LL128" (case-insensitive); -1 unknown */
-
-/* Profiler descriptor spellings ("AllReduce", "ncclFloat32", "RING", "LL128"): collective
- * index or -1, datatype size or 0, arm id or NB_NO_ARM. No allocation. `memo` (one per
- * communicator, used by its user thread only) remembers the last string each field
- * matched: NCCL passes the same literals call after call, so a repeat costs one strncmp
- * against the remembered name instead of a walk through the table. */
-int nb_prof_coll(const char *func, nb_name_memo *memo);
-size_t nb_prof_type_size(const char *datatype, nb_name_memo *memo);
-int nb_prof_arm(const char *algo, const char *proto, nb_name_memo *algo_memo,
-                nb_name_memo *proto_memo);
-
 #endif

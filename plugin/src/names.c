@@ -3,7 +3,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "learn.h"
+#include "names.h"
+#include "nccl_abi.h"
+#include "policy.h"
 
 static const char *const k_colls[NCCLBOT_NUM_COLLS] = {"Broadcast", "Reduce", "AllGather",
                                                        "ReduceScatter", "AllReduce"};

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "learn.h"
+#include "names.h"
 
 struct nb_saved {
   nb_saved_ctx *ctx;
@@ -126,13 +126,13 @@ int nb_state_save(const nb_comm *c, char *why, size_t whylen) {
     return -1;
   }
   fprintf(fp, "# ncclbot-state v1\ncollective,size_bytes,mu_min,arm,n,mean\n");
-  for (uint32_t i = 0; i < c->tab.nctx; i++) {
-    const nb_ctx *x = &c->tab.ctx[i];
+  for (int64_t ci = nb_tab_next(&c->tab, &c->fill, -1); ci >= 0; ci = nb_tab_next(&c->tab, &c->fill, ci)) {
+    const nb_ctx *x = nb_ctx_at(&c->tab, (uint32_t)ci);
     if (x->flags & NB_CTX_PASS) continue;
     for (int a = 0; a < x->narms; a++) {
       char arm[32];
-      nb_arm_name(c->tab.arm_id[x->arm_off + a], arm, sizeof arm);
-      const nb_arm_stat *st = &c->tab.stat[x->arm_off + a];
+      nb_arm_name(nb_ctx_ids(x)[a], arm, sizeof arm);
+      const nb_arm_stat *st = &nb_ctx_cstats(x)[a];
       fprintf(fp, "%s,%llu,%.17g,%s,%.17g,%.17g\n", nb_coll_name(NB_KEY_COLL(x->key)),
               (unsigned long long)NB_KEY_BYTES(x->key), x->mu_min, arm, st->n, st->mean);
     }

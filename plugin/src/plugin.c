@@ -14,6 +14,14 @@
 #define NB_EXPORT __attribute__((visibility("default")))
 #define NB_NAME "NCCL-BOT"
 
+/* The last of a communicator's two users tears it down: the learner's part, then the
+ * registry's (the files below know nothing of the ones above them). */
+static void release(nb_comm *c, int tuner_side) {
+  if (!nb_comm_release(c, tuner_side)) return;
+  nb_learn_teardown(c);
+  nb_comm_free(c);
+}
+
 /* ---- tuner ---- */
 
 /* Which scan NCCL applies to the table we return (table.h), said once per communicator. */
@@ -44,7 +52,7 @@ static ncclResult_t tuner_init_common(void **ctx, uint64_t comm_id, size_t nRank
   detect_scan(c, tuner_version, logfn);
   nb_learn_setup(c, tuner_version >= 5);
   if (c->mode == NB_MODE_INERT) {
-    nb_comm_release(c, 1);
+    release(c, 1);
     return ncclSuccess;
   }
   *ctx = c;
@@ -117,7 +125,7 @@ static ncclResult_t tuner_finalize(void *ctx) {
   nb_comm *c = ctx;
   if (!c) return ncclSuccess;
   nb_learn_finalize(c);
-  nb_comm_release(c, 1);
+  release(c, 1);
   return ncclSuccess;
 }
 
@@ -174,6 +182,11 @@ static ncclResult_t prof_init_v4(void **context, int *eActivationMask, const cha
   return nb_prof_init(context, commHash, eActivationMask, nNodes, nranks, rank, logfn);
 }
 
+static ncclResult_t prof_finalize(void *context) {
+  if (context) release(context, 0);
+  return ncclSuccess;
+}
+
 static ncclResult_t prof_start_v5(void *context, void **eHandle, void *eDescr) {
   return nb_prof_start(context, eHandle, eDescr, 5);
 }
@@ -188,7 +201,7 @@ NB_EXPORT const ncclbotProfiler_v5 ncclProfiler_v6 = {
     .startEvent = prof_start_v5,
     .stopEvent = nb_prof_stop,
     .recordEventState = nb_prof_record,
-    .finalize = nb_prof_finalize,
+    .finalize = prof_finalize,
 };
 
 NB_EXPORT const ncclbotProfiler_v5 ncclProfiler_v5 = {
@@ -197,7 +210,7 @@ NB_EXPORT const ncclbotProfiler_v5 ncclProfiler_v5 = {
     .startEvent = prof_start_v5,
     .stopEvent = nb_prof_stop,
     .recordEventState = nb_prof_record,
-    .finalize = nb_prof_finalize,
+    .finalize = prof_finalize,
 };
 
 NB_EXPORT const ncclbotProfiler_v4 ncclProfiler_v4 = {
@@ -206,5 +219,5 @@ NB_EXPORT const ncclbotProfiler_v4 ncclProfiler_v4 = {
     .startEvent = prof_start_v4,
     .stopEvent = nb_prof_stop,
     .recordEventState = nb_prof_record,
-    .finalize = nb_prof_finalize,
+    .finalize = prof_finalize,
 };

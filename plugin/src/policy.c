@@ -94,10 +94,17 @@ static int argmax(const double *v, int narms, uint32_t mask) {
   return best;
 }
 
+/* argmax over the masked arms' means, read in place (no copy on the stack: a hot call's
+ * stack lines are cold lines too). */
 static int argmax_mean(const nb_arm_stat *st, int narms, uint32_t mask) {
-  double v[NCCLBOT_MAX_ARMS];
-  for (int i = 0; i < narms; i++) v[i] = st[i].mean;
-  return argmax(v, narms, mask);
+  int best = -1;
+  double top = 0.0;
+  for (int i = 0; i < narms; i++)
+    if ((mask >> i & 1u) && (best < 0 || st[i].mean > top)) {
+      best = i;
+      top = st[i].mean;
+    }
+  return best;
 }
 
 /* The floor(u * count)-th set bit of mask (base.pick_uniform). */
@@ -128,8 +135,12 @@ static int select_ucb1(const nb_config *cfg, const nb_arm_stat *st, int narms, u
   return best;
 }
 
+/* The policies that keep arrays on the stack are never inlined into nb_select, whose frame
+ * then stays small for the deterministic ones. */
+#define NB_OUTLINED __attribute__((noinline))
+
 /* families.Softmax: Boltzmann over the means, tau / sqrt(selections) with decay. */
-static int select_softmax(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
+static NB_OUTLINED int select_softmax(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
                           nb_policy_state *ps, double u) {
   uint32_t cold = unpulled(st, narms, mask);
   if (cold) return pick_uniform(cold, u);
@@ -160,7 +171,7 @@ static double variance(const nb_config *cfg, const nb_arm_stat *st) {
 }
 
 /* families.GaussianThompson: argmax of mean + sqrt(v / n) z, one normal per arm. */
-static int select_thompson(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
+static NB_OUTLINED int select_thompson(const nb_config *cfg, const nb_arm_stat *st, int narms, uint32_t mask,
                            uint64_t base) {
   double v[NCCLBOT_MAX_ARMS];
   for (int i = 0; i < narms; i++) {
@@ -236,8 +247,8 @@ void nb_steps_init(nb_steps *s, const nb_config *cfg) {
   double n = cfg->pseudo_count;
   for (int j = 0; j < NB_STEPS; j++) {
     n = n + 1.0;
-    s->n[j] = n;
-    s->step[j] = cfg->sgd_lr * pow(fmin(n, cfg->sgd_nmax), -cfg->sgd_decay);
+    s->at[j].n = n;
+    s->at[j].step = cfg->sgd_lr * pow(fmin(n, cfg->sgd_nmax), -cfg->sgd_decay);
   }
   s->at_max = cfg->sgd_lr * pow(cfg->sgd_nmax, -cfg->sgd_decay);
 }
@@ -247,7 +258,7 @@ static double sgd_step(const nb_config *cfg, const nb_steps *s, double n_new) {
   double j = n_new - cfg->pseudo_count - 1.0;
   if (j > -0.5 && j < NB_STEPS - 0.5) {
     int k = (int)(j + 0.5);
-    if (s->n[k] == n_new) return s->step[k];
+    if (s->at[k].n == n_new) return s->at[k].step;
   }
   return cfg->sgd_lr * pow(n_new, -cfg->sgd_decay);
 }

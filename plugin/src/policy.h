@@ -114,8 +114,9 @@ static inline void nb_resolve(nb_arm_stat *st) {
  */
 #define NB_STEPS 1024
 typedef struct {
-  double n[NB_STEPS];
-  double step[NB_STEPS];
+  struct {
+    double n, step; /* a count and its step, side by side: one line per lookup */
+  } at[NB_STEPS];
   double at_max; /* the step at and past n = NMAX */
 } nb_steps;
 

@@ -23,7 +23,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "learn.h"
+#include "names.h"
 #include "log.h"
 #include "state.h"
 
@@ -87,7 +87,7 @@ static int64_t bind_pull(nb_comm *c, uint64_t key, int arm) {
   for (uint64_t i = c->claim; i < c->head; i++) {
     nb_pull *e = &c->log[i & c->log_mask];
     if (!e->bind && (e->state == NB_PULL_PENDING || e->voided) && e->arm == arm &&
-        c->tab.ctx[e->ctx].key == key) {
+        nb_ctx_at(&c->tab, e->ctx)->key == key) {
       if (++c->n_bound == 0) c->n_bound = 1; /* 0 means unbound */
       e->bind = c->n_bound;
       c->claim = i + 1; /* pulls before it had no collective start: they stay unbound */
@@ -206,10 +206,10 @@ ncclResult_t nb_prof_stop(void *eHandle) {
   int all = __builtin_popcountll(__atomic_load_n(&r->stopped, __ATOMIC_RELAXED)) == r->nch;
   int bad = __atomic_load_n(&r->bad, __ATOMIC_RELAXED) || d == 0 || !all; /* e.g. a duplicate stop */
   nb_comm *c = r->comm;
-  nb_meas m = {r->key, r->pull, bad ? -1.0f : (float)((double)d / 1000.0), r->arm,
-               (uint8_t)(__atomic_load_n(&r->gen, __ATOMIC_RELAXED) & 255),
-               (uint16_t)(((unsigned char *)r - c->rec_base) / NB_REC_SIZE),
-               (uint32_t)__atomic_load_n(&c->launched, __ATOMIC_RELAXED)};
+  nb_meas m = {.key = r->key, .pull = r->pull, .lat_us = bad ? -1.0f : (float)((double)d / 1000.0),
+               .launched = (uint32_t)__atomic_load_n(&c->launched, __ATOMIC_RELAXED), .arm = r->arm,
+               .gen = (uint8_t)(__atomic_load_n(&r->gen, __ATOMIC_RELAXED) & 255),
+               .rec = (uint16_t)(((unsigned char *)r - c->rec_base) / NB_REC_SIZE)};
   uint32_t one = 1;
   if (!__atomic_compare_exchange_n(&r->live, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return ncclSuccess; /* already recycled by the user thread */
@@ -218,8 +218,3 @@ ncclResult_t nb_prof_stop(void *eHandle) {
   return ncclSuccess;
 }
 
-ncclResult_t nb_prof_finalize(void *context) {
-  nb_comm *c = context;
-  if (c) nb_comm_release(c, 0);
-  return ncclSuccess;
-}

@@ -33,7 +33,5 @@ ncclResult_t nb_prof_stop(void *eHandle);
 ncclResult_t nb_prof_record(void *eHandle, int eState, void *eStateArgs);
 /* nb_prof_reclaim: the tuner took m's sample (user thread): its record may be reused. */
 void nb_prof_reclaim(nb_comm *c, const nb_meas *m);
-/* nb_prof_finalize: releases the communicator (its last user frees it). ncclSuccess. */
-ncclResult_t nb_prof_finalize(void *context);
 
 #endif

@@ -21,6 +21,7 @@
 
 #include "config.h"
 #include "mqueue.h"
+#include "names.h"
 #include "nccl_abi.h"
 #include "policy.h"
 
@@ -28,11 +29,18 @@
 
 #define NB_CTX_PASS 0x1 /* nothing to learn (one arm, zero cost, over the cap): NCCL decides */
 
+/*
+ * One context, laid out by access: this header (one cache line) and, from the next line on,
+ * its arms' statistics and then its arm ids (nb_ctx_stats, nb_ctx_ids), in one block of the
+ * table's arena. A call reads the header and the arms it chooses among, and writes the header
+ * and the arm it plays: no other line. Arm ids are NCCL's (algo * 3 + proto), in NCCL's scan
+ * order.
+ */
 typedef struct {
   uint64_t key;      /* collective << 58 | nBytes */
   double mu_min;     /* reward scale (paper Eq. 1) */
-  uint32_t arm_off;  /* first arm in the arm arena */
   uint32_t pulls;    /* timed pulls issued */
+  uint32_t n_rewarded, n_missing; /* pulls applied with a reward, and without */
   uint32_t sel_mask; /* last decision: availability mask it was made for ... */
   uint8_t sel_idx;   /* ... and its arm index; valid while sel_ok (statistics unchanged) */
   uint8_t sel_ok;
@@ -40,24 +48,46 @@ typedef struct {
   uint8_t flags;
   uint8_t auto_arm;  /* NCCL's choice at first sight */
   uint8_t auto_idx;  /* ... as an index into the context's arms (NB_NO_ARM: not among them) */
-  uint32_t n_rewarded, n_missing; /* pulls applied with a reward, and without (dropped) */
   nb_policy_state pol; /* draw counter and policy memory (policy.h) */
 } nb_ctx;
+
+_Static_assert(sizeof(nb_ctx) <= 64, "a context's header is one cache line");
 
 #define NB_KEY(coll, bytes) (((uint64_t)(coll) << 58) | ((uint64_t)(bytes) & ((1ULL << 58) - 1)))
 #define NB_KEY_COLL(k) ((int)((k) >> 58))
 #define NB_KEY_BYTES(k) ((k) & ((1ULL << 58) - 1))
 
-/* Allocated once at init for cfg.max_contexts contexts (ctxtable.c): no allocation after. */
+/* The statistics of a context's arms, right after its header, and its arm ids after them. */
+static inline nb_arm_stat *nb_ctx_stats(nb_ctx *x) { return (nb_arm_stat *)(void *)(x + 1); }
+static inline const nb_arm_stat *nb_ctx_cstats(const nb_ctx *x) {
+  return (const nb_arm_stat *)(const void *)(x + 1);
+}
+static inline uint8_t *nb_ctx_ids(const nb_ctx *x) {
+  return (uint8_t *)(void *)((nb_arm_stat *)(void *)(uintptr_t)(x + 1) + x->narms);
+}
+
+/*
+ * Allocated once at init for cfg.max_contexts contexts (ctxtable.c): an arena of context
+ * blocks (mapped, so the pages no context reaches cost no memory) and an open-addressing
+ * index; no allocation after. A context is named by its block's offset in lines (u32).
+ */
 typedef struct {
-  nb_ctx *ctx;
-  uint32_t nctx, cap;
-  uint32_t *slots; /* open addressing: ctx index + 1, 0 = empty */
+  unsigned char *arena;
+  uint32_t *slots; /* open addressing: context + 1, 0 = empty */
   uint32_t slot_mask;
-  uint8_t *arm_id;
-  nb_arm_stat *stat;
-  uint32_t narm, arm_cap;
+  uint32_t memo_ctx; /* the last context found (a repeat skips the index) ... */
+  uint64_t memo_key; /* ... and its key (UINT64_MAX: none, no key has all bits set) */
 } nb_ctx_table;
+
+/* What only a context's first sight reads: how full the arena is. */
+typedef struct {
+  size_t arena_bytes, used;  /* bytes mapped, bytes given to contexts */
+  uint32_t nctx, cap;
+} nb_ctx_fill;
+
+static inline nb_ctx *nb_ctx_at(const nb_ctx_table *t, uint32_t ci) {
+  return (nb_ctx *)(void *)(t->arena + (size_t)ci * 64);
+}
 
 /* ---- pull log: one entry per timed pull, in call order (identical on all ranks) ---- */
 
@@ -172,11 +202,6 @@ typedef enum {
   NB_MODE_LEARN_SYNC,  /* several ranks: rewards applied in synchronised rounds */
 } nb_mode;
 
-/* The last descriptor string a profiler field matched (names.c): its address and entry. */
-typedef struct {
-  const char *ptr;
-  uint32_t idx;
-} nb_name_memo;
 
 typedef struct nb_static nb_static;
 
@@ -190,48 +215,56 @@ typedef struct nb_saved nb_saved;
 typedef struct nb_tracer nb_tracer;
 
 typedef struct nb_comm {
-  uint64_t comm_id;
-  int tuner_refs, prof_refs;
-  int rank; /* from the profiler init; -1 unknown */
-  int nranks, nnodes;
-  nb_config cfg;
+  /* Laid out by access: the first lines hold what every getCollInfo reads or writes (mode and
+   * positions, the log, the context table, the free records, the hot counters), then the
+   * queue's consumer line and the configuration, whose first two lines are its hot fields;
+   * the rest is read at init, at a round boundary, at finalize or by the profiler. */
   nb_mode mode;
-  int failed; /* abort mode after a synchronisation failure */
-  int warned_drops; /* the "most samples dropped" WARN was given */
-  char fail_why[256];
-
-  nb_ctx_table tab;
-  nb_pull *log;
-  uint64_t log_mask;
+  int failed;        /* abort mode after a synchronisation failure */
+  uint64_t n_calls;
+  uint64_t launched; /* collectives this rank launched (user thread writes, profiler reads: atomic) */
   uint64_t head;     /* timed pulls issued */
   uint64_t match_lo; /* oldest entry that may still be pending */
   uint64_t applied;  /* next entry to apply (local mode) */
   uint64_t claim;    /* profiler: next log entry a collective start may bind */
-  uint32_t n_bound;  /* Coll starts that took a pull (the ordinal nb_pull.bind carries) */
-  uint64_t launched; /* collectives this rank launched (user thread writes, profiler reads: atomic) */
+  uint64_t newest_sample; /* 1 + the newest log index a sample arrived for (user thread) */
+
+  nb_pull *log;
+  uint64_t log_mask;
+  nb_steps *steps; /* clipped-SGD steps of the configuration (policy.h) */
+  nb_sync *sync;
+  nb_tracer *trace;
   uintptr_t user_thread; /* the thread of the last getCollInfo: Coll starts from another thread
                           * (CUDA graph replays' host callbacks) are not ours to bind (atomic) */
-  uint64_t newest_sample; /* 1 + the newest log index a sample arrived for (user thread) */
   nb_sim_await_fn sim_await; /* a simulated GPU's clock (learn.c), NULL under NCCL */
+  uint32_t n_bound;  /* Coll starts that took a pull (the ordinal nb_pull.bind carries) */
+  uint32_t rec_nfree;
 
-  nb_mq mq;
-  nb_sync *sync;
-  float *sub_buf; /* sync_every latencies of the round being sent */
-  nb_steps *steps; /* clipped-SGD steps of the configuration (policy.h) */
-  nb_static *stat_tab;
-  nb_saved *saved;
-  nb_tracer *trace;
-
+  nb_ctx_table tab;
   /* profiler: records in use, and a stack of free ones (user thread), so that a GPU that
    * keeps up reuses a few warm records; when none is free the oldest use is taken over */
   unsigned char *rec_base;
   uint16_t *rec_free;
-  uint32_t rec_nfree;
-  uint64_t rec_steal;
+  uint64_t n_timed, n_applied; /* counters (tuner thread) */
+
+  nb_mq mq;
+  nb_config cfg;
+
+  uint64_t comm_id;
+  int tuner_refs, prof_refs;
+  int rank; /* from the profiler init; -1 unknown */
+  int nranks, nnodes;
+  int warned_drops; /* the "most samples dropped" WARN was given */
+  char fail_why[256];
+  float *sub_buf; /* sync_every latencies of the round being sent */
+  nb_static *stat_tab;
+  nb_saved *saved;
   nb_name_memo prof_func, prof_type, prof_algo, prof_proto; /* user thread (names.c) */
 
+  nb_ctx_fill fill;
+  uint64_t rec_steal;
   /* counters (tuner thread unless noted) */
-  uint64_t n_calls, n_timed, n_unmatched, n_missing, n_applied, n_rounds, n_over_cap;
+  uint64_t n_missing, n_unmatched, n_rounds, n_over_cap;
   uint64_t n_drops[NB_DROP_COUNT]; /* pulls applied without a reward, by reason */
   uint64_t n_waits;        /* boundaries that waited for this rank's own samples */
   double wait_own_us_total; /* wall time those waits took */
@@ -242,20 +275,23 @@ typedef struct nb_comm {
 } nb_comm;
 
 /* registry (comm.c): the first acquire of a communicator sets its shape, every acquire
- * the logger, both under the registry lock. */
+ * the logger, both under the registry lock. A release returns 1 for the last user, who then
+ * tears the communicator down (the learner's part, then nb_comm_free): the registry frees
+ * only what it allocated, so it knows nothing above it. */
 nb_comm *nb_comm_acquire(uint64_t comm_id, int tuner_side, int nranks, int nnodes,
                          ncclDebugLogger_t logfn);
-void nb_comm_release(nb_comm *c, int tuner_side);
+int nb_comm_release(nb_comm *c, int tuner_side);
+void nb_comm_free(nb_comm *c);
 void nb_registry_lock(void);
 void nb_registry_unlock(void);
 
 /* context table (ctxtable.c) */
-int nb_tab_init(nb_ctx_table *t, uint32_t max_contexts);
-void nb_tab_free(nb_ctx_table *t);
-int64_t nb_tab_find(const nb_ctx_table *t, uint64_t key);
-int64_t nb_tab_add(nb_ctx_table *t, uint64_t key, int narms);
-
-/* time */
-uint64_t nb_now_ns(void);
+int nb_tab_init(nb_ctx_table *t, nb_ctx_fill *f, uint32_t max_contexts);
+void nb_tab_free(nb_ctx_table *t, nb_ctx_fill *f);
+int64_t nb_tab_find(nb_ctx_table *t, uint64_t key);
+/* Adds a context of `narms` arms; its handle, or -1 when the table is full. */
+int64_t nb_tab_add(nb_ctx_table *t, nb_ctx_fill *f, uint64_t key, int narms);
+/* The context after `ci` in creation order (the arena is walked block by block), or -1. */
+int64_t nb_tab_next(const nb_ctx_table *t, const nb_ctx_fill *f, int64_t ci);
 
 #endif

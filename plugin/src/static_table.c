@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learn.h"
+#include "names.h"
+#include "nccl_abi.h"
 #include "policy.h"
 
 typedef struct {

@@ -1,5 +1,6 @@
 /* sync.c: see sync.h. */
 #define _GNU_SOURCE
+#include "clock.h"
 #include "sync.h"
 
 #include <errno.h>

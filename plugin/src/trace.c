@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "learn.h"
+#include "names.h"
 #include "log.h"
 
 #define NB_TRACE_HEADER                                                                    \

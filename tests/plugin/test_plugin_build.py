@@ -100,3 +100,30 @@ def test_coordinator_cli_refuses_without_token():
     env = {k: v for k, v in os.environ.items() if k != "NCCLBOT_SYNC_TOKEN"}
     r = subprocess.run([str(exe), "--listen", "127.0.0.1:0"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "NCCLBOT_SYNC_TOKEN" in r.stderr
+
+
+#: The plugin's files from the bottom up (plugin/README.md, "Layout"): a file may include a
+#: header of its own level or below, never one above. Headers of one module share its level.
+LEVELS = [
+    {"clock", "nccl_abi", "wire", "mqueue", "log", "config", "names", "rng", "policy", "table"},
+    {"ctxtable", "state"},
+    {"comm"},
+    {"profiler", "sync", "trace", "persist", "static_table"},
+    {"learn"},
+    {"plugin"},
+]
+
+
+def test_the_plugin_files_call_each_other_one_way():
+    level = {name: i for i, names in enumerate(LEVELS) for name in names}
+    src = H.PLUGIN_DIR / "src"
+    wrong = []
+    for path in sorted(src.glob("*.[ch]")):
+        module = path.stem
+        if module in ("coordinator", "coord_main", "settings_main"):
+            continue  # the coordinator and the settings printer are programs of their own
+        assert module in level, f"{path.name} is in no level of LEVELS: place it"
+        for include in re.findall(r'^#include "([a-z_]+)\.h"', path.read_text(), re.M):
+            if level[include] > level[module]:
+                wrong.append(f"{path.name} includes {include}.h, a level above it")
+    assert not wrong, wrong
