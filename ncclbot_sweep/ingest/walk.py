@@ -74,12 +74,22 @@ class IngestSummary:
     ignored: list[str] = dataclasses.field(default_factory=list)
     #: Step folders without an exit marker (still running, or killed): not ingested yet.
     unfinished: list[str] = dataclasses.field(default_factory=list)
+    #: Inputs named by the caller that hold nothing to ingest (an empty folder, bookkeeping only).
+    empty: list[str] = dataclasses.field(default_factory=list)
     rows: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
         """True when nothing was quarantined, not even part of a file (``ingest --strict``)."""
         return not self.quarantined and not self.partial
+
+    @property
+    def nothing_found(self) -> str | None:
+        """Why an input named held nothing to ingest (``ingest`` exits 1 with it), or None."""
+        if not self.empty:
+            return None
+        ignored = f" ({len(self.ignored)} campaign bookkeeping files ignored)" if self.ignored else ""
+        return f"found nothing to ingest in {', '.join(self.empty)}{ignored}"
 
     def add_rows(self, rows: dict[str, int]) -> None:
         for name, n in rows.items():
@@ -95,6 +105,17 @@ class _Unit:
 
 def _file_unit(path: Path, kind: str) -> _Unit:
     return _Unit("file" if kind == REGULAR else "special", path)
+
+
+def _shown_path(path: str | os.PathLike[str]) -> str:
+    """A path as text that can be stored and printed: the bytes of a name that is not valid
+    UTF-8 become ``\\xff`` escapes (Parquet strings and terminals take valid UTF-8 only)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _ignored(unit: _Unit) -> bool:
+    """Campaign bookkeeping and files not finished yet: listed, neither ingested nor quarantined."""
+    return unit.kind == "file" and (unit.path.name in _CAMPAIGN_FILES or unit.path.name.endswith(PART_SUFFIX))
 
 
 def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
@@ -195,8 +216,13 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
     disk is full (what was written stays; the same ingest again adds the rest); every problem
     of an input quarantines it.
     """
-    units = list(iter_inputs(paths))
     summary = IngestSummary()
+    units = []
+    for raw in paths:
+        found = list(iter_inputs([raw]))
+        if all(_ignored(unit) for unit in found):
+            summary.empty.append(_shown_path(raw))
+        units += found
     try:
         with datasets.locked(dataset, on_wait=on_wait) as root:
             for name in datasets.TABLES:
@@ -204,7 +230,7 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
             for done, unit in enumerate(units, 1):
                 _ingest_unit(unit, root, fabric or "unknown", include_unfinished, summary)
                 if on_progress is not None:
-                    on_progress(str(unit.path), done, len(units))
+                    on_progress(_shown_path(unit.path), done, len(units))
     except (OSError, OutOfSpaceError) as exc:
         if not is_out_of_space(exc):
             raise
@@ -220,15 +246,17 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
 
 def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool, summary: IngestSummary) -> None:
     """One input, inside the one boundary where any failure of it becomes its quarantine."""
-    if unit.kind == "file" and (unit.path.name in _CAMPAIGN_FILES or unit.path.name.endswith(PART_SUFFIX)):
-        summary.ignored.append(str(unit.path))
+    if _ignored(unit):
+        summary.ignored.append(_shown_path(unit.path))
         return
     if unit.kind == "step" and not include_unfinished and not os.path.lexists(StepFiles(unit.path).exit_marker):
-        summary.unfinished.append(str(unit.path))
+        summary.unfinished.append(_shown_path(unit.path))
         return
     summary.files += 1
     key = None
     try:
+        if _shown_path(unit.path) != str(unit.path):
+            raise _Unreadable("the path is not valid UTF-8: not read (rename it to ingest it)")
         if unit.kind == "special":
             raise _Unreadable(f"not a regular file ({file_kind(unit.path)}): not read")
         members = _step_members(unit.path) if unit.kind == "step" else [unit.path]
@@ -248,7 +276,7 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
             return
         expected = isinstance(exc, (_Unreadable, OSError, RecursionError, MemoryError, *_GZIP_ERRORS))
         # Unreadable inputs are the user's to see (the CLI lists them); a parser failure is a bug to report.
-        log.log(logging.INFO if expected else logging.WARNING, "%s: quarantined: %s", unit.path, exc,
+        log.log(logging.INFO if expected else logging.WARNING, "%s: quarantined: %s", _shown_path(unit.path), exc,
                 exc_info=not expected)
         _quarantine_unit(unit, key, root, _reason(exc), summary)
 
@@ -279,7 +307,7 @@ def _reason(exc: Exception) -> str:
 def _quarantine_unit(unit: _Unit, key: str, root: Path, reason: str, summary: IngestSummary) -> None:
     """Record an input that failed as a whole (ledger + quarantine), keyed by its content hash,
     or by its path when it could not even be read."""
-    source = SourceInfo(path=str(unit.path), sha256=key, run_id=key[:16])
+    source = SourceInfo(path=_shown_path(unit.path), sha256=key, run_id=key[:16])
     result = ParseResult(unusable=True, issues=[Issue(None, reason)])
     _finish(root, datasets.SourceWriter(root, key), source, unit.kind if unit.kind == "step" else None,
             result, summary, size=0)

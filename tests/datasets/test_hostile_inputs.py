@@ -330,8 +330,48 @@ def test_cli_dangling_and_circular_links_are_quarantined_and_the_good_file_inges
     assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
 
 
-def test_cli_ingest_of_an_empty_folder_says_it_found_nothing(tmp_path):
+def test_cli_ingest_of_an_empty_folder_is_an_error_naming_it(tmp_path):
     (tmp_path / "empty").mkdir()
     res = CliRunner().invoke(main, ["ingest", str(tmp_path / "empty"), "--dataset", str(tmp_path / "ds")])
-    assert res.exit_code == 0
-    assert res.output == f"found nothing to ingest in {tmp_path / 'empty'}\n"
+    assert res.exit_code == 1
+    assert res.output == f"Error: found nothing to ingest in {tmp_path / 'empty'}\n"
+
+
+def test_cli_ingest_names_the_input_that_held_nothing_and_ingests_the_others(tmp_path):
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / "campaign.yaml").write_text("name: x\n")  # bookkeeping only: nothing to ingest
+    res = CliRunner().invoke(main, ["ingest", str(GOOD), str(tmp_path / "plan"), "--dataset", str(tmp_path / "ds")])
+    assert res.exit_code == 1
+    assert res.output.splitlines()[0].startswith("files: 1  ingested: 1")
+    assert res.output.splitlines()[-1] == (f"Error: found nothing to ingest in {tmp_path / 'plan'} "
+                                           "(1 campaign bookkeeping files ignored)")
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
+
+
+def _non_utf8(folder: Path, name: bytes) -> Path:
+    """A path whose last name is ``name``, bytes that are not UTF-8 (as Python lists it)."""
+    return Path(os.fsdecode(os.path.join(os.fsencode(folder), name)))
+
+
+def test_names_that_are_not_utf8_are_quarantined_escaped_and_the_rest_ingested(tmp_path, caplog):
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "good.txt").write_bytes(GOOD.read_bytes())
+    _non_utf8(d, b"bad\xff.txt").write_bytes(GOOD.read_bytes())
+    inner = _non_utf8(d, b"dir\xfe")
+    inner.mkdir()
+    (inner / "x.txt").write_bytes(GOOD.read_bytes())
+    root = tmp_path / "ds"
+    summary = ingest([d], root)
+    escaped = {f"{d}/bad\\xff.txt", f"{d}/dir\\xfe/x.txt"}
+    assert summary.ingested == 1 and {path for path, _ in summary.quarantined} == escaped
+    status = _sources(root)["status"].to_dict()
+    assert status == {str(d / "good.txt"): "ingested", **{path: "quarantined" for path in escaped}}
+    q = datasets.read_table(root, "quarantine")
+    assert set(q["reason"]) == {"the path is not valid UTF-8: not read (rename it to ingest it)"}
+    assert len(datasets.read_table(root, "iterations")) == 68
+    assert not [r for r in caplog.records if r.exc_info]
+    again = ingest([d], root)
+    assert again.skipped == 3 and not again.quarantined
+    res = CliRunner().invoke(main, ["ingest", str(d), "--dataset", str(tmp_path / "ds2")])
+    assert res.exit_code == 0 and f"quarantined: {d}/bad\\xff.txt: the path is not valid UTF-8" in res.output
