@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep.errors import DatasetError, OutOfSpaceError, ParseError, is_out_of_space
-from ncclbot_sweep.filekind import REGULAR, file_kind
+from ncclbot_sweep.filekind import REGULAR, WHOLE_READ_LIMIT, file_kind, read_whole, too_big_to_read
 from ncclbot_sweep.ingest import datasets, rowcheck
 from ncclbot_sweep.outcomes import StepOutcome, last_error_line, step_outcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
@@ -274,7 +274,7 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
         if datasets.source_done(root, key):  # unreadable last time too: already quarantined
             summary.skipped += 1
             return
-        expected = isinstance(exc, (_Unreadable, OSError, RecursionError, MemoryError, *_GZIP_ERRORS))
+        expected = isinstance(exc, (_Unreadable, ParseError, OSError, RecursionError, MemoryError, *_GZIP_ERRORS))
         # Unreadable inputs are the user's to see (the CLI lists them); a parser failure is a bug to report.
         log.log(logging.INFO if expected else logging.WARNING, "%s: quarantined: %s", _shown_path(unit.path), exc,
                 exc_info=not expected)
@@ -293,6 +293,8 @@ class _Unreadable(Exception):
 def _reason(exc: Exception) -> str:
     if isinstance(exc, _Unreadable):
         return str(exc)
+    if isinstance(exc, ParseError):
+        return exc.reason
     if isinstance(exc, RecursionError):
         return "nested too deeply to parse (JSON or trace deeper than Python's recursion limit)"
     if isinstance(exc, MemoryError):
@@ -341,8 +343,23 @@ def _parse_file(path: Path, fmt: str | None, source: SourceInfo, writer: dataset
         return parse_nccltests_stream(_chunks(path, issues), source,
                                       on_rows=lambda table: _write_batch(writer, "iterations", table, issues))
     if fmt == "nccl-log":  # streamed: debug logs can be far bigger than memory
-        return parse_nccl_log_run(iter_lines(_chunks(path, issues)), source)
-    return parse_source(fmt, b"".join(_chunks(path, issues)), source)
+        return parse_nccl_log_run(_chunks(path, issues), source)
+    return parse_source(fmt, _read_whole(path, issues), source)
+
+
+def _read_whole(path: Path, issues: list[Issue]) -> bytes:
+    """A file parsed whole (JSON, traces), gzip undone; one of more than
+    :data:`~ncclbot_sweep.filekind.WHOLE_READ_LIMIT` bytes, before or after decompression, is
+    refused before it is read whole."""
+    if path.stat().st_size > WHOLE_READ_LIMIT:
+        raise _Unreadable(too_big_to_read(path.stat().st_size))
+    parts, size = [], 0
+    for chunk in _chunks(path, issues):
+        size += len(chunk)
+        if size > WHOLE_READ_LIMIT:
+            raise _Unreadable(too_big_to_read(size))
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 # ---------------------------------------------------------------------- step folders
@@ -386,7 +403,11 @@ def _trace_files(files: StepFiles) -> list[Path]:
 def _parse_traces(files: StepFiles, source: SourceInfo, result: ParseResult) -> None:
     """Plugin traces of a live step become ``live_events`` of the step's run."""
     for path in _trace_files(files):
-        parsed = parse_source("ncclbot-trace", path.read_bytes(), source)
+        try:
+            parsed = parse_source("ncclbot-trace", read_whole(path), source)
+        except ParseError as exc:
+            result.issues.append(Issue(None, f"{path.name}: {exc.reason}"))
+            continue
         for name, items in parsed.tables.items():
             result.tables.setdefault(name, []).extend(items)
         result.issues.extend(Issue(i.line, f"{path.name}: {i.reason}", i.excerpt) for i in parsed.issues)
@@ -414,15 +435,17 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
         if per_iter or not result.count("iterations"):
             result.tables["iterations"] = json_iters  # per-iteration rows win (architecture section 4)
     run = _merge_runs(text_runs, json_runs)
+    if output.refused and run.get("failure") is None:
+        run["failure"] = "; ".join(output.refused)
     facts = None
     log_path = Path(files.nccl_log)
     if log_path.is_file():
-        with open(log_path, encoding="utf-8", errors="replace") as fh:
-            log_result, facts = parse_nccl_log(fh, source)
+        read_issues: list[Issue] = []
+        log_result, facts = parse_nccl_log(iter_lines(_chunks(log_path, read_issues), read_issues), source)
         for name in ("tuning_tables", "choices", "cost_tables"):
             if log_result.tables.get(name):
                 result.tables[name] = log_result.tables[name]
-        result.issues.extend(i for i in log_result.issues if i.line is not None)
+        result.issues.extend([i for i in log_result.issues if i.line is not None] + read_issues)
     _parse_traces(files, source, result)
     _apply_log_facts([run], facts, meta.get("arm"), result)
     _step_run_columns(run, meta, files, source, output)  # after the log facts: it decides the outcome

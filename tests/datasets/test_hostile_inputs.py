@@ -375,3 +375,61 @@ def test_names_that_are_not_utf8_are_quarantined_escaped_and_the_rest_ingested(t
     assert again.skipped == 3 and not again.quarantined
     res = CliRunner().invoke(main, ["ingest", str(d), "--dataset", str(tmp_path / "ds2")])
     assert res.exit_code == 0 and f"quarantined: {d}/bad\\xff.txt: the path is not valid UTF-8" in res.output
+
+
+_PEAK_RSS = """
+import resource, subprocess, sys
+done = subprocess.run([sys.executable, "-c", "import sys\\nfrom ncclbot_sweep.ingest.walk import ingest\\n"
+                       "ingest(sys.argv[2:], sys.argv[1])", *sys.argv[1:]], capture_output=True, text=True)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+"""
+
+
+def _peak_rss_mb(*args: Path) -> int:
+    """Peak RSS (MB) of one ingest in a process of its own (measured from a fresh parent, so no
+    earlier child of the test run counts)."""
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS, *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+    code, peak = done.stdout.split()
+    assert code == "0", done.stderr
+    return int(peak)
+
+
+def test_a_table_followed_by_a_huge_line_is_read_in_bounded_memory(tmp_path):
+    """A 256 MiB line (a sparse file: NUL bytes, no newline) after a valid table: the rows are
+    kept and the line is one quarantine row; memory does not follow the line (1.5 GB before)."""
+    path = tmp_path / "reduce_perf.txt"
+    path.write_bytes(GOOD.read_bytes())
+    table_lines = GOOD.read_bytes().count(b"\n")
+    with open(path, "r+b") as fh:
+        fh.truncate(256 << 20)
+    assert _peak_rss_mb(tmp_path / "ds", path) < 400
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
+    q = _quarantine(tmp_path / "ds", path)
+    assert q["line"].tolist() == [table_lines + 1]
+    assert q["reason"].iloc[0] == (f"line of {(256 << 20) - len(GOOD.read_bytes())} bytes, longer than the 1048576 "
+                                   "bytes a line may hold: not read")
+
+
+def test_a_huge_step_stdout_is_refused_unread_in_bounded_memory(tmp_path):
+    step = _step_folder(tmp_path / "c" / "jobs" / "j" / "steps" / "s")
+    with open(step / "stdout.txt", "r+b") as fh:
+        fh.truncate(256 << 20)  # 4.3 GB peak before, at 2 GiB
+    assert _peak_rss_mb(tmp_path / "ds", tmp_path / "c") < 400
+    why = (f"stdout.txt: {256 << 20} bytes, over the 64 MiB that a file parsed whole in memory may hold: not read "
+           "(split it, or keep the part to ingest)")
+    runs = datasets.read_table(tmp_path / "ds", "runs")
+    assert runs[["outcome", "failure"]].values.tolist() == [["failed", why]]
+    assert _quarantine(tmp_path / "ds", step)["reason"].tolist() == [why]
+
+
+def test_a_compressed_document_too_big_to_parse_whole_is_refused(tmp_path, caplog):
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * (65 << 20) + b"]}", compresslevel=1))
+    summary = ingest([path], tmp_path / "ds")
+    (_, reason), = summary.quarantined
+    size, rest = reason.split(" ", 1)
+    assert int(size) > 64 << 20 and path.stat().st_size < 1 << 20  # counted as it is decompressed
+    assert rest == "bytes, over the 64 MiB that a file parsed whole in memory may hold: not read " \
+                   "(split it, or keep the part to ingest)"
+    assert not [r for r in caplog.records if r.exc_info]
