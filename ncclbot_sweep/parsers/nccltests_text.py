@@ -93,7 +93,9 @@ _COLL_TEST_RE = re.compile(r"Collective test (starting|concluded):\s*(\S+)")
 _BINARY_RE = re.compile(r"\b(" + "|".join(sorted(BINARY_COLLECTIVE, key=len, reverse=True)) + r")(?:_mpi)?\b")
 _FAILURE_RE = re.compile(r"Test (?:CUDA |HIP |NCCL |RCCL |NVML )?failure\b.*")
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
-_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(" + FLOAT_RE + r"|nan|inf)")
+#: The footer's number in any spelling printf gives a non-number (glibc ``-nan``, ``inf``; ``NaN``
+#: elsewhere): parsed, then quarantined by ingest as impossible, never silently null.
+_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(" + FLOAT_RE + r"|[-+]?(?:nan|inf(?:inity)?)\b)", re.I)
 
 @dataclasses.dataclass
 class _Run:
