@@ -433,3 +433,34 @@ def test_a_compressed_document_too_big_to_parse_whole_is_refused(tmp_path, caplo
     assert rest == "bytes, over the 64 MiB that a file parsed whole in memory may hold: not read " \
                    "(split it, or keep the part to ingest)"
     assert not [r for r in caplog.records if r.exc_info]
+
+
+@pytest.mark.parametrize("field", ["size", "count", "root"])
+def test_a_json_integer_beyond_64_bits_is_a_clean_quarantine_row_without_a_traceback(field, tmp_path, caplog):
+    """nccl-tests' real -J output (INDEX row 19) with one integer of 65 bits: that value is left
+    out with a one-line reason (an OverflowError traceback was logged before), the rest is read."""
+    doc = json.loads((REAL / "A" / "gpusyslab-nt2.19.7-allreduce-t4-2gpu-J-output.json").read_text())
+    doc["results"][0][field] = 2**64
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(doc))
+    summary = ingest([path], tmp_path / "ds")
+    assert summary.partial == 1 and not summary.quarantined
+    assert not [r for r in caplog.records if r.exc_info]
+    column = {"size": "size_bytes"}.get(field, field)
+    width = "int64" if field != "root" else "int32"
+    reasons = _quarantine(tmp_path / "ds", path)["reason"].tolist()
+    assert reasons[0] == f"{column} {2**64} in iterations does not fit the column ({width}): left out"
+    kept = len(datasets.read_table(tmp_path / "ds", "iterations"))
+    assert kept == (0 if field == "size" else 100)  # a row without its size is no measurement
+
+
+def test_integers_beyond_their_columns_in_a_text_header_are_clean_quarantine_rows(tmp_path, caplog):
+    text = GOOD.read_text().replace("iters: 20", f"iters: {2**64}", 1).replace("Rank  7 Pid", f"Rank {2**64} Pid", 1)
+    path = tmp_path / "reduce_perf.txt"
+    path.write_text(text)
+    summary = ingest([path], tmp_path / "ds")
+    assert summary.partial == 1 and not [r for r in caplog.records if r.exc_info]
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
+    reasons = _quarantine(tmp_path / "ds", path)["reason"].tolist()
+    assert f"iters {2**64} in runs does not fit the column (int32): left out" in reasons
+    assert f"ranks {2**64 + 1} in runs does not fit the column (int32): left out" in reasons
