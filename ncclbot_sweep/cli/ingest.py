@@ -73,8 +73,9 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
 def _echo_ingest(summary) -> None:
     """What an ingest did: the counts, rows per table, each quarantined input (nothing when it found nothing)."""
     if summary.files or summary.unfinished:
+        replaced = f"  replaced: {summary.replaced}" if summary.replaced else ""
         click.echo(f"files: {summary.files}  ingested: {summary.ingested} (partly: {summary.partial})  "
-                   f"already in dataset: {summary.skipped}  quarantined: {len(summary.quarantined)}")
+                   f"already in dataset: {summary.skipped}  quarantined: {len(summary.quarantined)}{replaced}")
     for name, count in sorted(summary.rows.items()):
         click.echo(f"  {name:14s} {count:>10d} rows")
     for path, reason in summary.quarantined:

@@ -6,7 +6,8 @@ campaign folders (:class:`~ncclbot_sweep.paths.CampaignPaths` layout); a folder 
 ``result.json`` and ``exit``), and its hash covers all of them.
 
 Invariants: ingest is idempotent (a source whose hash the ``sources`` ledger holds is
-skipped); every input ends up ingested, partly ingested (rows plus quarantine rows saying
+skipped), and a path keeps one version in the dataset, its newest (a log appended to, a
+step run again: the new content replaces the old, :func:`_replace_older`); every input ends up ingested, partly ingested (rows plus quarantine rows saying
 what was left out, with line numbers) or quarantined with a reason, whatever it holds, and
 one bad input never stops the others; no impossible value becomes a row
 (:mod:`~ncclbot_sweep.ingest.rowcheck`); a crash leaves no partial table file (see
@@ -74,6 +75,8 @@ class IngestSummary:
     ignored: list[str] = dataclasses.field(default_factory=list)
     #: Step folders without an exit marker (still running, or killed): not ingested yet.
     unfinished: list[str] = dataclasses.field(default_factory=list)
+    #: Older versions of a path dropped because the path came back with other content.
+    replaced: int = 0
     #: Inputs named by the caller that hold nothing to ingest (an empty folder, bookkeeping only).
     empty: list[str] = dataclasses.field(default_factory=list)
     rows: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -227,8 +230,12 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
         with datasets.locked(dataset, on_wait=on_wait) as root:
             for name in datasets.TABLES:
                 datasets.ensure_schema_file(root, name)
+            ledger = datasets.sources_by_path(root)
             for done, unit in enumerate(units, 1):
-                _ingest_unit(unit, root, fabric or "unknown", include_unfinished, summary)
+                if _to_ingest(unit, include_unfinished, summary):
+                    key = _ingest_unit(unit, root, fabric or "unknown", summary)
+                    if key is not None:
+                        _replace_older(root, _shown_path(unit.path), key, ledger, summary)
                 if on_progress is not None:
                     on_progress(_shown_path(unit.path), done, len(units))
     except (OSError, OutOfSpaceError) as exc:
@@ -244,15 +251,21 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
     return summary
 
 
-def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool, summary: IngestSummary) -> None:
-    """One input, inside the one boundary where any failure of it becomes its quarantine."""
+def _to_ingest(unit: _Unit, include_unfinished: bool, summary: IngestSummary) -> bool:
+    """Whether ``unit`` is ingested (and counted): bookkeeping files and unfinished steps are only listed."""
     if _ignored(unit):
         summary.ignored.append(_shown_path(unit.path))
-        return
+        return False
     if unit.kind == "step" and not include_unfinished and not os.path.lexists(StepFiles(unit.path).exit_marker):
         summary.unfinished.append(_shown_path(unit.path))
-        return
+        return False
     summary.files += 1
+    return True
+
+
+def _ingest_unit(unit: _Unit, root: Path, fabric: str, summary: IngestSummary) -> str | None:
+    """One input, inside the one boundary where any failure of it becomes its quarantine;
+    returns its content key, or None when it could not be read (then its path is the key)."""
     key = None
     try:
         if _shown_path(unit.path) != str(unit.path):
@@ -270,15 +283,31 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
     except Exception as exc:  # the one marked boundary: logged, then quarantined
         if isinstance(exc, DatasetError) or is_out_of_space(exc):
             raise  # the dataset itself cannot be written: every later input would fail alike
+        content = key
         key = key or _path_key(unit.path)
         if datasets.source_done(root, key):  # unreadable last time too: already quarantined
             summary.skipped += 1
-            return
+            return content
         expected = isinstance(exc, (_Unreadable, ParseError, OSError, RecursionError, MemoryError, *_GZIP_ERRORS))
         # Unreadable inputs are the user's to see (the CLI lists them); a parser failure is a bug to report.
         log.log(logging.INFO if expected else logging.WARNING, "%s: quarantined: %s", _shown_path(unit.path), exc,
                 exc_info=not expected)
         _quarantine_unit(unit, key, root, _reason(exc), summary)
+        return content
+    return key
+
+
+def _replace_older(root: Path, path: str, key: str, ledger: dict[str, set[str]], summary: IngestSummary) -> None:
+    """The dataset keeps one version of a path, the newest: the content just read (``key``)
+    replaces whatever an earlier ingest of that path stored (a log appended to, a step run
+    again). An input that could not be read replaces nothing: its older rows stay."""
+    older = ledger.get(path, set()) - {key}
+    for old in sorted(older):
+        datasets.drop_source(root, old)
+    if older:
+        summary.replaced += len(older)
+        log.info("%s: replaced %d older version(s) of this path in the dataset", path, len(older))
+    ledger[path] = {key}
 
 
 def _path_key(path: Path) -> str:

@@ -464,3 +464,51 @@ def test_integers_beyond_their_columns_in_a_text_header_are_clean_quarantine_row
     reasons = _quarantine(tmp_path / "ds", path)["reason"].tolist()
     assert f"iters {2**64} in runs does not fit the column (int32): left out" in reasons
     assert f"ranks {2**64 + 1} in runs does not fit the column (int32): left out" in reasons
+
+
+def test_a_file_appended_to_and_ingested_again_keeps_only_its_newest_content(tmp_path, caplog):
+    """A log that grows between ingests: each ingest replaces the path's older rows (it was kept
+    as several runs, 4 runs and 34,922 rows where the final file held 12,668)."""
+    parts = [GOOD.read_bytes(), (REAL / "A" / "superbench-nccl_broadcast.txt").read_bytes(),
+             (REAL / "A" / "superbench-nccl_allgather.txt").read_bytes()]
+    path = tmp_path / "nccl-tests.out"
+    root = tmp_path / "ds"
+    caplog.set_level("INFO", logger="ncclbot_sweep.ingest.walk")
+    for n in range(1, len(parts) + 1):
+        path.write_bytes(b"".join(parts[:n]))
+        summary = ingest([path], root)
+        assert summary.replaced == (n > 1)
+    fresh = tmp_path / "fresh"
+    ingest([path], fresh)
+    for table in ("runs", "iterations", "sources"):
+        assert len(datasets.read_table(root, table)) == len(datasets.read_table(fresh, table)), table
+    assert len(datasets.read_table(root, "runs")) == 3 and len(datasets.read_table(root, "iterations")) == 3 * 68
+    assert datasets.read_table(root, "sources")["source_sha256"].tolist() == \
+        datasets.read_table(fresh, "sources")["source_sha256"].tolist()
+    assert f"{path}: replaced 1 older version(s) of this path in the dataset" in caplog.messages
+    again = ingest([path], root)
+    assert again.skipped == 1 and again.replaced == 0
+
+
+def test_a_step_run_again_replaces_its_earlier_run_and_the_cli_says_so(tmp_path):
+    step = _step_folder(tmp_path / "c" / "jobs" / "j" / "steps" / "s")
+    runner = CliRunner()
+    assert runner.invoke(main, ["ingest", str(tmp_path / "c"), "-d", str(tmp_path / "ds")]).exit_code == 0
+    (step / "stdout.txt").write_bytes((REAL / "A" / "superbench-nccl_broadcast.txt").read_bytes())
+    res = runner.invoke(main, ["ingest", str(tmp_path / "c"), "-d", str(tmp_path / "ds")])
+    assert res.exit_code == 0
+    assert res.output.splitlines()[0] == ("files: 1  ingested: 1 (partly: 0)  already in dataset: 0  quarantined: 0"
+                                          "  replaced: 1")
+    runs = datasets.read_table(tmp_path / "ds", "runs")
+    assert len(runs) == 1 and len(datasets.read_table(tmp_path / "ds", "sources")) == 1
+
+
+def test_an_input_that_cannot_be_read_any_more_keeps_its_older_rows(tmp_path):
+    path = tmp_path / "reduce_perf.txt"
+    path.write_bytes(GOOD.read_bytes())
+    ingest([path], tmp_path / "ds")
+    path.unlink()
+    path.symlink_to(tmp_path / "gone")  # now a broken link: quarantined, never read
+    summary = ingest([path], tmp_path / "ds")
+    assert summary.replaced == 0 and len(summary.quarantined) == 1
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68

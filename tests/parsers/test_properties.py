@@ -117,10 +117,13 @@ def test_text_parser_result_does_not_depend_on_chunking(pick, cuts, threaded):
 
 @st.composite
 def chunked_lines(draw) -> tuple[list[bytes], int]:
-    """Lines of random lengths (CR LF and CR ends too), cut into chunks anywhere, and a line limit."""
-    lines = draw(st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"").replace(b"\r", b"")), max_size=12))
+    """Lines of random lengths (CR LF and CR ends too), cut into chunks anywhere, and a line limit
+    (no UTF-8 BOM: a leading one is not part of the text)."""
+    lines = draw(st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"").replace(b"\r", b"")
+                                                     .replace(b"\xef", b"")), max_size=12))
     ends = draw(st.lists(st.sampled_from([b"\n", b"\r\n", b"\r"]), min_size=len(lines), max_size=len(lines)))
-    data = b"".join(line + end for line, end in zip(lines, ends)) + draw(st.binary(max_size=5)).replace(b"\r", b"")
+    data = b"".join(line + end for line, end in zip(lines, ends)) + draw(st.binary(max_size=5)).replace(b"\r", b"")\
+        .replace(b"\xef", b"")
     cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=6)))
     return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])], draw(st.integers(1, 9))
 
