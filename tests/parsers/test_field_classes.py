@@ -188,6 +188,28 @@ def test_kernels_named_sendrecv_join_the_calls_that_launched_them(rank, first):
     assert sum(x["total_us"] for x in ar) == pytest.approx(first[1]) and all(x["total_us"] for x in w)
 
 
+def test_batched_point_to_point_operations_are_one_call_each_batch():
+    """li-plus/playground's Megatron trace (PyTorch 2.1): ``batch_isend_irecv`` shows an
+    ``nccl:send``/``nccl:recv`` per operation and an ``nccl:coalesced`` where the batch ends and
+    its one kernel is launched: three batches, three SendRecv calls (four were counted)."""
+    _, r = _parse(real("C/lp-megatron-rank_0-p2p-coalesced-excerpt.json"), "trace.json")
+    assert _workload(r) == [("SendRecv", 512 * 32 * 1024 * 2, 3, pytest.approx(177.0 + 138837.0 + 113233.0), [0, 1, 2])]
+    assert not r.issues
+
+
+def test_rccl_generic_kernels_count_through_the_calls_that_launched_them():
+    """TraceLens' MI300 DDP trace: every kernel is ``ncclDevKernel_Generic(...)``; twelve
+    collective calls carry ``record_param_comms`` metadata (quarantined as "no NCCL kernels"
+    before). Five kernels no call of the trace launched (the step before it) are reported."""
+    _, r = _parse(real("C/tracelens-mi300-resnet-ddp-rccl-generic-kernels-excerpt.json"), "trace.json")
+    w = r.rows("workload")
+    assert sorted((x["collective"], x["size_bytes"], x["dtype"], x["calls"], x["group_size"]) for x in w) == [
+        ("AllReduce", 2873320 * 2, "bfloat16", 3, 8), ("AllReduce", 8816192 * 2, "bfloat16", 3, 8),
+        ("Broadcast", 20 * 8, "int64", 3, 8), ("Broadcast", 9600 * 2, "bfloat16", 3, 8)]
+    assert sum(x["total_us"] for x in w if x["size_bytes"] == 2873320 * 2) == pytest.approx(6911.678 + 6678.4 + 6748.72)
+    assert [i.reason.split(" that")[0] for i in r.issues] == ["5 NCCL kernel(s)"]
+
+
 def test_pytorch_2_3_trace_keeps_its_counts():
     _, r = _parse(real("C/hta-nccl_parser_config-nccl_data.json.gz"), "trace.json")
     w = r.rows("workload")
