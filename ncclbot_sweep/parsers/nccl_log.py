@@ -126,7 +126,11 @@ def _cells(rest: str) -> list[str]:
 
 
 def _arm_name(algo: str, proto: str) -> str | None:
+    """The arm of an algorithm and a protocol as NCCL prints them: names (``RING``, ``LL128``)
+    or its enum ids (``Algo 1 proto 2``, names.ALGORITHMS/PROTOCOLS order); None if neither."""
     try:
+        if algo.isdigit() and proto.isdigit():
+            return str(Arm.from_indices(int(algo), int(proto)))
         return str(Arm(canonical_algorithm(algo), canonical_protocol(proto)))
     except ValueError:
         return None
@@ -442,14 +446,10 @@ class LogParser:
         self.result.add("choices", row)
 
     def _arm(self, choice: Choice, lineno: int) -> str | None:
-        algo, proto = choice.algo, choice.proto
-        try:
-            if algo.isdigit() and proto.isdigit():
-                return str(Arm.from_indices(int(algo), int(proto)))
-            return str(Arm(canonical_algorithm(algo), canonical_protocol(proto)))
-        except ValueError:
-            self.result.issues.append(Issue(lineno, f"unknown algorithm/protocol {algo}/{proto}"))
-            return None
+        arm = _arm_name(choice.algo, choice.proto)
+        if arm is None:
+            self.result.issues.append(Issue(lineno, f"unknown algorithm/protocol {choice.algo}/{choice.proto}"))
+        return arm
 
     def _choice_row(self, choice: Choice, arm: str, coll_row: dict | None, lineno: int) -> dict[str, Any]:
         """A choice line's row, its missing facts taken from the COLL row of its call."""

@@ -142,6 +142,20 @@ def test_a_trace_collective_line_repeating_the_info_line_is_one_call():
     ]
 
 
+def test_a_2_23_choice_line_with_enum_ids_behind_srun_labels():
+    """ai-on-eks' FSDP log (INDEX row 84): ``2: node-0:309:309 [0] NCCL INFO AllGather: 37756928 Bytes
+    -> Algo 1 proto 2 time 2860.208008``: the ids are NCCL's enum order (Ring, Simple) and the
+    bytes the whole gathered buffer, as the COLL lines of the call show (2359808 floats x 4 ranks)."""
+    fmt, r = _parse(real("B/ai-on-eks-slinky-fsdp-srun-l-numeric-choice-coll-lines-partial.txt"), "slurm.out")
+    algo = [c for c in r.rows("choices") if c["kind"] == "algo"]
+    assert fmt == "nccl-log" and len(algo) == 1
+    assert (algo[0]["collective"], algo[0]["arm"], algo[0]["size_bytes"], algo[0]["predicted_us"]) == (
+        "AllGather", "Ring/Simple", 2359808 * 4 * 4, 2860.208008)
+    assert {c["size_bytes"] for c in r.rows("choices") if c["collective"] == "AllGather"} == {37756928}
+    assert [(c["arm"], c["size_bytes"]) for c in r.rows("cost_tables")] == [("Ring/Simple", 37756928)]
+    assert not r.issues
+
+
 def test_numeric_choice_lines_keep_a_null_collective_when_nothing_names_it():
     fmt, r = _parse(real("B/issue-nccl1453-torchrun-numeric-choice-lines-glued-row-partial.txt"), "nccl.log")
     assert fmt == "nccl-log"
