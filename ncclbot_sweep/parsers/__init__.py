@@ -35,6 +35,7 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     parser = TextParser(source, on_rows=on_rows)
     log = LogParser(source)
     parser.on_other = log.line
+    parser.coll_hint = lambda: log.last_coll
     long_lines: list[Issue] = []
     parser.feed_all(whole_lines(chunks, long_lines), workers=2)
     result = parser.close()

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ncclbot_sweep.names import (
+    ALL_COLLECTIVES,
     COLLECTIVES,
     Arm,
     canonical_algorithm,
@@ -200,6 +201,9 @@ class LogParser:
         self.blocks: dict[int, int] = {}
         #: The rank count of the last COLL line (``[nranks=N]``), for choice sizes.
         self.coll_ranks: int | None = None
+        #: The collective the last COLL line called (what an nccl-tests run calls, when its
+        #: output names no binary).
+        self.last_coll: str | None = None
         #: Per printing thread (the line's ``host:pid:tid [dev]`` prefix): open TUNING Input
         #: lines, innermost last, and the last tuning row with the lines it came from.
         self._tuning_open: dict[str, list[tuple[dict[str, str], str, int]]] = {}
@@ -559,6 +563,7 @@ class LogParser:
         self._pending.add(thread, row)
         self._last_choice = None
         self.seq += 1
+        self.last_coll = coll if coll in ALL_COLLECTIVES else self.last_coll
 
 
 def parse_nccl_log(lines: Iterable[str] | str, source: SourceInfo) -> tuple[ParseResult, LogFacts]:

@@ -173,6 +173,54 @@ def test_numeric_choice_lines_inside_nccl_tests_output_are_the_tested_collective
     assert len(r.rows("iterations")) == 62
 
 
+# ---------------------------------------------------------------- collective of a run that names no binary
+
+@pytest.mark.parametrize("rel,coll,ranks", [
+    # OpenMPI tags, NCCL INFO lines between the header and the table, 2 ranks: busbw = algbw as
+    # for SendRecv, but the in-place results were checked (#wrong 0): an AllReduce
+    ("A/eks-blueprints-efa-t4-2rank-mpi-tag-nccl-info-interleaved.txt", "AllReduce", 2),
+    ("A/issue-ncclt214-sendrecv-a40-2rank-inplace-unchecked-partial.txt", "SendRecv", 2),  # in-place N/A
+    ("A/issue-bottlerocket-pr313-alltoall-efa-mpi-tag-indented-partial.txt", "AlltoAll", 16),
+    ("A/superbench-nccl_allgather.txt", "AllGather", 8),  # a pre-2.13 header without a redop column
+])
+def test_the_collective_of_a_run_that_names_no_binary_comes_from_its_table(rel, coll, ranks):
+    _, r = _parse(real(rel), "capture.txt")
+    run = r.rows("runs")[0]
+    assert (run["collective"], run["collective_inferred"], run["ranks"]) == (coll, True, ranks)
+    assert {x["collective"] for x in r.rows("iterations")} == {coll}
+
+
+def test_a_command_line_with_nccl_variables_names_the_binary():
+    """nccl-tests#82: ``mpirun ... -x NCCL_DEBUG=WARN ... ./build/broadcast_perf -b 8 ...`` on a
+    shell prompt line before the output (its NCCL variables hid it before)."""
+    _, r = _parse(real("A/issue-ncclt82-broadcast-v100-2node-mpirun-with-nccl-env-partial.txt"), "capture.txt")
+    run = r.rows("runs")[0]
+    assert (run["binary"], run["collective"], run["collective_inferred"], run["nccl_version"], run["ranks"]) == (
+        "broadcast_perf", "Broadcast", None, "2.9.6", 2)
+
+
+def test_nccl_coll_lines_name_the_collective_the_numbers_cannot():
+    """Hand-made (no public nccl-tests output with COLL lines and no binary name was found): a
+    2-rank table whose rows decide nothing (bandwidths below 1 GB/s, -c 0), and the COLL line
+    NCCL_DEBUG_SUBSYS=COLL prints for the call, in the form of INDEX row 57."""
+    text = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+            "validation: 0 graph: 0\n"
+            "#  Rank  0 Group  0 Pid   1000 on host-a device  0 [0x31] NVIDIA A40\n"
+            "#  Rank  1 Group  0 Pid   1001 on host-b device  0 [0x31] NVIDIA A40\n"
+            "host-a:1000:1000 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7f0 recvbuff 0x7f8 count 2 datatype 7 "
+            "op 0 root 0 comm 0x55 [nranks=2] stream 0x56\n"
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
+            "           8             2     float     sum      -1    34.24    0.00    0.00    N/A    33.65    0.00    0.00    N/A\n"
+            "          16             4     float     sum      -1    34.24    0.00    0.00    N/A    34.15    0.00    0.00    N/A\n")
+    r = parse_nccltests_stream([text.encode()], source("capture.txt"))
+    run = r.rows("runs")[0]
+    assert (run["collective"], run["collective_inferred"]) == ("AllReduce", True)
+    assert {x["collective"] for x in r.rows("iterations")} == {"AllReduce"}
+    without = parse_nccltests_stream([text.replace("AllReduce: opCount", "x").encode()], source("capture.txt"))
+    assert without.rows("runs")[0]["collective"] is None  # the numbers alone do not decide
+
+
 # ---------------------------------------------------------------- 3. Kineto: one call, many views
 
 def _workload(r):
