@@ -47,6 +47,7 @@ from ncclbot_sweep.parsers.common import (
     nccl_version_from_code,
     normalize_chunks,
 )
+from ncclbot_sweep.parsers.detect import HEADER_RE
 from ncclbot_sweep.parsers.footer import ELISION_RE, FooterCheck
 from ncclbot_sweep.parsers.infer import infer_collective
 from ncclbot_sweep.parsers.layout import (
@@ -73,13 +74,15 @@ __all__ = ["TextParser", "parse_nccltests_text", "collective_from_name"]
 
 log = logging.getLogger(__name__)
 
+#: Header fields, in both spellings: ``nThread 1 nGpus 8 ... warmup iters: 5`` and old
+#: rccl-tests' ``nThreads: 1 nGpus: 4 nRanks: 1 ... warmupIters: 5``.
 _HEADER_KEYS = {
-    "nthread": re.compile(r"nThread\s+(\d+)"),
-    "ngpus": re.compile(r"nGpus\s+(\d+)"),
-    "min_bytes": re.compile(r"minBytes\s+(\d+)"),
-    "max_bytes": re.compile(r"maxBytes\s+(\d+)"),
+    "nthread": re.compile(r"nThreads?:?\s+(\d+)"),
+    "ngpus": re.compile(r"nGpus:?\s+(\d+)"),
+    "min_bytes": re.compile(r"minBytes:?\s+(\d+)"),
+    "max_bytes": re.compile(r"maxBytes:?\s+(\d+)"),
     "step": re.compile(r"step:\s*(\S+)"),
-    "warmup_iters": re.compile(r"warmup iters:\s*(\d+)"),
+    "warmup_iters": re.compile(r"warmup ?[iI]ters:\s*(\d+)"),
     "iters": re.compile(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)"),
     "agg_iters": re.compile(r"agg iters:\s*(\d+)"),
     "validation": re.compile(r"validation:\s*(\d+)"),
@@ -344,7 +347,7 @@ class TextParser:
         if not body:
             return
         core = body.lstrip("#").strip()
-        if "nThread" in core and "nGpus" in core:
+        if "nThread" in core and HEADER_RE.search(core):
             self._header(core, lineno)
             return
         if self._units_next and core.startswith("("):

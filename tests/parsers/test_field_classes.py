@@ -221,6 +221,41 @@ def test_nccl_coll_lines_name_the_collective_the_numbers_cannot():
     assert without.rows("runs")[0]["collective"] is None  # the numbers alone do not decide
 
 
+# ---------------------------------------------------------------- run-level facts
+
+def test_runs_split_by_begin_markers_keep_their_ranks_and_binaries():
+    """llv22/nccl-osx: five runs in one capture, each after an ``===begin <binary> test===`` echo."""
+    _, r = _parse(real("A/nccl-osx-gtx1080-2gpu-five-runs-begin-markers.txt"), "capture.txt")
+    runs = r.rows("runs")
+    assert [(x["binary"], x["collective"], x["ranks"], x["nodes"], x["hosts"]) for x in runs] == [
+        (f"{b}_perf", c, 2, 1, "Orlando") for b, c in (("all_reduce", "AllReduce"), ("all_gather", "AllGather"),
+                                                        ("broadcast", "Broadcast"), ("reduce", "Reduce"),
+                                                        ("reduce_scatter", "ReduceScatter"))]
+    assert {(x["run_id"], x["ranks"]) for x in r.rows("iterations")} == {(x["run_id"], 2) for x in runs}
+
+
+def test_a_shell_prompt_before_the_version_line_keeps_the_versions_on_the_run():
+    """cscs-docs: ``$ srun ... all_reduce_perf -b 1M ...`` then ``# nccl-tests version 2.18.2 ...`` and
+    ``# Collective test starting``: the prompt started a run the next line split (versions lost)."""
+    _, r = _parse(real("A/cscs-docs-sarus-gh200-2node-prompt-before-version-line.txt"), "capture.txt")
+    (run,) = r.rows("runs")
+    assert (run["run_id"], run["nccl_tests_version"], run["nccl_version"], run["ranks"], run["nodes"]) == (
+        "run", "2.18.2", "2.30.7", 2, 2)  # the file's first run id: no empty run before it
+    assert len(r.rows("iterations")) == 16
+
+
+def test_an_old_rccl_tests_colon_header_that_fails_at_init():
+    """ROCm/rccl-tests#50: ``# nThreads: 1 nGpus: 4 nRanks: 1 ... warmupIters: 5 iters: 20``, four
+    Rank lines, then the init failure (the file was not even recognised)."""
+    fmt, r = _parse(real("A/issue-rccltests50-mi210-4gpu-colon-header-init-failure-partial.txt"), "capture.txt")
+    (run,) = r.rows("runs")
+    assert fmt == "nccl-tests-text"
+    assert (run["ranks"], run["nodes"], run["library"], run["gpu_name"], run["outcome"]) == (
+        4, 1, "rccl", "AMD Instinct MI210", "failed")
+    assert (run["min_bytes"], run["max_bytes"], run["warmup_iters"], run["iters"]) == (8, 134217728, 5, 20)
+    assert run["failure"].startswith("sharbox-ultra: Test NCCL failure common.cu:1285")
+
+
 # ---------------------------------------------------------------- 3. Kineto: one call, many views
 
 def _workload(r):
