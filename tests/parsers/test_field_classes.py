@@ -256,6 +256,30 @@ def test_an_old_rccl_tests_colon_header_that_fails_at_init():
     assert run["failure"].startswith("sharbox-ultra: Test NCCL failure common.cu:1285")
 
 
+def test_rccl_kernel_trace_records_are_not_choice_lines():
+    """Hand-made from RCCL's collective-trace format strings (ROCm/rccl src/init.cc @0cbce2a7:
+    ``## [ts] [rank:bid] opCount KL HWID ... <func>``, ``KE``, ``CE``, ``CL``, ``PE``, ``DT``, ``Abort``;
+    RCCL_KERNEL_COLL_TRACE_ENABLE=1): the kernel's function name spells an algorithm and a protocol,
+    but no record is a choice NCCL made for a call; only the COLL line of the call is a row."""
+    host = "banff:52944:53177 [0] NCCL INFO "
+    records = ["## [170260.347287] [07:00] 000001 KL HWID 42300700 ncclDevFunc_AllReduce_RING_LL_Sum_double "
+               "nw 4 bi 0 nc 0 busId df000 nRanks 8",
+               "## [170260.348516] [07:00] 000001 KE busId df000 nRanks 8",
+               "## [170260.348587] [07:00] 000001 CE ncclDevFunc_AllReduce_RING_LL_Sum_double nw 4 bi 0 nc 0 busId df000 "
+               "nRanks 8",
+               "## [170260.348600] [07:00] 000002 CL ncclDevFunc_AllReduce_RING_LL_Sum_double nw 4 bi 0 nc 0 busId df000 "
+               "nRanks 8",
+               "## [122210.650274] [00:01] 000000-000000 PE ncclDevFunc_SendRecv_RING_SIMPLE_Sum_i8 1 -> 1/0/4/0/1 "
+               "conn/nw/ws/ng 1/4/0/1 -> 1 busId c1000 nRanks 2",
+               "## [170260.348700] [07:00] L:0042 DT 00000001 0000000000000003 0000000000000000",
+               "## [170260.348800] [07:00] 000003 Abort"]
+    text = (host + "AllReduce: opCount 1 sendbuff 0x7f00 recvbuff 0x7f00 count 9 datatype 8 op 0 root 0 comm 0xb7f1460 "
+            "[nranks=8] stream 0xba10e60\n" + "".join(host + r + "\n" for r in records))
+    r = parse_source("nccl-log", text.encode(), source("rccl.log"))
+    assert [(c["kind"], c["collective"], c["op_count"]) for c in r.rows("choices")] == [("coll", "AllReduce", 1)]
+    assert not r.issues
+
+
 # ---------------------------------------------------------------- 3. Kineto: one call, many views
 
 def _workload(r):
