@@ -435,7 +435,8 @@ def replace_table(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]]
     per ``source_sha256``, atomic renames), then every other data file of the table is
     deleted, with the partition folders left empty. Writing the same rows again finds their
     files in place and changes nothing; different rows replace the old ones, never add to
-    them. Only :data:`DERIVED_TABLES` can be replaced: ingest's tables are append-only.
+    them. Only :data:`DERIVED_TABLES` can be replaced: ingest's tables are append-only (but
+    for :func:`drop_source`, when a path comes back with newer content).
     """
     if name not in DERIVED_TABLES:
         raise DatasetError(f"table {name!r} is not derived and cannot be replaced",
