@@ -7,7 +7,8 @@ campaign folders (:class:`~ncclbot_sweep.paths.CampaignPaths` layout); a folder 
 
 Invariants: ingest is idempotent (a source whose hash the ``sources`` ledger holds is
 skipped), and a path keeps one version in the dataset, its newest (a log appended to, a
-step run again: the new content replaces the old, :func:`_replace_older`); every input ends up ingested, partly ingested (rows plus quarantine rows saying
+step run again: the new content replaces the old, :func:`_replace_older`); every input ends
+up ingested, partly ingested (rows plus quarantine rows saying
 what was left out, with line numbers) or quarantined with a reason, whatever it holds, and
 one bad input never stops the others; no impossible value becomes a row
 (:mod:`~ncclbot_sweep.ingest.rowcheck`); a crash leaves no partial table file (see
@@ -380,8 +381,8 @@ def _read_whole(path: Path, issues: list[Issue]) -> bytes:
     """A file parsed whole (JSON, traces), gzip undone; one of more than
     :data:`~ncclbot_sweep.filekind.WHOLE_READ_LIMIT` bytes, before or after decompression, is
     refused before it is read whole."""
-    if path.stat().st_size > WHOLE_READ_LIMIT:
-        raise _Unreadable(too_big_to_read(path.stat().st_size))
+    if (stored := path.stat().st_size) > WHOLE_READ_LIMIT:
+        raise _Unreadable(too_big_to_read(stored))
     parts, size = [], 0
     for chunk in _chunks(path, issues):
         size += len(chunk)

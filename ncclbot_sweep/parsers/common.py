@@ -245,8 +245,8 @@ class _LineBound:
         return last + 1
 
     def _report(self) -> None:
-        self.issues.append(Issue(self.lines + 1, f"line of {self.dropped} bytes, longer than the {self.limit} bytes a line "
-                                                 "may hold: not read", self.head.decode("utf-8", "replace")))
+        why = f"line of {self.dropped} bytes, longer than the {self.limit} bytes a line may hold: not read"
+        self.issues.append(Issue(self.lines + 1, why, self.head.decode("utf-8", "replace")))
         self.dropped, self.head = None, b""
 
     def close(self) -> Iterator[bytes]:

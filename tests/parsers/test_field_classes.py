@@ -265,10 +265,10 @@ def test_rccl_kernel_trace_records_are_not_choice_lines():
     records = ["## [170260.347287] [07:00] 000001 KL HWID 42300700 ncclDevFunc_AllReduce_RING_LL_Sum_double "
                "nw 4 bi 0 nc 0 busId df000 nRanks 8",
                "## [170260.348516] [07:00] 000001 KE busId df000 nRanks 8",
-               "## [170260.348587] [07:00] 000001 CE ncclDevFunc_AllReduce_RING_LL_Sum_double nw 4 bi 0 nc 0 busId df000 "
-               "nRanks 8",
-               "## [170260.348600] [07:00] 000002 CL ncclDevFunc_AllReduce_RING_LL_Sum_double nw 4 bi 0 nc 0 busId df000 "
-               "nRanks 8",
+               "## [170260.348587] [07:00] 000001 CE ncclDevFunc_AllReduce_RING_LL_Sum_double nw 4 bi 0 nc 0 "
+               "busId df000 nRanks 8",
+               "## [170260.348600] [07:00] 000002 CL ncclDevFunc_AllReduce_RING_LL_Sum_double nw 4 bi 0 nc 0 "
+               "busId df000 nRanks 8",
                "## [122210.650274] [00:01] 000000-000000 PE ncclDevFunc_SendRecv_RING_SIMPLE_Sum_i8 1 -> 1/0/4/0/1 "
                "conn/nw/ws/ng 1/4/0/1 -> 1 busId c1000 nRanks 2",
                "## [170260.348700] [07:00] L:0042 DT 00000001 0000000000000003 0000000000000000",
