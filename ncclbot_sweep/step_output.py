@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ncclbot_sweep.errors import ParseError
+from ncclbot_sweep.filekind import read_whole
 from ncclbot_sweep.outcomes import StepOutcome
 from ncclbot_sweep.parsers import parse_source
-from ncclbot_sweep.parsers.common import ParseResult, SourceInfo
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo
 from ncclbot_sweep.paths import StepFiles
 
 __all__ = ["StepOutput", "read_step_output", "step_output_usable"]
@@ -25,6 +27,8 @@ class StepOutput:
 
     text: ParseResult | None
     json: ParseResult | None
+    #: Why a file of the step was not read (too big to parse whole), one reason per file.
+    refused: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def usable(self) -> bool:
@@ -38,11 +42,21 @@ class StepOutput:
 
 
 def read_step_output(files: StepFiles, source: SourceInfo) -> StepOutput:
-    """Parse a step's stdout and ``result.json`` (each whole: nccl-tests output is small)."""
-    stdout, result_json = Path(files.stdout), Path(files.result_json)
-    text = parse_source("nccl-tests-text", stdout.read_bytes(), source) if stdout.is_file() else None
-    json = parse_source("nccl-tests-json", result_json.read_bytes(), source) if result_json.is_file() else None
-    return StepOutput(text=text, json=json)
+    """Parse a step's stdout and ``result.json``, each read whole (nccl-tests output is small);
+    one over :data:`~ncclbot_sweep.filekind.WHOLE_READ_LIMIT` is not read: its result is an
+    issue saying so (and the output is not usable), so neither the runner nor ingest holds it."""
+    output = StepOutput(text=None, json=None)
+    for name, fmt, path in (("text", "nccl-tests-text", Path(files.stdout)),
+                            ("json", "nccl-tests-json", Path(files.result_json))):
+        if not path.is_file():
+            continue
+        try:
+            parsed = parse_source(fmt, read_whole(path), source)
+        except ParseError as exc:
+            output.refused.append(f"{path.name}: {exc.reason}")
+            parsed = ParseResult(unusable=True, issues=[Issue(None, output.refused[-1])])
+        setattr(output, name, parsed)
+    return output
 
 
 def step_output_usable(files: StepFiles) -> bool:

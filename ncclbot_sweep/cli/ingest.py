@@ -61,21 +61,21 @@ def ingest_command(paths: tuple[str, ...], dataset: str, fabric: str | None, inc
                              on_progress=lambda p, done, total: progress.update(task, completed=done, total=total))
     else:
         summary = ingest(paths, dataset, **options)
-    _echo_ingest(summary, paths)
+    _echo_ingest(summary)
+    if summary.nothing_found:
+        raise click.ClickException(summary.nothing_found)
     if strict and not summary.clean:
         raise click.ClickException(
             f"--strict: {len(summary.quarantined)} input(s) quarantined and {summary.partial} partly; the reasons "
             f"are in the quarantine table (ncclbot-sweep datasets info {dataset})")
 
 
-def _echo_ingest(summary, paths: tuple[str, ...]) -> None:
-    """What an ingest did: the counts (or that it found nothing), rows per table, each quarantined input."""
-    if not summary.files and not summary.unfinished:
-        ignored = f" ({len(summary.ignored)} campaign bookkeeping files ignored)" if summary.ignored else ""
-        click.echo(f"found nothing to ingest in {', '.join(paths)}{ignored}")
-    else:
+def _echo_ingest(summary) -> None:
+    """What an ingest did: the counts, rows per table, each quarantined input (nothing when it found nothing)."""
+    if summary.files or summary.unfinished:
+        replaced = f"  replaced: {summary.replaced}" if summary.replaced else ""
         click.echo(f"files: {summary.files}  ingested: {summary.ingested} (partly: {summary.partial})  "
-                   f"already in dataset: {summary.skipped}  quarantined: {len(summary.quarantined)}")
+                   f"already in dataset: {summary.skipped}  quarantined: {len(summary.quarantined)}{replaced}")
     for name, count in sorted(summary.rows.items()):
         click.echo(f"  {name:14s} {count:>10d} rows")
     for path, reason in summary.quarantined:

@@ -114,6 +114,8 @@ __all__ = [
     "to_arrow",
     "table_dir",
     "source_done",
+    "sources_by_path",
+    "drop_source",
     "SourceWriter",
     "PLACEHOLDERS",
     "SCHEMA_FILE",
@@ -434,7 +436,8 @@ def replace_table(root: str | Path, name: str, rows: Iterable[Mapping[str, Any]]
     per ``source_sha256``, atomic renames), then every other data file of the table is
     deleted, with the partition folders left empty. Writing the same rows again finds their
     files in place and changes nothing; different rows replace the old ones, never add to
-    them. Only :data:`DERIVED_TABLES` can be replaced: ingest's tables are append-only.
+    them. Only :data:`DERIVED_TABLES` can be replaced: ingest's tables are append-only (but
+    for :func:`drop_source`, when a path comes back with newer content).
     """
     if name not in DERIVED_TABLES:
         raise DatasetError(f"table {name!r} is not derived and cannot be replaced",
@@ -662,6 +665,27 @@ def _constant_value(col: pa.ChunkedArray) -> Any:
 def source_done(root: str | Path, sha256: str) -> bool:
     """True when the ``sources`` ledger already records this source (ingest skips it)."""
     return (table_dir(root, "sources") / data_file_name(sha256)).exists()
+
+
+def sources_by_path(root: str | Path) -> dict[str, set[str]]:
+    """The ``sources`` ledger as ``{source_path: {source keys}}``: what ingest replaces when a
+    path comes back with other content."""
+    ledger = read_arrow(root, "sources").select(["source_path", "source_sha256"]).to_pylist()
+    out: dict[str, set[str]] = {}
+    for row in ledger:
+        out.setdefault(row["source_path"], set()).add(row["source_sha256"])
+    return out
+
+
+def drop_source(root: str | Path, key: str) -> None:
+    """Delete source ``key`` from every table (its rows, its quarantine rows), the ``sources``
+    ledger last: a crash half way leaves it in the ledger, to be dropped by the next ingest.
+    Callers hold :func:`locked`. Ingest is append-only but for this: a path ingested again
+    with newer content replaces its older rows."""
+    name = data_file_name(key)
+    ledger = table_dir(root, "sources")
+    for path in sorted(Path(root).rglob(name), key=lambda p: ledger in p.parents):
+        path.unlink()
 
 
 def read_arrow(root: str | Path, name: str, *, filters: Any = None) -> pa.Table:

@@ -29,18 +29,18 @@ import pyarrow.compute as pc
 from ncclbot_sweep.ingest import datasets
 from ncclbot_sweep.parsers.common import Issue
 
-__all__ = ["RECORD_TABLES", "RULES", "Lines", "fit", "split_impossible"]
+__all__ = ["RECORD_TABLES", "RULES", "MAX_GBS", "Lines", "fit", "split_impossible"]
 
 #: Per table, each float column (and each other checked column) and what its values must be.
 #: ``positive``: finite and above zero (a measured time); ``non-negative``: finite and at least
-#: zero (sizes, counts, bandwidths, predictions, durations, losses); ``finite``: not NaN or
-#: infinite; ``size``: present and non-negative (a measurement without its size, or with one
-#: out of range, means nothing). Every float column of every table has a rule
+#: zero (sizes, counts, predictions, durations, losses); ``bandwidth``: non-negative and below
+#: :data:`MAX_GBS`; ``finite``: not NaN or infinite; ``size``: present and non-negative (a
+#: measurement without its size, or with one out of range, means nothing). Every float column of every table has a rule
 #: (``tests/datasets/test_rowcheck.py`` holds :data:`ncclbot_sweep.ingest.datasets.SCHEMAS` to it).
 RULES: dict[str, tuple[tuple[str, str], ...]] = {
-    "runs": (("avg_busbw_gbs", "non-negative"),),
+    "runs": (("avg_busbw_gbs", "bandwidth"),),
     "iterations": (("time_us", "positive"), ("size_bytes", "size"), ("count", "non-negative"),
-                   ("algbw_gbs", "non-negative"), ("busbw_gbs", "non-negative"), ("error", "non-negative")),
+                   ("algbw_gbs", "bandwidth"), ("busbw_gbs", "bandwidth"), ("error", "non-negative")),
     "live_events": (("latency_us", "positive"), ("size_bytes", "non-negative"), ("sync_us", "non-negative"),
                     ("reward", "finite")),
     "workload": (("total_us", "non-negative"), ("size_bytes", "non-negative"), ("calls", "non-negative")),
@@ -48,15 +48,19 @@ RULES: dict[str, tuple[tuple[str, str], ...]] = {
     "cost_tables": (("predicted_us", "non-negative"), ("size_bytes", "non-negative")),
     # NCCL prints -1 in its init table for an arm it disables: negative is a value there.
     "tuning_tables": (("latency_us", "finite"), ("algbw_gbs", "finite")),
-    "contexts": (("best_us", "positive"), ("best_busbw_gbs", "non-negative"), ("auto_us", "positive"),
-                 ("auto_busbw_gbs", "non-negative"), ("auto_predicted_us", "non-negative"),
+    "contexts": (("best_us", "positive"), ("best_busbw_gbs", "bandwidth"), ("auto_us", "positive"),
+                 ("auto_busbw_gbs", "bandwidth"), ("auto_predicted_us", "non-negative"),
                  ("auto_loss", "non-negative"), ("margin", "non-negative"), ("rho_max", "positive"),
                  ("steady_us", "positive"), ("predicted_us", "non-negative")),
 }
 #: Tables whose rows are records, not measurements: an impossible value there is nulled, the row kept.
 RECORD_TABLES = frozenset({"runs", "contexts"})
+#: No bandwidth (GB/s) at or above this was measured: 1 TiB moved in 0.01 us, the shortest time
+#: nccl-tests prints, is 1.1e8 GB/s (a one-rank in-place copy prints tens of thousands).
+MAX_GBS = 1e9
 
 _WHY = {"positive": "a finite number above 0", "non-negative": "a finite number, 0 or more",
+        "bandwidth": f"a finite number of GB/s, 0 or more and below {MAX_GBS:g}",
         "finite": "a finite number", "size": "present, in range and 0 or more"}
 #: Rows quarantined one by one per (table, column); beyond this one issue counts the rest.
 _MAX_LISTED = 100
@@ -145,6 +149,8 @@ def _bad(col: pa.ChunkedArray | pa.Array, rule: str) -> pa.Array:
         ok = pc.greater(col, 0) if rule == "positive" else pc.greater_equal(col, 0)
         if pa.types.is_floating(col.type):
             ok = pc.and_(ok, pc.is_finite(col))
+        if rule == "bandwidth":
+            ok = pc.and_(ok, pc.less(col, MAX_GBS))
     return pc.fill_null(pc.invert(ok), False)
 
 

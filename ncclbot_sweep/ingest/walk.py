@@ -6,7 +6,9 @@ campaign folders (:class:`~ncclbot_sweep.paths.CampaignPaths` layout); a folder 
 ``result.json`` and ``exit``), and its hash covers all of them.
 
 Invariants: ingest is idempotent (a source whose hash the ``sources`` ledger holds is
-skipped); every input ends up ingested, partly ingested (rows plus quarantine rows saying
+skipped), and a path keeps one version in the dataset, its newest (a log appended to, a
+step run again: the new content replaces the old, :func:`_replace_older`); every input ends
+up ingested, partly ingested (rows plus quarantine rows saying
 what was left out, with line numbers) or quarantined with a reason, whatever it holds, and
 one bad input never stops the others; no impossible value becomes a row
 (:mod:`~ncclbot_sweep.ingest.rowcheck`); a crash leaves no partial table file (see
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep.errors import DatasetError, OutOfSpaceError, ParseError, is_out_of_space
-from ncclbot_sweep.filekind import REGULAR, file_kind
+from ncclbot_sweep.filekind import REGULAR, WHOLE_READ_LIMIT, file_kind, read_whole, too_big_to_read
 from ncclbot_sweep.ingest import datasets, rowcheck
 from ncclbot_sweep.outcomes import StepOutcome, last_error_line, step_outcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
@@ -74,12 +76,24 @@ class IngestSummary:
     ignored: list[str] = dataclasses.field(default_factory=list)
     #: Step folders without an exit marker (still running, or killed): not ingested yet.
     unfinished: list[str] = dataclasses.field(default_factory=list)
+    #: Older versions of a path dropped because the path came back with other content.
+    replaced: int = 0
+    #: Inputs named by the caller that hold nothing to ingest (an empty folder, bookkeeping only).
+    empty: list[str] = dataclasses.field(default_factory=list)
     rows: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
         """True when nothing was quarantined, not even part of a file (``ingest --strict``)."""
         return not self.quarantined and not self.partial
+
+    @property
+    def nothing_found(self) -> str | None:
+        """Why an input named held nothing to ingest (``ingest`` exits 1 with it), or None."""
+        if not self.empty:
+            return None
+        ignored = f" ({len(self.ignored)} campaign bookkeeping files ignored)" if self.ignored else ""
+        return f"found nothing to ingest in {', '.join(self.empty)}{ignored}"
 
     def add_rows(self, rows: dict[str, int]) -> None:
         for name, n in rows.items():
@@ -95,6 +109,17 @@ class _Unit:
 
 def _file_unit(path: Path, kind: str) -> _Unit:
     return _Unit("file" if kind == REGULAR else "special", path)
+
+
+def _shown_path(path: str | os.PathLike[str]) -> str:
+    """A path as text that can be stored and printed: the bytes of a name that is not valid
+    UTF-8 become ``\\xff`` escapes (Parquet strings and terminals take valid UTF-8 only)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _ignored(unit: _Unit) -> bool:
+    """Campaign bookkeeping and files not finished yet: listed, neither ingested nor quarantined."""
+    return unit.kind == "file" and (unit.path.name in _CAMPAIGN_FILES or unit.path.name.endswith(PART_SUFFIX))
 
 
 def iter_inputs(paths: Iterable[str | Path]) -> Iterator[_Unit]:
@@ -195,16 +220,25 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
     disk is full (what was written stays; the same ingest again adds the rest); every problem
     of an input quarantines it.
     """
-    units = list(iter_inputs(paths))
     summary = IngestSummary()
+    units = []
+    for raw in paths:
+        found = list(iter_inputs([raw]))
+        if all(_ignored(unit) for unit in found):
+            summary.empty.append(_shown_path(raw))
+        units += found
     try:
         with datasets.locked(dataset, on_wait=on_wait) as root:
             for name in datasets.TABLES:
                 datasets.ensure_schema_file(root, name)
+            ledger = datasets.sources_by_path(root)
             for done, unit in enumerate(units, 1):
-                _ingest_unit(unit, root, fabric or "unknown", include_unfinished, summary)
+                if _to_ingest(unit, include_unfinished, summary):
+                    key = _ingest_unit(unit, root, fabric or "unknown", summary)
+                    if key is not None:
+                        _replace_older(root, _shown_path(unit.path), key, ledger, summary)
                 if on_progress is not None:
-                    on_progress(str(unit.path), done, len(units))
+                    on_progress(_shown_path(unit.path), done, len(units))
     except (OSError, OutOfSpaceError) as exc:
         if not is_out_of_space(exc):
             raise
@@ -218,17 +252,25 @@ def ingest(paths: Iterable[str | Path], dataset: str | Path, *, fabric: str | No
     return summary
 
 
-def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool, summary: IngestSummary) -> None:
-    """One input, inside the one boundary where any failure of it becomes its quarantine."""
-    if unit.kind == "file" and (unit.path.name in _CAMPAIGN_FILES or unit.path.name.endswith(PART_SUFFIX)):
-        summary.ignored.append(str(unit.path))
-        return
+def _to_ingest(unit: _Unit, include_unfinished: bool, summary: IngestSummary) -> bool:
+    """Whether ``unit`` is ingested (and counted): bookkeeping files and unfinished steps are only listed."""
+    if _ignored(unit):
+        summary.ignored.append(_shown_path(unit.path))
+        return False
     if unit.kind == "step" and not include_unfinished and not os.path.lexists(StepFiles(unit.path).exit_marker):
-        summary.unfinished.append(str(unit.path))
-        return
+        summary.unfinished.append(_shown_path(unit.path))
+        return False
     summary.files += 1
+    return True
+
+
+def _ingest_unit(unit: _Unit, root: Path, fabric: str, summary: IngestSummary) -> str | None:
+    """One input, inside the one boundary where any failure of it becomes its quarantine;
+    returns its content key, or None when it could not be read (then its path is the key)."""
     key = None
     try:
+        if _shown_path(unit.path) != str(unit.path):
+            raise _Unreadable("the path is not valid UTF-8: not read (rename it to ingest it)")
         if unit.kind == "special":
             raise _Unreadable(f"not a regular file ({file_kind(unit.path)}): not read")
         members = _step_members(unit.path) if unit.kind == "step" else [unit.path]
@@ -242,15 +284,31 @@ def _ingest_unit(unit: _Unit, root: Path, fabric: str, include_unfinished: bool,
     except Exception as exc:  # the one marked boundary: logged, then quarantined
         if isinstance(exc, DatasetError) or is_out_of_space(exc):
             raise  # the dataset itself cannot be written: every later input would fail alike
+        content = key
         key = key or _path_key(unit.path)
         if datasets.source_done(root, key):  # unreadable last time too: already quarantined
             summary.skipped += 1
-            return
-        expected = isinstance(exc, (_Unreadable, OSError, RecursionError, MemoryError, *_GZIP_ERRORS))
+            return content
+        expected = isinstance(exc, (_Unreadable, ParseError, OSError, RecursionError, MemoryError, *_GZIP_ERRORS))
         # Unreadable inputs are the user's to see (the CLI lists them); a parser failure is a bug to report.
-        log.log(logging.INFO if expected else logging.WARNING, "%s: quarantined: %s", unit.path, exc,
+        log.log(logging.INFO if expected else logging.WARNING, "%s: quarantined: %s", _shown_path(unit.path), exc,
                 exc_info=not expected)
         _quarantine_unit(unit, key, root, _reason(exc), summary)
+        return content
+    return key
+
+
+def _replace_older(root: Path, path: str, key: str, ledger: dict[str, set[str]], summary: IngestSummary) -> None:
+    """The dataset keeps one version of a path, the newest: the content just read (``key``)
+    replaces whatever an earlier ingest of that path stored (a log appended to, a step run
+    again). An input that could not be read replaces nothing: its older rows stay."""
+    older = ledger.get(path, set()) - {key}
+    for old in sorted(older):
+        datasets.drop_source(root, old)
+    if older:
+        summary.replaced += len(older)
+        log.info("%s: replaced %d older version(s) of this path in the dataset", path, len(older))
+    ledger[path] = {key}
 
 
 def _path_key(path: Path) -> str:
@@ -265,6 +323,8 @@ class _Unreadable(Exception):
 def _reason(exc: Exception) -> str:
     if isinstance(exc, _Unreadable):
         return str(exc)
+    if isinstance(exc, ParseError):
+        return exc.reason
     if isinstance(exc, RecursionError):
         return "nested too deeply to parse (JSON or trace deeper than Python's recursion limit)"
     if isinstance(exc, MemoryError):
@@ -279,7 +339,7 @@ def _reason(exc: Exception) -> str:
 def _quarantine_unit(unit: _Unit, key: str, root: Path, reason: str, summary: IngestSummary) -> None:
     """Record an input that failed as a whole (ledger + quarantine), keyed by its content hash,
     or by its path when it could not even be read."""
-    source = SourceInfo(path=str(unit.path), sha256=key, run_id=key[:16])
+    source = SourceInfo(path=_shown_path(unit.path), sha256=key, run_id=key[:16])
     result = ParseResult(unusable=True, issues=[Issue(None, reason)])
     _finish(root, datasets.SourceWriter(root, key), source, unit.kind if unit.kind == "step" else None,
             result, summary, size=0)
@@ -313,8 +373,23 @@ def _parse_file(path: Path, fmt: str | None, source: SourceInfo, writer: dataset
         return parse_nccltests_stream(_chunks(path, issues), source,
                                       on_rows=lambda table: _write_batch(writer, "iterations", table, issues))
     if fmt == "nccl-log":  # streamed: debug logs can be far bigger than memory
-        return parse_nccl_log_run(iter_lines(_chunks(path, issues)), source)
-    return parse_source(fmt, b"".join(_chunks(path, issues)), source)
+        return parse_nccl_log_run(_chunks(path, issues), source)
+    return parse_source(fmt, _read_whole(path, issues), source)
+
+
+def _read_whole(path: Path, issues: list[Issue]) -> bytes:
+    """A file parsed whole (JSON, traces), gzip undone; one of more than
+    :data:`~ncclbot_sweep.filekind.WHOLE_READ_LIMIT` bytes, before or after decompression, is
+    refused before it is read whole."""
+    if (stored := path.stat().st_size) > WHOLE_READ_LIMIT:
+        raise _Unreadable(too_big_to_read(stored))
+    parts, size = [], 0
+    for chunk in _chunks(path, issues):
+        size += len(chunk)
+        if size > WHOLE_READ_LIMIT:
+            raise _Unreadable(too_big_to_read(size))
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 # ---------------------------------------------------------------------- step folders
@@ -358,7 +433,11 @@ def _trace_files(files: StepFiles) -> list[Path]:
 def _parse_traces(files: StepFiles, source: SourceInfo, result: ParseResult) -> None:
     """Plugin traces of a live step become ``live_events`` of the step's run."""
     for path in _trace_files(files):
-        parsed = parse_source("ncclbot-trace", path.read_bytes(), source)
+        try:
+            parsed = parse_source("ncclbot-trace", read_whole(path), source)
+        except ParseError as exc:
+            result.issues.append(Issue(None, f"{path.name}: {exc.reason}"))
+            continue
         for name, items in parsed.tables.items():
             result.tables.setdefault(name, []).extend(items)
         result.issues.extend(Issue(i.line, f"{path.name}: {i.reason}", i.excerpt) for i in parsed.issues)
@@ -401,15 +480,17 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
         if per_iter or not result.count("iterations"):
             result.tables["iterations"] = json_iters  # per-iteration rows win (architecture section 4)
     run = _merge_runs(text_runs, json_runs)
+    if output.refused and run.get("failure") is None:
+        run["failure"] = "; ".join(output.refused)
     facts = None
     log_path = Path(files.nccl_log)
     if log_path.is_file():
-        with open(log_path, encoding="utf-8", errors="replace") as fh:
-            log_result, facts = parse_nccl_log(fh, source)
+        read_issues: list[Issue] = []
+        log_result, facts = parse_nccl_log(iter_lines(_chunks(log_path, read_issues), read_issues), source)
         for name in ("tuning_tables", "choices", "cost_tables"):
             if log_result.tables.get(name):
                 result.tables[name] = log_result.tables[name]
-        result.issues.extend(i for i in log_result.issues if i.line is not None)
+        result.issues.extend([i for i in log_result.issues if i.line is not None] + read_issues)
     _parse_traces(files, source, result)
     _apply_log_facts([run], facts, meta.get("arm"), result)
     _step_run_columns(run, meta, files, source, output)  # after the log facts: it decides the outcome

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines, normalize_chunks
+from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines, normalize_chunks, whole_lines
 from ncclbot_sweep.parsers.detect import FORMATS, detect_format
 
 __all__ = ["FORMATS", "Issue", "ParseResult", "SourceInfo", "detect_format", "parse_source",
@@ -27,6 +27,7 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     Table rows go to ``on_rows`` in Arrow batches (or into the result when None); the lines
     that are not table rows also feed the NCCL log parser, whose tuning tables, choices and
     run facts (version, plugins, ``invalid_arm``, forced arm that did not run) are merged.
+    A line longer than :data:`~ncclbot_sweep.parsers.common.MAX_LINE_BYTES` is not read (an issue).
     """
     from ncclbot_sweep.parsers.nccl_log import LogParser
     from ncclbot_sweep.parsers.nccltests_text import TextParser
@@ -34,8 +35,11 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     parser = TextParser(source, on_rows=on_rows)
     log = LogParser(source)
     parser.on_other = log.line
-    parser.feed_all(normalize_chunks(chunks), workers=2)
+    parser.coll_hint = lambda: log.last_coll
+    long_lines: list[Issue] = []
+    parser.feed_all(whole_lines(chunks, long_lines), workers=2)
     result = parser.close()
+    result.issues.extend(long_lines)
     tested = {r["collective"] for r in result.rows("runs")} - {None}
     log_result, facts = log.finish(ranks=next((r["ranks"] for r in result.rows("runs") if r.get("ranks")), None),
                                    collective=tested.pop() if len(tested) == 1 else None)
@@ -58,12 +62,14 @@ def parse_nccltests_stream(chunks: Iterable[bytes], source: SourceInfo, *,
     return result
 
 
-def parse_nccl_log_run(lines: Iterable[str] | str, source: SourceInfo) -> ParseResult:
-    """An NCCL debug log on its own (streamed line by line): its tables plus one ``runs`` row
-    with what the log says (version, scale, plugins, ``invalid_arm``)."""
+def parse_nccl_log_run(chunks: Iterable[bytes], source: SourceInfo) -> ParseResult:
+    """An NCCL debug log on its own (its bytes, streamed line by line): its tables plus one
+    ``runs`` row with what the log says (version, scale, plugins, ``invalid_arm``)."""
     from ncclbot_sweep.parsers import nccl_log
 
-    result, facts = nccl_log.parse_nccl_log(lines, source)
+    long_lines: list[Issue] = []
+    result, facts = nccl_log.parse_nccl_log(iter_lines(chunks, long_lines), source)
+    result.issues.extend(long_lines)
     if not result.unusable:
         run = {"run_id": source.run_id, "fabric": source.meta.get("fabric") or source.fabric,
                "nodes": facts.nodes, "ranks": facts.ranks, "source_format": "nccl-log",
@@ -81,7 +87,7 @@ def parse_source(fmt: str, data: bytes, source: SourceInfo) -> ParseResult:
     if fmt == "nccl-tests-text":
         return parse_nccltests_stream([data], source)
     if fmt == "nccl-log":
-        return parse_nccl_log_run(iter_lines([data]), source)
+        return parse_nccl_log_run([data], source)
     text = b"".join(normalize_chunks([data])).decode("utf-8", "replace")
     parsers = {
         "nccl-tests-json": nccltests_json.parse_nccltests_json,

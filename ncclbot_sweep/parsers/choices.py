@@ -7,6 +7,9 @@ Every form names an algorithm and a protocol; what else it says depends on the v
 * ``805306368 Bytes -> Algo 1 proto 2 time 3970.683594`` (2.12-2.18 INFO on rank 0, and the
   TRACE line of ``ncclGetAlgoInfo`` on every rank): no collective, and the bytes of the whole
   operation (all ranks' for AllGather and ReduceScatter);
+* ``AllGather: 37756928 Bytes -> Algo 1 proto 2 time 2860.208008`` (2.23-2.2x INFO on rank 0):
+  the collective, the enum ids, and again the whole operation's bytes (the real log of INDEX
+  row 84: its COLL lines say 2359808 floats per rank over 4 ranks);
 * ``Collective AllReduce(Sum, float, RING, LL) count=262144 devFuncId=.. channel{Lo..Hi}={0..1}
   ...`` (2.19+ TRACE on rank 0): printed right after the INFO line of the same call;
 * any other line with ``Algo X proto Y`` and an ``opCount`` (forks, patched builds).
@@ -86,6 +89,7 @@ def parse_choice(msg: str) -> Choice | None:
         found = Choice(a.group("algo"), a.group("proto"))
         if (n := _NAMED.match(msg)) is not None:
             found.collective, found.nbytes = _collective(n.group("coll")), to_int(n.group("bytes"))
+            found.whole = found.algo.isdigit()  # the 2.23+ form: enum ids, the whole operation's bytes
         elif (n := _NUMERIC.match(msg)) is not None:
             found.nbytes, found.whole = to_int(n.group("bytes")), True
         elif (o := _OPCOUNT.search(msg)) is not None:

@@ -22,6 +22,8 @@ __all__ = [
     "FLOAT_RE",
     "normalize_chunks",
     "iter_lines",
+    "whole_lines",
+    "MAX_LINE_BYTES",
 ]
 
 #: A decimal or %g number, as a regex fragment (never matches "-", "." or "e" alone).
@@ -172,10 +174,92 @@ def normalize_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield b"\n"
 
 
-def iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
-    """Decoded lines (without their newline) of normalised chunks, streamed."""
-    tail = b""
+#: The longest line a line-based parser reads. nccl-tests rows and NCCL log lines are a few
+#: hundred bytes; a longer "line" is binary data or a file without line ends, and holding it
+#: whole would grow memory with the file.
+MAX_LINE_BYTES = 1 << 20
+
+
+def whole_lines(chunks: Iterable[bytes], issues: list[Issue], *, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """Normalised chunks (:func:`normalize_chunks`) cut at line ends, no line longer than ``limit``.
+
+    Every chunk but the last ends with a newline. A longer line is left out, an empty line
+    standing in its place so that later line numbers stay right, and an issue gives its line
+    number, its length and its first bytes; memory stays within about ``limit`` plus a chunk
+    whatever the input.
+    """
+    bound = _LineBound(issues, limit)
     for chunk in normalize_chunks(chunks):
+        yield from bound.feed(chunk)
+    yield from bound.close()
+
+
+class _LineBound:
+    """:func:`whole_lines`' state: the start of the open line, or how much of a long one was left out."""
+
+    def __init__(self, issues: list[Issue], limit: int) -> None:
+        self.issues, self.limit = issues, limit
+        self.held = b""
+        #: Bytes of the open line left out once it is longer than the limit (else None), and its start.
+        self.dropped: int | None = None
+        self.head = b""
+        #: Newlines handed on so far (the open line's number is one more).
+        self.lines = 0
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        pos = 0
+        while pos < len(chunk):
+            if self.dropped is not None:
+                end = chunk.find(b"\n", pos)
+                self.dropped += (len(chunk) if end < 0 else end) - pos
+                if end < 0:
+                    return
+                self._report()
+                pos = end  # this newline ends the empty line that stands in for the long one
+                continue
+            end = chunk.find(b"\n", pos, pos + self.limit - len(self.held) + 1)
+            if end < 0:
+                if len(chunk) - pos + len(self.held) <= self.limit:
+                    self.held += chunk[pos:]
+                    return
+                self.head, self.dropped = (self.held + chunk[pos:pos + 200])[:200], len(self.held)
+                self.held = b""
+                continue
+            stop = self._short_lines_end(chunk, end)
+            piece = self.held + chunk[pos:stop]
+            self.held = b""
+            self.lines += piece.count(b"\n")
+            yield piece
+            pos = stop
+
+    def _short_lines_end(self, chunk: bytes, end: int) -> int:
+        """Where the run of lines that starts after ``end`` (a newline) stops being short: just
+        after the last newline of the chunk, or at the start of a line longer than the limit.
+        Hops of up to ``limit`` bytes, so a chunk of short lines costs a few searches."""
+        last = chunk.rfind(b"\n")
+        while last - end > self.limit:
+            hop = chunk.rfind(b"\n", end + 1, end + self.limit + 2)
+            if hop < 0:
+                return end + 1
+            end = hop
+        return last + 1
+
+    def _report(self) -> None:
+        why = f"line of {self.dropped} bytes, longer than the {self.limit} bytes a line may hold: not read"
+        self.issues.append(Issue(self.lines + 1, why, self.head.decode("utf-8", "replace")))
+        self.dropped, self.head = None, b""
+
+    def close(self) -> Iterator[bytes]:
+        if self.dropped is not None:
+            self._report()
+        elif self.held:
+            yield self.held
+
+
+def iter_lines(chunks: Iterable[bytes], issues: list[Issue]) -> Iterator[str]:
+    """Decoded lines (without their newline) of :func:`whole_lines`, streamed."""
+    tail = b""
+    for chunk in whole_lines(chunks, issues):
         lines = (tail + chunk).split(b"\n")
         tail = lines.pop()
         for line in lines:

@@ -7,7 +7,7 @@ import re
 from ncclbot_sweep.parsers.common import normalize_chunks
 from ncclbot_sweep.parsers.prefixes import PREFIX_RE_B, unglue
 
-__all__ = ["detect_format", "FORMATS"]
+__all__ = ["detect_format", "FORMATS", "HEADER_RE"]
 
 #: Every format ingest knows, with the parser that reads it.
 FORMATS = (
@@ -15,7 +15,9 @@ FORMATS = (
     "nccl-profiler-trace", "nccl-inspector-json", "nccl-inspector-prometheus", "kineto-trace",
 )
 
-_TEXT_TABLE = re.compile(r"nThread\s+\d+\s+nGpus|^\W*#?\s*size\s+count\s+type|out-of-place\s+in-place"
+#: nccl-tests' header line, ``nThread 1 nGpus 8 ...`` or old rccl-tests' ``nThreads: 1 nGpus: 4 ...``.
+HEADER_RE = re.compile(r"nThreads?:?\s+\d+\s+nGpus:?\s+\d+")
+_TEXT_TABLE = re.compile(HEADER_RE.pattern + r"|^\W*#?\s*size\s+count\s+type|out-of-place\s+in-place"
                          r"|Collective test starting|nccl-tests version|^\s*\d+\s+\d+\s+[a-z0-9_]+\s+"
                          r"(?:[a-z]+\s+)?-?\d*\s*[\d.]+\s+[\d.]+\s+[\d.]+", re.M)
 

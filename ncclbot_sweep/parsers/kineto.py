@@ -42,7 +42,11 @@ def parse_kineto(text: str, source: SourceInfo) -> ParseResult:
     dist = doc.get("distributedInfo") if isinstance(doc, dict) else None
     rank = dist.get("rank") if isinstance(dist, dict) else None
     trace_id = f"{source.run_id}" + (f":rank{rank}" if rank is not None else "")
-    groups = _aggregate(link(*collect(events)))
+    calls, unnamed = link(*collect(events))
+    groups = _aggregate(calls)
+    if unnamed:
+        result.issues.append(Issue(None, f"{unnamed} NCCL kernel(s) that name no collective (ncclDevKernel_Generic) "
+                                         "were launched by no call in the trace (before it began?): not counted"))
     base = {"trace_id": trace_id, "fabric": source.meta.get("fabric") or source.fabric, "source": "kineto",
             "source_path": source.path, "source_sha256": source.sha256}
     for key, (ncalls, total, seq) in groups.items():

@@ -14,13 +14,19 @@ annotation that follows it on its thread), and each kernel joins the call that l
 by ``External id``, else by the launch (``correlation``) inside the call's time window on its
 thread, else by process group and ``Seq``, else, when the trace keeps no link (old or sampled
 traces), in issue order among the calls of its collective. The call's collective wins over
-the kernel's name: old NCCL builds launch ``ncclKernel_SendRecv_...`` for every collective.
-A call whose only kernels are not NCCL's (PyTorch's symmetric-memory
-``two_shot_all_reduce_kernel``, vLLM's custom all-reduce) is not an NCCL collective.
+the kernel's name: old NCCL builds launch ``ncclKernel_SendRecv_...`` for every collective,
+and RCCL launches ``ncclDevKernel_Generic`` for all of them (an NCCL kernel that names no
+collective: it counts through the call that launched it, and one no call launched is
+reported, not counted). Point-to-point operations PyTorch batches (``batch_isend_irecv``: an
+``nccl:send``/``nccl:recv`` per operation, then ``nccl:coalesced`` where the group ends and
+its one kernel is launched) are one call. A call whose only kernels are not NCCL's (PyTorch's
+symmetric-memory ``two_shot_all_reduce_kernel``, vLLM's custom all-reduce) is not an NCCL
+collective.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import math
@@ -36,7 +42,8 @@ _KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 
 
 def kernel_collective(name: str) -> str | None:
-    """Collective of an NCCL kernel name, old or new form; None if not an NCCL kernel."""
+    """Collective of an NCCL kernel name, old or new form; None if not an NCCL kernel, or an
+    NCCL kernel that names none (RCCL's ``ncclDevKernel_Generic``)."""
     m = _KERNEL_RE.match(name)
     return torch_collective(m.group(1)) if m else None
 
@@ -66,7 +73,7 @@ class Call:
     foreign_kernels: int = 0
 
     def add_kernel(self, kernel: Kernel) -> None:
-        if kernel.collective is None:
+        if not kernel.nccl:
             self.foreign_kernels += 1
             return
         self.nccl_kernels += 1
@@ -77,8 +84,9 @@ class Call:
 
 @dataclasses.dataclass
 class Kernel:
-    """A GPU kernel: NCCL's (``collective`` set) or another one (``collective`` None)."""
+    """A GPU kernel: NCCL's (``nccl``; ``collective`` None when its name says none) or another one."""
 
+    nccl: bool
     collective: str | None
     key: tuple
     meta: bool
@@ -143,6 +151,8 @@ def collect(events: list) -> tuple[list[Call], list[Kernel], dict[Any, tuple]]:
     ops: dict[tuple, list[tuple[float, int, Call]]] = collections.defaultdict(list)
     kernels: list[Kernel] = []
     launches: dict[Any, tuple] = {}
+    #: Per thread, the windows of ``nccl:coalesced`` annotations (the end of a batched group).
+    groups: dict[Any, list[tuple[float, float]]] = collections.defaultdict(list)
     for ev in events:
         if not isinstance(ev, dict):
             continue
@@ -164,18 +174,33 @@ def collect(events: list) -> tuple[list[Call], list[Kernel], dict[Any, tuple]]:
                 call = Call(_annotation_key(coll, args), ts, ts + dur, thread, {_id(args.get("External id"))},
                             annotated=True)
                 ops[(thread, coll)].append((ts, 1, call))
-    calls = [call for views in ops.values() for call in _merge_views(sorted(views, key=lambda v: (v[0], v[1])))]
+            elif name == "nccl:coalesced":
+                groups[thread].append((ts, ts + dur))
+    nccl_launches = collections.defaultdict(list)
+    for kernel in kernels:
+        if kernel.nccl and (launch := launches.get(kernel.corr)) is not None:
+            nccl_launches[launch[0]].append(launch[1])
+    calls = []
+    for (thread, coll), views in ops.items():
+        merged = _merge_views(sorted(views, key=lambda v: (v[0], v[1])))
+        if coll == "SendRecv" and groups.get(thread):
+            merged = _batched(merged, sorted(groups[thread]), sorted(nccl_launches[thread]))
+        calls += merged
     return calls, kernels, launches
 
 
 def _kernel(name: str, args: dict, ts: float, dur: float) -> Kernel:
+    nccl = _KERNEL_RE.match(name) is not None
     coll = kernel_collective(name)
-    meta = coll is not None and bool(args.get("Collective name"))
+    named = torch_collective(str(args["Collective name"])) if nccl and args.get("Collective name") else None
+    coll = coll or named
+    meta = named is not None
     if meta:
-        key = _key_from_args(torch_collective(str(args["Collective name"])) or coll, args)
+        key = _key_from_args(named, args)
     else:
         key = (coll, None, None, dtype_name(_kernel_dtype(name)) if coll else None, None)
-    return Kernel(coll, key, meta, ts, dur, _id(args.get("External id")), _id(args.get("correlation")), _seq(args))
+    return Kernel(nccl, coll, key, meta, ts, dur, _id(args.get("External id")), _id(args.get("correlation")),
+                  _seq(args))
 
 
 def _merge_views(views: list[tuple[float, int, Call]]) -> list[Call]:
@@ -198,15 +223,49 @@ def _merge_views(views: list[tuple[float, int, Call]]) -> list[Call]:
     return calls
 
 
-def link(calls: list[Call], kernels: list[Kernel], launches: dict[Any, tuple]) -> list[Call]:
+def _batched(views: list[Call], groups: list[tuple[float, float]], launched: list[float]) -> list[Call]:
+    """One thread's SendRecv calls with each batch (the views before an ``nccl:coalesced``
+    group end, up to the group before it) joined into one call that spans the group's end,
+    where its kernel is launched. A view that launched an NCCL kernel itself is a call of its own."""
+    out: list[Call] = []
+    batch: list[Call] = []
+    ends = iter(groups)
+    end = next(ends, None)
+    for view in sorted(views, key=lambda c: c.ts):
+        while end is not None and end[0] < view.ts:
+            out += [_joined(batch, end)] if batch else []
+            batch = []
+            end = next(ends, None)
+        own = bisect.bisect_left(launched, view.ts) < bisect.bisect_right(launched, view.end)
+        if own or end is None:
+            out.append(view)
+        else:
+            batch.append(view)
+    if batch:
+        out.append(_joined(batch, end))
+    return out
+
+
+def _joined(batch: list[Call], end: tuple[float, float]) -> Call:
+    call = batch[0]
+    for view in batch[1:]:
+        call.key = _fill(call.key, view.key)
+        call.ext |= view.ext
+    call.end = max(end[1], call.end)
+    return call
+
+
+def link(calls: list[Call], kernels: list[Kernel], launches: dict[Any, tuple]) -> tuple[list[Call], int]:
     """Join each kernel to the call that launched it; return the calls that are NCCL
-    collectives, plus one call per NCCL kernel no call launched."""
+    collectives, plus one call per NCCL kernel no call launched, and how many NCCL kernels
+    that name no collective no call launched (they are not counted)."""
     by_ext = {ext: call for call in calls for ext in call.ext if ext is not None}
     by_seq = {(call.key[0],) + call.seq: call for call in calls if call.seq is not None}
     by_thread: dict[Any, list[Call]] = collections.defaultdict(list)
     for call in calls:
         by_thread[call.thread].append(call)
     unlinked: dict[str, list[Kernel]] = collections.defaultdict(list)
+    unnamed = 0
     for kernel in sorted(kernels, key=lambda k: k.ts):
         kernel.call = (by_ext.get(kernel.ext) if kernel.ext is not None else None) \
             or _launched_in(launches.get(kernel.corr), by_thread) \
@@ -215,10 +274,12 @@ def link(calls: list[Call], kernels: list[Kernel], launches: dict[Any, tuple]) -
             kernel.call.add_kernel(kernel)
         elif kernel.collective is not None:
             unlinked[kernel.collective].append(kernel)
+        elif kernel.nccl:
+            unnamed += 1
     out = [call for call in calls if call.nccl_kernels or not call.foreign_kernels]
     for coll, ks in unlinked.items():
         out += _by_order(coll, ks, [c for c in out if c.key[0] == coll and not c.nccl_kernels])
-    return out
+    return out, unnamed
 
 
 def _launched_in(launch: tuple | None, by_thread: dict[Any, list[Call]]) -> Call | None:

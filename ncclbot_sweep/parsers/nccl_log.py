@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ncclbot_sweep.names import (
+    ALL_COLLECTIVES,
     COLLECTIVES,
     Arm,
     canonical_algorithm,
@@ -126,7 +127,11 @@ def _cells(rest: str) -> list[str]:
 
 
 def _arm_name(algo: str, proto: str) -> str | None:
+    """The arm of an algorithm and a protocol as NCCL prints them: names (``RING``, ``LL128``)
+    or its enum ids (``Algo 1 proto 2``, names.ALGORITHMS/PROTOCOLS order); None if neither."""
     try:
+        if algo.isdigit() and proto.isdigit():
+            return str(Arm.from_indices(int(algo), int(proto)))
         return str(Arm(canonical_algorithm(algo), canonical_protocol(proto)))
     except ValueError:
         return None
@@ -196,6 +201,9 @@ class LogParser:
         self.blocks: dict[int, int] = {}
         #: The rank count of the last COLL line (``[nranks=N]``), for choice sizes.
         self.coll_ranks: int | None = None
+        #: The collective the last COLL line called (what an nccl-tests run calls, when its
+        #: output names no binary).
+        self.last_coll: str | None = None
         #: Per printing thread (the line's ``host:pid:tid [dev]`` prefix): open TUNING Input
         #: lines, innermost last, and the last tuning row with the lines it came from.
         self._tuning_open: dict[str, list[tuple[dict[str, str], str, int]]] = {}
@@ -442,14 +450,10 @@ class LogParser:
         self.result.add("choices", row)
 
     def _arm(self, choice: Choice, lineno: int) -> str | None:
-        algo, proto = choice.algo, choice.proto
-        try:
-            if algo.isdigit() and proto.isdigit():
-                return str(Arm.from_indices(int(algo), int(proto)))
-            return str(Arm(canonical_algorithm(algo), canonical_protocol(proto)))
-        except ValueError:
-            self.result.issues.append(Issue(lineno, f"unknown algorithm/protocol {algo}/{proto}"))
-            return None
+        arm = _arm_name(choice.algo, choice.proto)
+        if arm is None:
+            self.result.issues.append(Issue(lineno, f"unknown algorithm/protocol {choice.algo}/{choice.proto}"))
+        return arm
 
     def _choice_row(self, choice: Choice, arm: str, coll_row: dict | None, lineno: int) -> dict[str, Any]:
         """A choice line's row, its missing facts taken from the COLL row of its call."""
@@ -559,6 +563,7 @@ class LogParser:
         self._pending.add(thread, row)
         self._last_choice = None
         self.seq += 1
+        self.last_coll = coll if coll in ALL_COLLECTIVES else self.last_coll
 
 
 def parse_nccl_log(lines: Iterable[str] | str, source: SourceInfo) -> tuple[ParseResult, LogFacts]:

@@ -204,10 +204,20 @@ def _v3_side(item: dict, side: str, in_place: bool, iters: int | None) -> dict[s
     return out
 
 
-def _v3_table(sides: list[dict[str, Any]], base: dict[str, Any]) -> pa.Table:
-    """All placements and sizes of a file as one table (one write, one row group)."""
+_SCALARS = ("size_bytes", "count", "dtype", "redop", "root", "in_place", "wrong", "n_iters")
+
+
+def _v3_table(sides: list[dict[str, Any]], base: dict[str, Any]) -> pa.Table | list[dict[str, Any]]:
+    """All placements and sizes of a file as one table (one write, one row group); as rows
+    when a number does not fit 64 bits (ingest's column check then leaves it out with an issue)."""
     from ncclbot_sweep.parsers.textblock import constant
 
+    if any(isinstance(s[k], int) and not -2**63 <= s[k] < 2**63 for s in sides for k in _SCALARS) \
+            or any(np.nanmax(np.abs(s["iteration"]), initial=0) >= 2**31 for s in sides):
+        return [{**base, **{k: s[k] for k in _SCALARS}, "cycle": 0, "time_us": float(s["time_us"][i]),
+                 "algbw_gbs": float(s["algbw_gbs"][i]), "busbw_gbs": float(s["busbw_gbs"][i]),
+                 "iteration": None if np.isnan(s["iteration"][i]) else int(s["iteration"][i])}
+                for s in sides for i in range(len(s["time_us"]))]
     counts = np.array([len(s["time_us"]) for s in sides])
     n = int(counts.sum())
     cols: dict[str, Any] = {}
@@ -215,7 +225,7 @@ def _v3_table(sides: list[dict[str, Any]], base: dict[str, Any]) -> pa.Table:
         values = np.concatenate([s[key] for s in sides])
         arr = pa.array(values, from_pandas=True)
         cols[key] = arr.cast(pa.int32()) if key == "iteration" else arr
-    for key in ("size_bytes", "count", "dtype", "redop", "root", "in_place", "wrong", "n_iters"):
+    for key in _SCALARS:
         per_side = [s[key] for s in sides]
         cols[key] = pa.array(np.repeat(np.array(per_side, dtype=object), counts).tolist())
     for key, value in base.items():

@@ -47,6 +47,7 @@ from ncclbot_sweep.parsers.common import (
     nccl_version_from_code,
     normalize_chunks,
 )
+from ncclbot_sweep.parsers.detect import HEADER_RE
 from ncclbot_sweep.parsers.footer import ELISION_RE, FooterCheck
 from ncclbot_sweep.parsers.infer import infer_collective
 from ncclbot_sweep.parsers.layout import (
@@ -73,13 +74,15 @@ __all__ = ["TextParser", "parse_nccltests_text", "collective_from_name"]
 
 log = logging.getLogger(__name__)
 
+#: Header fields, in both spellings: ``nThread 1 nGpus 8 ... warmup iters: 5`` and old
+#: rccl-tests' ``nThreads: 1 nGpus: 4 nRanks: 1 ... warmupIters: 5``.
 _HEADER_KEYS = {
-    "nthread": re.compile(r"nThread\s+(\d+)"),
-    "ngpus": re.compile(r"nGpus\s+(\d+)"),
-    "min_bytes": re.compile(r"minBytes\s+(\d+)"),
-    "max_bytes": re.compile(r"maxBytes\s+(\d+)"),
+    "nthread": re.compile(r"nThreads?:?\s+(\d+)"),
+    "ngpus": re.compile(r"nGpus:?\s+(\d+)"),
+    "min_bytes": re.compile(r"minBytes:?\s+(\d+)"),
+    "max_bytes": re.compile(r"maxBytes:?\s+(\d+)"),
     "step": re.compile(r"step:\s*(\S+)"),
-    "warmup_iters": re.compile(r"warmup iters:\s*(\d+)"),
+    "warmup_iters": re.compile(r"warmup ?[iI]ters:\s*(\d+)"),
     "iters": re.compile(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)"),
     "agg_iters": re.compile(r"agg iters:\s*(\d+)"),
     "validation": re.compile(r"validation:\s*(\d+)"),
@@ -93,7 +96,9 @@ _COLL_TEST_RE = re.compile(r"Collective test (starting|concluded):\s*(\S+)")
 _BINARY_RE = re.compile(r"\b(" + "|".join(sorted(BINARY_COLLECTIVE, key=len, reverse=True)) + r")(?:_mpi)?\b")
 _FAILURE_RE = re.compile(r"Test (?:CUDA |HIP |NCCL |RCCL |NVML )?failure\b.*")
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
-_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(" + FLOAT_RE + r"|nan|inf)")
+#: The footer's number in any spelling printf gives a non-number (glibc ``-nan``, ``inf``; ``NaN``
+#: elsewhere): parsed, then quarantined by ingest as impossible, never silently null.
+_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(" + FLOAT_RE + r"|[-+]?(?:nan|inf(?:inity)?)\b)", re.I)
 
 @dataclasses.dataclass
 class _Run:
@@ -128,8 +133,9 @@ class _Run:
     redop: str | None = None
     #: The simulated fabric's stamp on the version line (:data:`~ncclbot_sweep.names.SIMULATOR`).
     simulator: str | None = None
-    #: ``(collective, ranks)`` read from the rows when nothing names the binary; False when
-    #: tried and undecided (see :mod:`~ncclbot_sweep.parsers.infer`).
+    #: ``(collective, ranks)`` when nothing names the binary: the collective NCCL's COLL lines
+    #: call (``opCount``), else read from the rows (:mod:`~ncclbot_sweep.parsers.infer`);
+    #: False when tried and undecided.
     inferred: tuple[str, int | None] | bool | None = None
 
 
@@ -160,6 +166,8 @@ class TextParser:
         self._pend_rows = 0
         #: Called with every line that is not a table row (the NCCL log parser listens here).
         self.on_other: Callable[[str, int], None] | None = None
+        #: The collective the NCCL COLL lines seen so far call (set with ``on_other``).
+        self.coll_hint: Callable[[], str | None] = lambda: None
         self._prefixed = False
         self._units_next = False
         self._pending_binary: str | None = None
@@ -339,7 +347,7 @@ class TextParser:
         if not body:
             return
         core = body.lstrip("#").strip()
-        if "nThread" in core and "nGpus" in core:
+        if "nThread" in core and HEADER_RE.search(core):
             self._header(core, lineno)
             return
         if self._units_next and core.startswith("("):
@@ -398,7 +406,9 @@ class TextParser:
             run.simulator = m.group(5)
         elif "Collective test" in core and (m := _COLL_TEST_RE.search(core)):
             if m.group(1) == "starting":
-                run = self._ensure_run(lineno, fresh=bool(run and (run.rows or run.binary)))
+                # The version line, or a command line naming this binary, may have started the run.
+                other = run is not None and run.binary is not None and _base(run.binary) != _base(m.group(2))
+                run = self._ensure_run(lineno, fresh=bool(run and (run.rows or run.header_text or other)))
                 run.binary = run.binary or m.group(2)
             elif run is not None:
                 run.binary = run.binary or m.group(2)
@@ -428,8 +438,9 @@ class TextParser:
             run.footer.elision_line = run.footer.elision_line or lineno
         elif "failure" in core and _FAILURE_RE.search(core):
             self._ensure_run(lineno).failures.append(core[:300])
-        elif "_perf" in core and (m := _BINARY_RE.search(core)) and "NCCL" not in core:
-            # A command line naming the binary (shell noise worth keeping): it may start a run.
+        elif "_perf" in core and (m := _BINARY_RE.search(core)):
+            # A command line naming the binary (shell noise worth keeping; ``-x NCCL_DEBUG=INFO``
+            # and the like on it too): it may start a run. NCCL's own lines returned above.
             if run is None or run.rows or run.header_text:
                 self._pending_binary = m.group(1)
             elif run.binary is None:
@@ -649,7 +660,11 @@ class TextParser:
         self._on_rows(sides[0] if len(sides) == 1 else pa.concat_tables(sides))
 
     def _infer(self, cols: dict[str, Any], layout: Layout, run: _Run) -> tuple[str, int | None] | None:
-        """The collective of rows that name no binary (the first batch of the run decides)."""
+        """The collective of rows that name no binary (the first batch of the run decides): the
+        one NCCL's COLL lines call, else what the numbers, columns and checks of the rows say."""
+        ranks = self.source.meta.get("ranks") or _scale(run)[1]
+        if (logged := self.coll_hint()) is not None:
+            return logged, ranks
         if "s0.algbw" not in cols or "s0.busbw" not in cols or "count" not in cols:
             return None
         first = {k: cols[k][0].as_py() for k in ("type", "redop", "root") if k in cols}
@@ -657,8 +672,8 @@ class TextParser:
                                 cols["count"].to_numpy(zero_copy_only=False), first.get("type"),
                                 first.get("redop"), first.get("root"),
                                 cols["s0.algbw"].to_numpy(zero_copy_only=False),
-                                cols["s0.busbw"].to_numpy(zero_copy_only=False),
-                                self.source.meta.get("ranks") or _scale(run)[1])
+                                cols["s0.busbw"].to_numpy(zero_copy_only=False), ranks,
+                                columns=frozenset(layout.prefix), in_place_checked=_in_place_checked(cols))
 
     def _row_constants(self, run: _Run) -> dict[str, Any]:
         meta = self.source.meta
@@ -821,6 +836,16 @@ def _csv_of(group: list[list | str]) -> bytes | None:
     return b"".join(parts)
 
 
+def _in_place_checked(cols: dict[str, Any]) -> bool | None:
+    """Whether the rows' in-place results were checked: nccl-tests checks both sides of every
+    collective but SendRecv and AlltoAll, whose in-place ``#wrong`` is ``N/A`` beside a number
+    (``reportErrors``); None when the rows cannot tell (no ``#wrong`` column, nothing checked)."""
+    out, inp = cols.get("s0.wrong"), cols.get("s1.wrong")
+    if out is None or inp is None or out.null_count == len(out):
+        return None
+    return inp.null_count < len(inp)
+
+
 def _library_version(run: _Run, match: re.Match, *, keep: bool) -> None:
     """Note a library version line (``NCCL version ...``, ``RCCL version : ...``) on ``run``;
     ``keep``: a version already known stays (NCCL INFO lines repeat it per rank)."""
@@ -846,15 +871,18 @@ def _scale(run: _Run) -> tuple[int | None, int | None, list[str]]:
     return (len(hosts) if complete else None), ranks, hosts
 
 
+def _base(binary: str) -> str:
+    """A binary's name without its folder and the ``_mpi`` suffix of MPI builds."""
+    name = binary.rsplit("/", 1)[-1]
+    return name[:-4] if name.endswith("_mpi") else name
+
+
 def _collective(run: _Run, meta: Any, path: str) -> str | None:
     if meta.get("collective"):
         return meta["collective"]
     binary = run.binary or meta.get("binary")
-    if binary:
-        name = binary.rsplit("/", 1)[-1]
-        name = name[:-4] if name.endswith("_mpi") else name
-        if name in BINARY_COLLECTIVE:
-            return BINARY_COLLECTIVE[name]
+    if binary and _base(binary) in BINARY_COLLECTIVE:
+        return BINARY_COLLECTIVE[_base(binary)]
     return collective_from_name(path)
 
 

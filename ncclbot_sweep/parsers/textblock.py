@@ -267,7 +267,8 @@ def convert_rows(rows: pa.Array, prefix: list[str], sides: list[list[str]],
 
 
 def constant(value: Any, n: int, typ: pa.DataType) -> pa.Array:
-    """An array of ``n`` copies of ``value`` (None: nulls).
+    """An array of ``n`` copies of ``value`` (None, or a number that does not fit ``typ``: nulls;
+    the run's own row, whose columns ingest checks, then says why).
 
     Strings come dictionary-encoded with int32 indices, the dataset writer's form, so storing
     them costs neither a cast nor a hash. The index arrays and the other types' arrays are
@@ -287,6 +288,10 @@ def _indices(n: int, null: bool) -> pa.Array:
 
 @functools.lru_cache(maxsize=32)
 def _repeat(value: Any, n: int, typ: pa.DataType) -> pa.Array:
-    if value is None:
+    try:
+        one = pa.array([value], typ)
+    except (OverflowError, pa.ArrowInvalid):
+        one = pa.nulls(1, typ)
+    if one.null_count:
         return pa.nulls(n, typ)
-    return pa.DictionaryArray.from_arrays(_indices(n, False), pa.array([value], typ), safe=False).dictionary_decode()
+    return pa.DictionaryArray.from_arrays(_indices(n, False), one, safe=False).dictionary_decode()

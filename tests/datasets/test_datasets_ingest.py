@@ -181,9 +181,9 @@ def test_dataset_info_counts(fixture_dataset):
     info = dataset_info(root)
     assert info["tables"]["runs"]["rows"] == datasets.read_arrow(root, "runs").num_rows
     assert info["sources"]["quarantined"] == 1
-    # 11 loose NCCL logs (no outcome of their own), 12 runs that stopped before or during
-    # their table (or a truncated JSON), 31 complete runs
-    assert info["runs_by_fabric"]["unknown"] == {"?": 11, "failed": 12, "ok": 31}
+    # 12 loose NCCL logs (no outcome of their own), 13 runs that stopped before or during
+    # their table (or a truncated JSON), 40 complete runs
+    assert info["runs_by_fabric"]["unknown"] == {"?": 12, "failed": 13, "ok": 40}
 
 
 def test_gzipped_text_and_duplicate_content(tmp_path):

@@ -330,8 +330,185 @@ def test_cli_dangling_and_circular_links_are_quarantined_and_the_good_file_inges
     assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
 
 
-def test_cli_ingest_of_an_empty_folder_says_it_found_nothing(tmp_path):
+def test_cli_ingest_of_an_empty_folder_is_an_error_naming_it(tmp_path):
     (tmp_path / "empty").mkdir()
     res = CliRunner().invoke(main, ["ingest", str(tmp_path / "empty"), "--dataset", str(tmp_path / "ds")])
+    assert res.exit_code == 1
+    assert res.output == f"Error: found nothing to ingest in {tmp_path / 'empty'}\n"
+
+
+def test_cli_ingest_names_the_input_that_held_nothing_and_ingests_the_others(tmp_path):
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / "campaign.yaml").write_text("name: x\n")  # bookkeeping only: nothing to ingest
+    res = CliRunner().invoke(main, ["ingest", str(GOOD), str(tmp_path / "plan"), "--dataset", str(tmp_path / "ds")])
+    assert res.exit_code == 1
+    assert res.output.splitlines()[0].startswith("files: 1  ingested: 1")
+    assert res.output.splitlines()[-1] == (f"Error: found nothing to ingest in {tmp_path / 'plan'} "
+                                           "(1 campaign bookkeeping files ignored)")
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
+
+
+def _non_utf8(folder: Path, name: bytes) -> Path:
+    """A path whose last name is ``name``, bytes that are not UTF-8 (as Python lists it)."""
+    return Path(os.fsdecode(os.path.join(os.fsencode(folder), name)))
+
+
+def test_names_that_are_not_utf8_are_quarantined_escaped_and_the_rest_ingested(tmp_path, caplog):
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "good.txt").write_bytes(GOOD.read_bytes())
+    _non_utf8(d, b"bad\xff.txt").write_bytes(GOOD.read_bytes())
+    inner = _non_utf8(d, b"dir\xfe")
+    inner.mkdir()
+    (inner / "x.txt").write_bytes(GOOD.read_bytes())
+    root = tmp_path / "ds"
+    summary = ingest([d], root)
+    escaped = {f"{d}/bad\\xff.txt", f"{d}/dir\\xfe/x.txt"}
+    assert summary.ingested == 1 and {path for path, _ in summary.quarantined} == escaped
+    status = _sources(root)["status"].to_dict()
+    assert status == {str(d / "good.txt"): "ingested", **{path: "quarantined" for path in escaped}}
+    q = datasets.read_table(root, "quarantine")
+    assert set(q["reason"]) == {"the path is not valid UTF-8: not read (rename it to ingest it)"}
+    assert len(datasets.read_table(root, "iterations")) == 68
+    assert not [r for r in caplog.records if r.exc_info]
+    again = ingest([d], root)
+    assert again.skipped == 3 and not again.quarantined
+    res = CliRunner().invoke(main, ["ingest", str(d), "--dataset", str(tmp_path / "ds2")])
+    assert res.exit_code == 0 and f"quarantined: {d}/bad\\xff.txt: the path is not valid UTF-8" in res.output
+
+
+_PEAK_RSS = """
+import resource, subprocess, sys
+done = subprocess.run([sys.executable, "-c", "import sys\\nfrom ncclbot_sweep.ingest.walk import ingest\\n"
+                       "ingest(sys.argv[2:], sys.argv[1])", *sys.argv[1:]], capture_output=True, text=True)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+"""
+
+
+def _peak_rss_mb(*args: Path) -> int:
+    """Peak RSS (MB) of one ingest in a process of its own (measured from a fresh parent, so no
+    earlier child of the test run counts)."""
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS, *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+    code, peak = done.stdout.split()
+    assert code == "0", done.stderr
+    return int(peak)
+
+
+def test_a_table_followed_by_a_huge_line_is_read_in_bounded_memory(tmp_path):
+    """A 256 MiB line (a sparse file: NUL bytes, no newline) after a valid table: the rows are
+    kept and the line is one quarantine row; memory does not follow the line (1.5 GB before)."""
+    path = tmp_path / "reduce_perf.txt"
+    path.write_bytes(GOOD.read_bytes())
+    table_lines = GOOD.read_bytes().count(b"\n")
+    with open(path, "r+b") as fh:
+        fh.truncate(256 << 20)
+    assert _peak_rss_mb(tmp_path / "ds", path) < 400
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
+    q = _quarantine(tmp_path / "ds", path)
+    assert q["line"].tolist() == [table_lines + 1]
+    assert q["reason"].iloc[0] == (f"line of {(256 << 20) - len(GOOD.read_bytes())} bytes, longer than the 1048576 "
+                                   "bytes a line may hold: not read")
+
+
+def test_a_huge_step_stdout_is_refused_unread_in_bounded_memory(tmp_path):
+    step = _step_folder(tmp_path / "c" / "jobs" / "j" / "steps" / "s")
+    with open(step / "stdout.txt", "r+b") as fh:
+        fh.truncate(256 << 20)  # 4.3 GB peak before, at 2 GiB
+    assert _peak_rss_mb(tmp_path / "ds", tmp_path / "c") < 400
+    why = (f"stdout.txt: {256 << 20} bytes, over the 64 MiB that a file parsed whole in memory may hold: not read "
+           "(split it, or keep the part to ingest)")
+    runs = datasets.read_table(tmp_path / "ds", "runs")
+    assert runs[["outcome", "failure"]].values.tolist() == [["failed", why]]
+    assert _quarantine(tmp_path / "ds", step)["reason"].tolist() == [why]
+
+
+def test_a_compressed_document_too_big_to_parse_whole_is_refused(tmp_path, caplog):
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * (65 << 20) + b"]}", compresslevel=1))
+    summary = ingest([path], tmp_path / "ds")
+    (_, reason), = summary.quarantined
+    size, rest = reason.split(" ", 1)
+    assert int(size) > 64 << 20 and path.stat().st_size < 1 << 20  # counted as it is decompressed
+    assert rest == "bytes, over the 64 MiB that a file parsed whole in memory may hold: not read " \
+                   "(split it, or keep the part to ingest)"
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+@pytest.mark.parametrize("field", ["size", "count", "root"])
+def test_a_json_integer_beyond_64_bits_is_a_clean_quarantine_row_without_a_traceback(field, tmp_path, caplog):
+    """nccl-tests' real -J output (INDEX row 19) with one integer of 65 bits: that value is left
+    out with a one-line reason (an OverflowError traceback was logged before), the rest is read."""
+    doc = json.loads((REAL / "A" / "gpusyslab-nt2.19.7-allreduce-t4-2gpu-J-output.json").read_text())
+    doc["results"][0][field] = 2**64
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(doc))
+    summary = ingest([path], tmp_path / "ds")
+    assert summary.partial == 1 and not summary.quarantined
+    assert not [r for r in caplog.records if r.exc_info]
+    column = {"size": "size_bytes"}.get(field, field)
+    width = "int64" if field != "root" else "int32"
+    reasons = _quarantine(tmp_path / "ds", path)["reason"].tolist()
+    assert reasons[0] == f"{column} {2**64} in iterations does not fit the column ({width}): left out"
+    kept = len(datasets.read_table(tmp_path / "ds", "iterations"))
+    assert kept == (0 if field == "size" else 100)  # a row without its size is no measurement
+
+
+def test_integers_beyond_their_columns_in_a_text_header_are_clean_quarantine_rows(tmp_path, caplog):
+    text = GOOD.read_text().replace("iters: 20", f"iters: {2**64}", 1).replace("Rank  7 Pid", f"Rank {2**64} Pid", 1)
+    path = tmp_path / "reduce_perf.txt"
+    path.write_text(text)
+    summary = ingest([path], tmp_path / "ds")
+    assert summary.partial == 1 and not [r for r in caplog.records if r.exc_info]
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68
+    reasons = _quarantine(tmp_path / "ds", path)["reason"].tolist()
+    assert f"iters {2**64} in runs does not fit the column (int32): left out" in reasons
+    assert f"ranks {2**64 + 1} in runs does not fit the column (int32): left out" in reasons
+
+
+def test_a_file_appended_to_and_ingested_again_keeps_only_its_newest_content(tmp_path, caplog):
+    """A log that grows between ingests: each ingest replaces the path's older rows (it was kept
+    as several runs, 4 runs and 34,922 rows where the final file held 12,668)."""
+    parts = [GOOD.read_bytes(), (REAL / "A" / "superbench-nccl_broadcast.txt").read_bytes(),
+             (REAL / "A" / "superbench-nccl_allgather.txt").read_bytes()]
+    path = tmp_path / "nccl-tests.out"
+    root = tmp_path / "ds"
+    caplog.set_level("INFO", logger="ncclbot_sweep.ingest.walk")
+    for n in range(1, len(parts) + 1):
+        path.write_bytes(b"".join(parts[:n]))
+        summary = ingest([path], root)
+        assert summary.replaced == (n > 1)
+    fresh = tmp_path / "fresh"
+    ingest([path], fresh)
+    for table in ("runs", "iterations", "sources"):
+        assert len(datasets.read_table(root, table)) == len(datasets.read_table(fresh, table)), table
+    assert len(datasets.read_table(root, "runs")) == 3 and len(datasets.read_table(root, "iterations")) == 3 * 68
+    assert datasets.read_table(root, "sources")["source_sha256"].tolist() == \
+        datasets.read_table(fresh, "sources")["source_sha256"].tolist()
+    assert f"{path}: replaced 1 older version(s) of this path in the dataset" in caplog.messages
+    again = ingest([path], root)
+    assert again.skipped == 1 and again.replaced == 0
+
+
+def test_a_step_run_again_replaces_its_earlier_run_and_the_cli_says_so(tmp_path):
+    step = _step_folder(tmp_path / "c" / "jobs" / "j" / "steps" / "s")
+    runner = CliRunner()
+    assert runner.invoke(main, ["ingest", str(tmp_path / "c"), "-d", str(tmp_path / "ds")]).exit_code == 0
+    (step / "stdout.txt").write_bytes((REAL / "A" / "superbench-nccl_broadcast.txt").read_bytes())
+    res = runner.invoke(main, ["ingest", str(tmp_path / "c"), "-d", str(tmp_path / "ds")])
     assert res.exit_code == 0
-    assert res.output == f"found nothing to ingest in {tmp_path / 'empty'}\n"
+    assert res.output.splitlines()[0] == ("files: 1  ingested: 1 (partly: 0)  already in dataset: 0  quarantined: 0"
+                                          "  replaced: 1")
+    runs = datasets.read_table(tmp_path / "ds", "runs")
+    assert len(runs) == 1 and len(datasets.read_table(tmp_path / "ds", "sources")) == 1
+
+
+def test_an_input_that_cannot_be_read_any_more_keeps_its_older_rows(tmp_path):
+    path = tmp_path / "reduce_perf.txt"
+    path.write_bytes(GOOD.read_bytes())
+    ingest([path], tmp_path / "ds")
+    path.unlink()
+    path.symlink_to(tmp_path / "gone")  # now a broken link: quarantined, never read
+    summary = ingest([path], tmp_path / "ds")
+    assert summary.replaced == 0 and len(summary.quarantined) == 1
+    assert len(datasets.read_table(tmp_path / "ds", "iterations")) == 68

@@ -57,6 +57,39 @@ def test_an_impossible_average_bandwidth_is_quarantined_with_its_line_and_the_ru
     assert _quarantine(root, doc)["reason"].iloc[0].startswith("impossible avg_busbw_gbs inf in runs")
 
 
+@pytest.mark.parametrize(("spelling", "shown"), [
+    ("-nan", "nan"), ("NaN", "nan"), ("-inf", "-inf"), ("Infinity", "inf"), ("1e308", "1e+308"), ("-3.5", "-3.5")])
+def test_every_spelling_of_an_impossible_footer_gets_its_quarantine_row(spelling, shown, tmp_path):
+    """glibc prints a NaN footer as ``-nan``; other libcs as ``nan`` or ``NaN``; none of it, nor
+    a bandwidth no link reaches, may leave the column null without a word."""
+    lines = GOOD.read_text().splitlines(keepends=True)
+    avg = next(i for i, line in enumerate(lines) if line.startswith("# Avg bus bandwidth"))
+    lines[avg] = f"# Avg bus bandwidth    : {spelling} \n"
+    path = tmp_path / "footer.txt"
+    path.write_text("".join(lines))
+    ingest([path], tmp_path / "ds")
+    assert datasets.read_table(tmp_path / "ds", "runs")["avg_busbw_gbs"].isna().all()
+    q = _quarantine(tmp_path / "ds", path)
+    assert q["line"].tolist() == [avg + 1]
+    assert q["reason"].tolist() == [f"impossible avg_busbw_gbs {shown} in runs: it must be a finite number of GB/s, "
+                                    "0 or more and below 1e+09; left out (null)"]
+
+
+def test_a_bandwidth_no_measurement_can_print_quarantines_its_row(tmp_path):
+    lines = GOOD.read_text().splitlines(keepends=True)
+    row = next(i for i, line in enumerate(lines) if line.split()[:1] == ["1048576"])
+    tokens = lines[row].split()
+    tokens[7] = "1e308"  # the out-of-place bus bandwidth
+    lines[row] = " ".join(tokens) + "\n"
+    path = tmp_path / "bw.txt"
+    path.write_text("".join(lines))
+    ingest([path], tmp_path / "ds")
+    it = datasets.read_table(tmp_path / "ds", "iterations")
+    assert len(it) == 67 and (it["busbw_gbs"] < rowcheck.MAX_GBS).all()
+    q = _quarantine(tmp_path / "ds", path)
+    assert q["line"].tolist() == [row + 1] and q["reason"].str.startswith("impossible busbw_gbs 1e+308").all()
+
+
 def test_values_that_do_not_fit_their_column_are_left_out_with_their_line_and_the_rest_kept():
     rows = [{"run_id": "r", "collective": ["AllReduce"], "nodes": 10**30, "size_bytes": 8, "time_us": 5.0, "line": 7},
             {"run_id": "r", "collective": "AllReduce", "nodes": True, "size_bytes": 16, "time_us": 6.0, "line": 8},

@@ -142,6 +142,20 @@ def test_a_trace_collective_line_repeating_the_info_line_is_one_call():
     ]
 
 
+def test_a_2_23_choice_line_with_enum_ids_behind_srun_labels():
+    """ai-on-eks' FSDP log (INDEX row 84): ``2: node-0:309:309 [0] NCCL INFO AllGather: 37756928 Bytes
+    -> Algo 1 proto 2 time 2860.208008``: the ids are NCCL's enum order (Ring, Simple) and the
+    bytes the whole gathered buffer, as the COLL lines of the call show (2359808 floats x 4 ranks)."""
+    fmt, r = _parse(real("B/ai-on-eks-slinky-fsdp-srun-l-numeric-choice-coll-lines-partial.txt"), "slurm.out")
+    algo = [c for c in r.rows("choices") if c["kind"] == "algo"]
+    assert fmt == "nccl-log" and len(algo) == 1
+    assert (algo[0]["collective"], algo[0]["arm"], algo[0]["size_bytes"], algo[0]["predicted_us"]) == (
+        "AllGather", "Ring/Simple", 2359808 * 4 * 4, 2860.208008)
+    assert {c["size_bytes"] for c in r.rows("choices") if c["collective"] == "AllGather"} == {37756928}
+    assert [(c["arm"], c["size_bytes"]) for c in r.rows("cost_tables")] == [("Ring/Simple", 37756928)]
+    assert not r.issues
+
+
 def test_numeric_choice_lines_keep_a_null_collective_when_nothing_names_it():
     fmt, r = _parse(real("B/issue-nccl1453-torchrun-numeric-choice-lines-glued-row-partial.txt"), "nccl.log")
     assert fmt == "nccl-log"
@@ -157,6 +171,113 @@ def test_numeric_choice_lines_inside_nccl_tests_output_are_the_tested_collective
     assert [(c[0], c[1], c[3], c[7]) for c in _algo(r)] == [("AllReduce", 65536, "Tree/LL", 6),
                                                           ("AllReduce", 131072, "Tree/LL128", 7)]
     assert len(r.rows("iterations")) == 62
+
+
+# ---------------------------------------------------------------- collective of a run that names no binary
+
+@pytest.mark.parametrize("rel,coll,ranks", [
+    # OpenMPI tags, NCCL INFO lines between the header and the table, 2 ranks: busbw = algbw as
+    # for SendRecv, but the in-place results were checked (#wrong 0): an AllReduce
+    ("A/eks-blueprints-efa-t4-2rank-mpi-tag-nccl-info-interleaved.txt", "AllReduce", 2),
+    ("A/issue-ncclt214-sendrecv-a40-2rank-inplace-unchecked-partial.txt", "SendRecv", 2),  # in-place N/A
+    ("A/issue-bottlerocket-pr313-alltoall-efa-mpi-tag-indented-partial.txt", "AlltoAll", 16),
+    ("A/superbench-nccl_allgather.txt", "AllGather", 8),  # a pre-2.13 header without a redop column
+])
+def test_the_collective_of_a_run_that_names_no_binary_comes_from_its_table(rel, coll, ranks):
+    _, r = _parse(real(rel), "capture.txt")
+    run = r.rows("runs")[0]
+    assert (run["collective"], run["collective_inferred"], run["ranks"]) == (coll, True, ranks)
+    assert {x["collective"] for x in r.rows("iterations")} == {coll}
+
+
+def test_a_command_line_with_nccl_variables_names_the_binary():
+    """nccl-tests#82: ``mpirun ... -x NCCL_DEBUG=WARN ... ./build/broadcast_perf -b 8 ...`` on a
+    shell prompt line before the output (its NCCL variables hid it before)."""
+    _, r = _parse(real("A/issue-ncclt82-broadcast-v100-2node-mpirun-with-nccl-env-partial.txt"), "capture.txt")
+    run = r.rows("runs")[0]
+    assert (run["binary"], run["collective"], run["collective_inferred"], run["nccl_version"], run["ranks"]) == (
+        "broadcast_perf", "Broadcast", None, "2.9.6", 2)
+
+
+def test_nccl_coll_lines_name_the_collective_the_numbers_cannot():
+    """Hand-made (no public nccl-tests output with COLL lines and no binary name was found): a
+    2-rank table whose rows decide nothing (bandwidths below 1 GB/s, -c 0), and the COLL line
+    NCCL_DEBUG_SUBSYS=COLL prints for the call, in the form of INDEX row 57."""
+    text = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+            "validation: 0 graph: 0\n"
+            "#  Rank  0 Group  0 Pid   1000 on host-a device  0 [0x31] NVIDIA A40\n"
+            "#  Rank  1 Group  0 Pid   1001 on host-b device  0 [0x31] NVIDIA A40\n"
+            "host-a:1000:1000 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7f0 recvbuff 0x7f8 count 2 datatype 7 "
+            "op 0 root 0 comm 0x55 [nranks=2] stream 0x56\n"
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
+            "           8             2     float     sum      -1    34.24    0.00    0.00    N/A    33.65    0.00    0.00    N/A\n"
+            "          16             4     float     sum      -1    34.24    0.00    0.00    N/A    34.15    0.00    0.00    N/A\n")
+    r = parse_nccltests_stream([text.encode()], source("capture.txt"))
+    run = r.rows("runs")[0]
+    assert (run["collective"], run["collective_inferred"]) == ("AllReduce", True)
+    assert {x["collective"] for x in r.rows("iterations")} == {"AllReduce"}
+    without = parse_nccltests_stream([text.replace("AllReduce: opCount", "x").encode()], source("capture.txt"))
+    assert without.rows("runs")[0]["collective"] is None  # the numbers alone do not decide
+
+
+# ---------------------------------------------------------------- run-level facts
+
+def test_runs_split_by_begin_markers_keep_their_ranks_and_binaries():
+    """llv22/nccl-osx: five runs in one capture, each after an ``===begin <binary> test===`` echo."""
+    _, r = _parse(real("A/nccl-osx-gtx1080-2gpu-five-runs-begin-markers.txt"), "capture.txt")
+    runs = r.rows("runs")
+    assert [(x["binary"], x["collective"], x["ranks"], x["nodes"], x["hosts"]) for x in runs] == [
+        (f"{b}_perf", c, 2, 1, "Orlando") for b, c in (("all_reduce", "AllReduce"), ("all_gather", "AllGather"),
+                                                        ("broadcast", "Broadcast"), ("reduce", "Reduce"),
+                                                        ("reduce_scatter", "ReduceScatter"))]
+    assert {(x["run_id"], x["ranks"]) for x in r.rows("iterations")} == {(x["run_id"], 2) for x in runs}
+
+
+def test_a_shell_prompt_before_the_version_line_keeps_the_versions_on_the_run():
+    """cscs-docs: ``$ srun ... all_reduce_perf -b 1M ...`` then ``# nccl-tests version 2.18.2 ...`` and
+    ``# Collective test starting``: the prompt started a run the next line split (versions lost)."""
+    _, r = _parse(real("A/cscs-docs-sarus-gh200-2node-prompt-before-version-line.txt"), "capture.txt")
+    (run,) = r.rows("runs")
+    assert (run["run_id"], run["nccl_tests_version"], run["nccl_version"], run["ranks"], run["nodes"]) == (
+        "run", "2.18.2", "2.30.7", 2, 2)  # the file's first run id: no empty run before it
+    assert len(r.rows("iterations")) == 16
+
+
+def test_an_old_rccl_tests_colon_header_that_fails_at_init():
+    """ROCm/rccl-tests#50: ``# nThreads: 1 nGpus: 4 nRanks: 1 ... warmupIters: 5 iters: 20``, four
+    Rank lines, then the init failure (the file was not even recognised)."""
+    fmt, r = _parse(real("A/issue-rccltests50-mi210-4gpu-colon-header-init-failure-partial.txt"), "capture.txt")
+    (run,) = r.rows("runs")
+    assert fmt == "nccl-tests-text"
+    assert (run["ranks"], run["nodes"], run["library"], run["gpu_name"], run["outcome"]) == (
+        4, 1, "rccl", "AMD Instinct MI210", "failed")
+    assert (run["min_bytes"], run["max_bytes"], run["warmup_iters"], run["iters"]) == (8, 134217728, 5, 20)
+    assert run["failure"].startswith("sharbox-ultra: Test NCCL failure common.cu:1285")
+
+
+def test_rccl_kernel_trace_records_are_not_choice_lines():
+    """Hand-made from RCCL's collective-trace format strings (ROCm/rccl src/init.cc @0cbce2a7:
+    ``## [ts] [rank:bid] opCount KL HWID ... <func>``, ``KE``, ``CE``, ``CL``, ``PE``, ``DT``, ``Abort``;
+    RCCL_KERNEL_COLL_TRACE_ENABLE=1): the kernel's function name spells an algorithm and a protocol,
+    but no record is a choice NCCL made for a call; only the COLL line of the call is a row."""
+    host = "banff:52944:53177 [0] NCCL INFO "
+    records = ["## [170260.347287] [07:00] 000001 KL HWID 42300700 ncclDevFunc_AllReduce_RING_LL_Sum_double "
+               "nw 4 bi 0 nc 0 busId df000 nRanks 8",
+               "## [170260.348516] [07:00] 000001 KE busId df000 nRanks 8",
+               "## [170260.348587] [07:00] 000001 CE ncclDevFunc_AllReduce_RING_LL_Sum_double nw 4 bi 0 nc 0 "
+               "busId df000 nRanks 8",
+               "## [170260.348600] [07:00] 000002 CL ncclDevFunc_AllReduce_RING_LL_Sum_double nw 4 bi 0 nc 0 "
+               "busId df000 nRanks 8",
+               "## [122210.650274] [00:01] 000000-000000 PE ncclDevFunc_SendRecv_RING_SIMPLE_Sum_i8 1 -> 1/0/4/0/1 "
+               "conn/nw/ws/ng 1/4/0/1 -> 1 busId c1000 nRanks 2",
+               "## [170260.348700] [07:00] L:0042 DT 00000001 0000000000000003 0000000000000000",
+               "## [170260.348800] [07:00] 000003 Abort"]
+    text = (host + "AllReduce: opCount 1 sendbuff 0x7f00 recvbuff 0x7f00 count 9 datatype 8 op 0 root 0 comm 0xb7f1460 "
+            "[nranks=8] stream 0xba10e60\n" + "".join(host + r + "\n" for r in records))
+    r = parse_source("nccl-log", text.encode(), source("rccl.log"))
+    assert [(c["kind"], c["collective"], c["op_count"]) for c in r.rows("choices")] == [("coll", "AllReduce", 1)]
+    assert not r.issues
 
 
 # ---------------------------------------------------------------- 3. Kineto: one call, many views
@@ -186,6 +307,28 @@ def test_kernels_named_sendrecv_join_the_calls_that_launched_them(rank, first):
     assert sum(x["calls"] for x in w if x["collective"] == "AllReduce") == 4
     ar = [x for x in w if x["collective"] == "AllReduce" and x["size_bytes"] == first[0]]
     assert sum(x["total_us"] for x in ar) == pytest.approx(first[1]) and all(x["total_us"] for x in w)
+
+
+def test_batched_point_to_point_operations_are_one_call_each_batch():
+    """li-plus/playground's Megatron trace (PyTorch 2.1): ``batch_isend_irecv`` shows an
+    ``nccl:send``/``nccl:recv`` per operation and an ``nccl:coalesced`` where the batch ends and
+    its one kernel is launched: three batches, three SendRecv calls (four were counted)."""
+    _, r = _parse(real("C/lp-megatron-rank_0-p2p-coalesced-excerpt.json"), "trace.json")
+    assert _workload(r) == [("SendRecv", 512 * 32 * 1024 * 2, 3, pytest.approx(177.0 + 138837.0 + 113233.0), [0, 1, 2])]
+    assert not r.issues
+
+
+def test_rccl_generic_kernels_count_through_the_calls_that_launched_them():
+    """TraceLens' MI300 DDP trace: every kernel is ``ncclDevKernel_Generic(...)``; twelve
+    collective calls carry ``record_param_comms`` metadata (quarantined as "no NCCL kernels"
+    before). Five kernels no call of the trace launched (the step before it) are reported."""
+    _, r = _parse(real("C/tracelens-mi300-resnet-ddp-rccl-generic-kernels-excerpt.json"), "trace.json")
+    w = r.rows("workload")
+    assert sorted((x["collective"], x["size_bytes"], x["dtype"], x["calls"], x["group_size"]) for x in w) == [
+        ("AllReduce", 2873320 * 2, "bfloat16", 3, 8), ("AllReduce", 8816192 * 2, "bfloat16", 3, 8),
+        ("Broadcast", 20 * 8, "int64", 3, 8), ("Broadcast", 9600 * 2, "bfloat16", 3, 8)]
+    assert sum(x["total_us"] for x in w if x["size_bytes"] == 2873320 * 2) == pytest.approx(6911.678 + 6678.4 + 6748.72)
+    assert [i.reason.split(" that")[0] for i in r.issues] == ["5 NCCL kernel(s)"]
 
 
 def test_pytorch_2_3_trace_keeps_its_counts():

@@ -113,3 +113,31 @@ def test_text_parser_result_does_not_depend_on_chunking(pick, cuts, threaded):
     assert _rows_of(got) == _rows_of(expected)
     assert [(r["outcome"], r["ranks"], r["nodes"]) for r in got.rows("runs")] == \
         [(r["outcome"], r["ranks"], r["nodes"]) for r in expected.rows("runs")]
+
+
+@st.composite
+def chunked_lines(draw) -> tuple[list[bytes], int]:
+    """Lines of random lengths (CR LF and CR ends too), cut into chunks anywhere, and a line limit
+    (no UTF-8 BOM: a leading one is not part of the text)."""
+    lines = draw(st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"").replace(b"\r", b"")
+                                                     .replace(b"\xef", b"")), max_size=12))
+    ends = draw(st.lists(st.sampled_from([b"\n", b"\r\n", b"\r"]), min_size=len(lines), max_size=len(lines)))
+    data = b"".join(line + end for line, end in zip(lines, ends)) + draw(st.binary(max_size=5)).replace(b"\r", b"")\
+        .replace(b"\xef", b"")
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=6)))
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])], draw(st.integers(1, 9))
+
+
+@settings(max_examples=400, deadline=None)
+@given(chunked_lines())
+def test_whole_lines_leaves_out_exactly_the_long_lines_wherever_chunks_are_cut(case):
+    from ncclbot_sweep.parsers.common import whole_lines
+
+    chunks, limit = case
+    issues = []
+    out = list(whole_lines(chunks, issues, limit=limit))
+    lines = b"".join(chunks).replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    assert b"".join(out) == b"\n".join(b"" if len(line) > limit else line for line in lines)
+    assert [(i.line, i.reason.split()[2]) for i in issues] == [
+        (n, str(len(line))) for n, line in enumerate(lines, 1) if len(line) > limit]
+    assert all(piece.endswith(b"\n") for piece in out[:-1])
