@@ -269,6 +269,8 @@ _LIVE_SHOWN = {
     "overhead_ladder": "nccl-tests average bus bandwidth and overhead against stock per rung (Table 18).",
     "overhead_bins": "Per size bin: median time overhead, share of the bandwidth drop, 1 ms flush rule (Table 19).",
     "setup_toll": "First-use stall per run: the largest gap between collectives above 1 s (Table 20).",
+    "reward_lag": "How late each run's rewards came (collectives this rank launched between a call and its "
+                  "sample), and the pulls applied with a reward and without, by reason.",
     "stock_bands": "Speed against stock (stock time over run time) per size band, stalled sizes removed (Table 17).",
     "forced_vs_stock": "Forced price of AUTO's arm and of the best arm over the stock run's time, per context.",
     "auto_vs_audit": "AUTO through the plugin (live selection TRLT) against the offline audit, per context.",

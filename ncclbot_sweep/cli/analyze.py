@@ -250,7 +250,8 @@ def live(datasets, out, campaign, min_pulls, as_json):
         return
     for name, title in (("selection_summary", "Selection-priced TRLT over sizes (%)"),
                         ("overhead_ladder", "Overhead ladder against stock"),
-                        ("setup_toll", "Setup toll (first-use stall)"), ("stock_bands", "Against stock, per band")):
+                        ("setup_toll", "Setup toll (first-use stall)"), ("stock_bands", "Against stock, per band"),
+                        ("reward_lag", "Reward lag (collectives launched before the sample came) and samples")):
         frame = result.tables[name]
         _echo_table(frame.drop(columns=[c for c in ("fabric", "ranks", "run_id") if c in frame.columns]), title)
     for verdict in scenario_verdicts(result.headline):

@@ -171,7 +171,8 @@ def test_split_seed_chooses_the_random_split_where_the_readme_says(dataset, tmp_
 def test_report_on_an_empty_dataset_is_an_error_that_leaves_nothing_behind(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert CliRunner().invoke(main, ["ingest", str(empty), "-d", str(tmp_path / "ds")]).exit_code == 0
+    ingested = CliRunner().invoke(main, ["ingest", str(empty), "-d", str(tmp_path / "ds")])
+    assert ingested.exit_code == 1 and "found nothing to ingest" in ingested.output  # the dataset exists, empty
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     result = CliRunner().invoke(main, ["analyze", "report", "-d", str(tmp_path / "ds"), "-o",
                                        str(tmp_path / "new" / "report")])
