@@ -47,7 +47,7 @@ from ncclbot_sweep.names import (
     human_size,
     parse_size,
 )
-from ncclbot_sweep.specfile import Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
+from ncclbot_sweep.specfile import BYTES_MAX, Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
 from ncclbot_sweep.stepmeta import MAX_TIMEOUT_S
 from ncclbot_sweep.sweep.inventory import Inventory, env_mapping
 
@@ -86,6 +86,16 @@ def content_key(payload: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def _size_in_range(value: int | str) -> int:
+    """Bytes of one campaign size; raises ValueError (pydantic names the file and line) beyond int64."""
+    size = parse_size(value)
+    if size > BYTES_MAX:
+        raise ValueError(f"{value!r} is {size:,} bytes, more than the largest size nccl-tests and the dataset "
+                         f"hold (2**63-1 bytes, {BYTES_MAX >> 40:,} TiB): give a size such as '16GiB' "
+                         "(a sweep stops at what fits in GPU memory)")
+    return size
+
+
 class SizeSpec(SpecModel):
     """Message sizes: ``min``/``max``/``factor`` (nccl-tests ``-b -e -f``) or an explicit ``list``."""
 
@@ -94,6 +104,20 @@ class SizeSpec(SpecModel):
     factor: Int = Field(2, ge=2)
     list: tuple[Bytes | str, ...] | None = Field(None, max_length=4096)
 
+    @field_validator("min", "max")
+    @classmethod
+    def _bound(cls, value: int | str | None) -> int | str | None:
+        if value is not None:
+            _size_in_range(value)
+        return value
+
+    @field_validator("list")
+    @classmethod
+    def _items(cls, values: tuple[int | str, ...] | None) -> tuple[int | str, ...] | None:
+        for item in values or ():
+            _size_in_range(item)
+        return values
+
     @model_validator(mode="after")
     def _shape(self) -> SizeSpec:
         if self.list is not None:
@@ -101,8 +125,6 @@ class SizeSpec(SpecModel):
                 raise ValueError("give either 'list' or 'min'/'max'/'factor', not both")
             if not self.list:
                 raise ValueError("'list' must hold at least one size")
-            for item in self.list:
-                parse_size(item)
         else:
             if self.min is None or self.max is None:
                 raise ValueError("sizes need 'min' and 'max' (and optionally 'factor'), or a 'list'")

@@ -157,3 +157,20 @@ def test_every_number_field_of_every_spec_model_is_strict(model):
     for name, field in model.model_fields.items():  # pydantic moves a field's own Annotated parts to .metadata
         strict_here = any(isinstance(m, Strict) for m in field.metadata)
         assert not (lax(typing.get_args(field.annotation)) if strict_here else lax(field.annotation)), name
+
+
+@pytest.mark.parametrize("sizes", ["{min: 1K, max: 9999999TiB}", "{list: [1K, 9999999TiB]}"])
+def test_a_size_beyond_int64_is_a_validation_error_in_plan_render_and_submit(tmp_path, sizes):
+    """Not a traceback from deep inside planning: every command names the file, the line and the fix."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(INVENTORY)
+    camp = tmp_path / "c.yaml"
+    camp.write_text(SMALL_CAMPAIGN.replace("sizes: {min: 1K, max: 64K}", f"sizes: {sizes}"))
+    for argv in (["plan", str(camp), "-i", str(inv)], ["render", str(camp), "-i", str(inv), "-o", str(tmp_path / "r")],
+                 ["submit", str(camp), "-i", str(inv), "-w", str(tmp_path / "w")]):
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith(f"Error: {camp}:5: invalid campaign: sizes."), result.output
+        assert "'9999999TiB' is 10,995,115,178,248,372,224 bytes" in result.output
+        assert "give a size such as '16GiB'" in result.output
+    assert not (tmp_path / "r").exists() and not (tmp_path / "w").exists()
