@@ -108,6 +108,11 @@ class CampaignPaths:
         return self.root / "manifest.sqlite"
 
     @property
+    def measured_times(self) -> PurePath:
+        """The measured times the plan was priced with (``submit --from-dataset``), when it was."""
+        return self.root / "measured-times.json"
+
+    @property
     def runner_lock(self) -> PurePath:
         """Held (``flock``) by the one command that runs the campaign; holds that command's pid."""
         return self.root / ".runner.lock"

@@ -21,6 +21,19 @@ _JSON = json_option(_SUMMARY_KEYS)
 _WORKDIR = folder_argument("workdir", ("-w", "--workdir"), what="campaign folder", help="The campaign folder",
                            type=click.Path(file_okay=False))
 _BUDGET = click.option("--ignore-budget", is_flag=True, help="Plan even when the estimate exceeds the budget.")
+_FROM_DATASET = click.option("--from-dataset", "from_dataset", metavar="DIR", type=click.Path(file_okay=False, exists=True),
+                             help="Price the calls with the times an earlier campaign on this fabric measured (an "
+                                  "ingested dataset) where it has them, NCCL's cost model elsewhere.")
+
+
+def _measured(from_dataset: str | None, inventory_path: str):
+    """The measured times of ``--from-dataset`` on the inventory's fabric, or None."""
+    if from_dataset is None:
+        return None
+    from ncclbot_sweep.ingest.measured import measured_times
+    from ncclbot_sweep.sweep.inventory import load_inventory
+
+    return measured_times(from_dataset, load_inventory(inventory_path).name)
 
 
 @click.group("inventory")
@@ -114,23 +127,29 @@ def campaign_list(as_json: bool) -> None:
 @click.command("plan")
 @click.argument("campaign_path")
 @_INVENTORY
-@json_option("campaign, campaign_key, fabric, kind, steps, jobs (with their steps), pruned, excluded_steps, "
-             "node_hours, budget_node_hours, warnings.")
+@json_option("campaign, campaign_key, fabric, kind, steps, priced_by, jobs (each with estimate_s of its calls, "
+             "setup_s, time_limit_min and its steps, each with estimate_s and timeout_s), estimate_s (every job's "
+             "calls), pruned, excluded_steps, node_hours, budget_node_hours, warnings.")
 @_BUDGET
-def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budget: bool) -> None:
-    """Print the job matrix, the pruned arms and why, the step count and node-hours.
+@_FROM_DATASET
+def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budget: bool,
+             from_dataset: str | None) -> None:
+    """Print the job matrix, the pruned arms and why, each job's estimate and limit, and node-hours.
 
     CAMPAIGN_PATH is a campaign YAML, or the name of a shipped one (ncclbot-sweep campaign list).
+    Every call a step makes is priced by NCCL's cost model of the fabric model the inventory
+    names (estimate.model), or by --from-dataset's measured times; step timeouts and job
+    limits allow the inventory's estimate.margin over that, plus set-up.
 
     \b
     Example:
-        ncclbot-sweep plan campaigns/demo.yaml --inventory inventories/sim-h100.yaml
+        ncclbot-sweep plan forced-arm-h100 -i h100-spectrumx
     """
     from ncclbot_sweep.sweep.campaign import describe_plan, load_campaign, plan_campaign
     from ncclbot_sweep.sweep.inventory import load_inventory
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
-                         enforce_budget=not ignore_budget)
+                         enforce_budget=not ignore_budget, measured=_measured(from_dataset, inventory_path))
     if as_json:
         echo_json(plan.summary())
     else:
@@ -143,7 +162,8 @@ def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budg
 @out_option("Campaign folder to write job scripts into (created if needed).", required=True,
             type=click.Path(file_okay=False))
 @_BUDGET
-def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget: bool) -> None:
+@_FROM_DATASET
+def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget: bool, from_dataset: str | None) -> None:
     """Render the job scripts (job.sh) and step descriptions (step.json) without running them.
 
     \b
@@ -156,7 +176,7 @@ def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget:
     from ncclbot_sweep.sweep.render import render_campaign
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
-                         enforce_budget=not ignore_budget)
+                         enforce_budget=not ignore_budget, measured=_measured(from_dataset, inventory_path))
     scripts = render_campaign(plan, Path(out), run_root=run_root_for(plan, Path(out)))
     click.echo(f"rendered {len(scripts)} job scripts ({len(plan.steps)} steps) into {out}")
 
@@ -208,8 +228,9 @@ _WAIT_LOCK = click.option("--wait-lock", "lock_wait_s", type=click.FloatRange(mi
 @_WAIT_LOCK
 @_JSON
 @_BUDGET
+@_FROM_DATASET
 def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool, lock_wait_s: float,
-               as_json: bool, ignore_budget: bool) -> None:
+               as_json: bool, ignore_budget: bool, from_dataset: str | None) -> None:
     """Plan, render and run a campaign; jobs already submitted are never submitted again.
 
     \b
@@ -221,7 +242,8 @@ def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool
 
     with progress_reporter() as progress:
         summary = submit(campaign_path, inventory_path, workdir=workdir, wait=wait, progress=progress,
-                         enforce_budget=not ignore_budget, lock_wait_s=lock_wait_s)
+                         enforce_budget=not ignore_budget, lock_wait_s=lock_wait_s,
+                         measured=_measured(from_dataset, inventory_path))
     _finish(summary, as_json, wait)
 
 

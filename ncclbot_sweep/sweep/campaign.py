@@ -11,7 +11,10 @@ node-hour budget). :func:`plan_campaign` expands it against an inventory:
   from :func:`ncclbot_sweep.names.arm_invalid_reason`;
 * ``exclude`` entries drop every step whose axes match all their keys (a list value matches
   any of its items);
-* steps with the same node count and node set are packed into jobs of ``packing.steps_per_job``.
+* steps with the same node count and node set are packed into jobs of at most
+  ``packing.steps_per_job`` steps, each job as long as its steps need and no longer than the
+  partition allows (:mod:`ncclbot_sweep.sweep.estimate` prices every call a step makes; a step
+  that cannot fit any job is refused, naming the partition's limit).
 
 Step and job keys are content hashes of canonical JSON, so planning twice gives the same
 keys and a resumed campaign never runs a finished step again.
@@ -49,6 +52,7 @@ from ncclbot_sweep.names import (
 )
 from ncclbot_sweep.specfile import BYTES_MAX, Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
 from ncclbot_sweep.stepmeta import MAX_TIMEOUT_S
+from ncclbot_sweep.sweep.estimate import CallCounts, Measured, MeasuredTimes, StepCalls, call_counts, calls_seconds
 from ncclbot_sweep.sweep.inventory import Inventory, env_mapping
 
 __all__ = [
@@ -178,6 +182,9 @@ class Packing(SpecModel):
     """How steps share allocations."""
 
     steps_per_job: Int = Field(8, ge=1)
+    #: The longest ``--time`` a job may ask for, in minutes (shorter jobs start sooner in a busy
+    #: queue); null: the inventory's ``scheduler.time_limit_min``, the partition's limit.
+    max_job_minutes: Int | None = Field(None, ge=1)
     #: Put each repeat in jobs of its own, so repeats measure between-job variation too
     #: (placement, neighbours' traffic), which one job cannot show (paper section 8).
     separate_repeats: Bool = True
@@ -201,7 +208,9 @@ class Campaign(SpecModel):
     warmup: Int = Field(0, ge=0)
     iterations: Int = Field(100, ge=1)
     repeats: Int = Field(1, ge=1)
-    timeout_s: Int = Field(1800, ge=10, le=MAX_TIMEOUT_S)
+    #: Every step's timeout, in seconds; null: each step's own, from its estimate (the inventory's
+    #: ``estimate.margin`` times its priced calls, plus its set-up).
+    timeout_s: Int | None = Field(None, ge=10, le=MAX_TIMEOUT_S)
     #: Forced campaigns: add one step per scenario with NCCL's own choice (policy AUTO, no
     #: forcing, no plugin) in the same jobs, a paired baseline for forced-versus-stock.
     baseline: Bool = False
@@ -336,7 +345,11 @@ class Step:
     op: str
     env: dict[str, str]
     flags: tuple[str, ...]
+    #: The nccl-tests arguments after the binary (``-J`` and its file added by the job script).
+    args: tuple[str, ...]
+    #: Seconds its calls take by the estimate, and seconds before its first call.
     estimate_s: float
+    setup_s: float
 
     @property
     def ranks(self) -> int:
@@ -359,11 +372,13 @@ class Job:
     node_set: str
     steps: tuple[Step, ...]
     time_limit_min: int
+    #: Seconds its steps' calls take by the estimate, and seconds of set-up (the job's and its steps').
     estimate_s: float
+    setup_s: float
 
     @property
     def node_hours(self) -> float:
-        return self.nodes * self.estimate_s / 3600.0
+        return self.nodes * (self.estimate_s + self.setup_s) / 3600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,6 +402,8 @@ class Plan:
     pruned: list[PrunedArmEntry]
     excluded: int
     warnings: list[str]
+    #: What priced the calls: the fabric model, and the dataset when measured times were given.
+    priced_by: str = ""
 
     @property
     def steps(self) -> list[Step]:
@@ -395,6 +412,11 @@ class Plan:
     @property
     def node_hours(self) -> float:
         return sum(job.node_hours for job in self.jobs)
+
+    @property
+    def estimate_s(self) -> float:
+        """Seconds of calls over every job, set-up apart."""
+        return sum(job.estimate_s for job in self.jobs)
 
     def job_name(self, job_key: str) -> str:
         """A job's readable scheduler name: campaign, collectives and nodes (``demo-AllReduce-4n``).
@@ -414,14 +436,18 @@ class Plan:
             "fabric": self.inventory.name,
             "kind": self.campaign.kind,
             "steps": len(self.steps),
+            "priced_by": self.priced_by,
             "jobs": [
                 {"job_key": j.key, "nodes": j.nodes, "node_set": j.node_set, "time_limit_min": j.time_limit_min,
-                 "estimate_s": round(j.estimate_s, 1), "node_hours": round(j.node_hours, 3),
+                 "estimate_s": round(j.estimate_s, 1), "setup_s": round(j.setup_s, 1),
+                 "node_hours": round(j.node_hours, 3),
                  "steps": [{"step_key": s.key, "collective": s.collective, "nodes": s.nodes,
                             "arm": None if s.arm is None else str(s.arm), "policy": s.policy,
-                            "variant": s.variant, "repeat": s.repeat, "sizes": s.sizes} for s in j.steps]}
+                            "variant": s.variant, "repeat": s.repeat, "sizes": s.sizes,
+                            "estimate_s": round(s.estimate_s, 1), "timeout_s": s.timeout_s} for s in j.steps]}
                 for j in self.jobs
             ],
+            "estimate_s": round(self.estimate_s, 1),
             "pruned": [dataclasses.asdict(p) for p in self.pruned],
             "excluded_steps": self.excluded,
             "node_hours": round(self.node_hours, 3),
@@ -586,14 +612,40 @@ def _keyed_env(env: dict[str, str], inventory: Inventory) -> dict[str, str]:
     return {name: pluginbuild.BUNDLED if value == library else value for name, value in env.items()}
 
 
-def _step_estimate(inventory: Inventory, campaign: Campaign, sizes: dict[str, Any]) -> float:
-    spec = SizeSpec(min=sizes["min"], max=sizes["max"], factor=sizes["factor"])
-    per_pass = sum(inventory.estimate.iteration_us(s) for s in spec.values()) / 1e6
-    return inventory.estimate.step_overhead_s + per_pass * (campaign.warmup + campaign.iterations)
+@dataclasses.dataclass(frozen=True)
+class _Pricing:
+    """What prices a plan's calls: the fabric model, and measured times where a dataset has them."""
+
+    model: str
+    measured: MeasuredTimes | None = None
+
+
+def _test_args(campaign: Campaign, inventory: Inventory, sizes: dict[str, Any],
+               flags: tuple[str, ...]) -> tuple[str, ...]:
+    """nccl-tests arguments of one step (the per-iteration flags depend on the version)."""
+    args = ["-b", str(sizes["min"]), "-e", str(sizes["max"]), "-f", str(sizes["factor"]), "-g", "1",
+            "-d", campaign.dtype, "-o", campaign.op, "-w", str(campaign.warmup)]
+    if inventory.nccl_tests.per_iteration_json:
+        args += ["-n", str(campaign.iterations), "-I", "1"]
+    else:
+        args += ["-n", "1", "-N", str(campaign.iterations)]
+    return (*args, *flags)
+
+
+def _counts(args: tuple[str, ...], extra: int, warnings: list[str]) -> CallCounts:
+    """The calls of a step's command line; extra flags nccl-tests 2.19 does not know are left out (with a warning)."""
+    try:
+        return call_counts(args)
+    except ValueError as exc:
+        note = (f"the estimate leaves out nccl-tests flags it does not know ({' '.join(args[len(args) - extra:])}: "
+                f"{exc}); check the step timeouts")
+        if note not in warnings:
+            warnings.append(note)
+        return call_counts(args[:len(args) - extra])
 
 
 def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], arm: Arm | None,
-               sizes: dict[str, Any], node_set: str) -> Step:
+               sizes: dict[str, Any], node_set: str, *, pricing: _Pricing, warnings: list[str]) -> Step:
     collective, nodes = combo["collective"], combo["nodes"]
     if campaign.kind == "forced" and arm is None:
         combo = dict(combo, policy=AUTO)  # the baseline step of a forced campaign: no forcing, no plugin
@@ -609,17 +661,25 @@ def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], 
         "dtype": campaign.dtype, "op": campaign.op, "env": _keyed_env(env, inventory), "flags": list(flags),
         "fabric_env": inventory.environment, "nccl_tests_version": inventory.nccl_tests.version,
     }
+    args = _test_args(campaign, inventory, sizes, flags)
+    calls = StepCalls(collective=collective, nodes=nodes, ranks=nodes * inventory.gpus_per_node, arm=arm,
+                      learner=plugin and combo["policy"] != AUTO, env={**inventory.environment, **env},
+                      counts=_counts(args, len(flags), warnings))
+    estimate = calls_seconds(calls, model=pricing.model, nvls_setup_s=inventory.estimate.nvls_setup_s,
+                             measured=pricing.measured)
+    timeout = campaign.timeout_s or inventory.estimate.step_timeout_s(estimate, nodes)
     return Step(
         key=content_key(content), kind=campaign.kind, collective=collective, binary=binary, nodes=nodes,
         gpus_per_node=inventory.gpus_per_node, node_set=node_set, arm=arm,
         policy=(None if arm is not None else combo["policy"]), plugin=plugin, variant=combo["variant"],
         repeat=combo["repeat"], sizes=sizes, iterations=campaign.iterations, warmup=campaign.warmup,
-        timeout_s=campaign.timeout_s, dtype=campaign.dtype, op=campaign.op, env=env, flags=flags,
-        estimate_s=_step_estimate(inventory, campaign, sizes),
+        timeout_s=timeout, dtype=campaign.dtype, op=campaign.op, env=env, flags=flags, args=args,
+        estimate_s=estimate, setup_s=inventory.estimate.setup_s(nodes),
     )
 
 
-def _expand_steps(campaign: Campaign, inventory: Inventory) -> tuple[list[Step], list[PrunedArmEntry], int]:
+def _expand_steps(campaign: Campaign, inventory: Inventory, *, pricing: _Pricing,
+                  warnings: list[str]) -> tuple[list[Step], list[PrunedArmEntry], int]:
     node_set = campaign.node_set or inventory.default_node_set
     inventory.node_set(node_set)  # raises with the valid names
     steps: list[Step] = []
@@ -644,45 +704,107 @@ def _expand_steps(campaign: Campaign, inventory: Inventory) -> tuple[list[Step],
                 excluded += len(campaign.sizes.ranges())
                 continue
             for sizes in campaign.sizes.ranges():
-                steps.append(_make_step(campaign, inventory, combo, arm, sizes, node_set))
+                steps.append(_make_step(campaign, inventory, combo, arm, sizes, node_set, pricing=pricing,
+                                        warnings=warnings))
     order = {c: i for i, c in enumerate(COLLECTIVES)}
     steps.sort(key=lambda s: (s.nodes, order.get(s.collective, 99), s.arm.index if s.arm else -1,
                               s.repeat, s.sizes["min"]))
     return steps, sorted(pruned.values(), key=lambda p: (p.nodes, p.collective, p.arm)), excluded
 
 
+def _allowance_s(step: Step, inventory: Inventory) -> float:
+    """The seconds a job allows one of its steps: its calls with the margin and its set-up, within its timeout."""
+    return min(step.timeout_s, inventory.estimate.step_timeout_s(step.estimate_s, step.nodes))
+
+
+def _limit_min(steps: Sequence[Step], inventory: Inventory) -> int:
+    """A job's ``--time`` in minutes: its set-up and every step's allowance, at least the scheduler's minimum."""
+    seconds = inventory.estimate.job_setup_s + sum(_allowance_s(s, inventory) for s in steps)
+    return max(inventory.scheduler.min_time_limit_min, math.ceil(seconds / 60))
+
+
+def _make_job(chunk: Sequence[Step], inventory: Inventory) -> Job:
+    nodes, node_set = chunk[0].nodes, chunk[0].node_set
+    # The key is what the job runs, not how long it may take: a new time limit is the same job.
+    key = content_key({"fabric": inventory.name, "nodes": nodes, "node_set": node_set,
+                       "steps": [s.key for s in chunk]})
+    return Job(key=key, nodes=nodes, node_set=node_set, steps=tuple(chunk), time_limit_min=_limit_min(chunk, inventory),
+               estimate_s=sum(s.estimate_s for s in chunk),
+               setup_s=inventory.estimate.job_setup_s + sum(s.setup_s for s in chunk))
+
+
 def _pack(steps: Sequence[Step], campaign: Campaign, inventory: Inventory) -> tuple[list[Job], list[str]]:
-    """Pack steps with the same allocation shape into jobs of at most ``steps_per_job`` steps."""
-    jobs: list[Job] = []
-    warnings: list[str] = []
+    """Pack steps with the same allocation shape into jobs, in plan order.
+
+    A job takes at most ``steps_per_job`` steps and ends before the step that would take its
+    limit past ``packing.max_job_minutes`` (default: the partition's limit). A step that needs
+    more than the partition allows, even alone, is refused (PlanError naming the limit).
+    """
+    sched = inventory.scheduler
+    cap = min(campaign.packing.max_job_minutes or sched.time_limit_min, sched.time_limit_min)
     groups: dict[tuple[int, str, int], list[Step]] = {}
     for step in steps:
         repeat = step.repeat if campaign.packing.separate_repeats else 0
         groups.setdefault((step.nodes, step.node_set, repeat), []).append(step)
-    sched = inventory.scheduler
-    for (nodes, node_set, _), members in groups.items():
-        for start in range(0, len(members), campaign.packing.steps_per_job):
-            chunk = tuple(members[start:start + campaign.packing.steps_per_job])
-            estimate = inventory.estimate.job_overhead_s + sum(s.estimate_s for s in chunk)
-            wanted = math.ceil(1.5 * estimate / 60) + 5
-            limit = max(sched.min_time_limit_min, min(wanted, sched.time_limit_min))
-            if wanted > sched.time_limit_min:
-                warnings.append(f"a {nodes}-node job of {len(chunk)} steps is estimated at {estimate / 60:.0f} min, "
-                                f"above the {sched.time_limit_min} min limit: lower packing.steps_per_job")
-            # The key is what the job runs, not how long it may take: a new time limit is the same job.
-            key = content_key({"fabric": inventory.name, "nodes": nodes, "node_set": node_set,
-                               "steps": [s.key for s in chunk]})
-            jobs.append(Job(key=key, nodes=nodes, node_set=node_set, steps=chunk, time_limit_min=limit,
-                            estimate_s=estimate))
+    jobs: list[Job] = []
+    warnings: list[str] = []
+    too_long = [s for s in steps if _limit_min([s], inventory) > sched.time_limit_min]
+    if too_long:
+        raise _cannot_fit(too_long, inventory)
+    for members in groups.values():
+        jobs += [_make_job(chunk, inventory) for chunk in _chunks(members, campaign.packing.steps_per_job, cap, inventory)]
+    for job in jobs:
+        if job.time_limit_min > cap:
+            warnings.append(f"{job.steps[0].label} needs {job.time_limit_min} min alone, above packing.max_job_minutes "
+                            f"({cap}); it runs in a job of its own")
     return jobs, warnings
 
 
-def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: bool = True) -> Plan:
+def _chunks(members: Sequence[Step], most: int, cap: int, inventory: Inventory) -> list[list[Step]]:
+    """Consecutive chunks of at most ``most`` steps whose limits stay within ``cap`` minutes, as even as that allows.
+
+    Greedy filling finds how many jobs are needed; the steps are then spread evenly over that
+    many (13 steps of at most 4 make 4+3+3+3, not 4+4+4+1 with a short last job), unless an
+    even chunk would outgrow ``cap``.
+    """
+    greedy: list[list[Step]] = [[]]
+    for step in members:
+        chunk = greedy[-1]
+        if chunk and (len(chunk) == most or _limit_min([*chunk, step], inventory) > cap):
+            greedy.append([])
+        greedy[-1].append(step)
+    count, extra = divmod(len(members), len(greedy))
+    even, start = [], 0
+    for index in range(len(greedy)):
+        end = start + count + (index < extra)
+        even.append(list(members[start:end]))
+        start = end
+    fits = all(len(chunk) == 1 or _limit_min(chunk, inventory) <= cap for chunk in even)
+    return even if fits else greedy
+
+
+def _cannot_fit(steps: Sequence[Step], inventory: Inventory) -> PlanError:
+    """The error for steps that no job of the partition can hold: the first few, with what they need."""
+    sched, est = inventory.scheduler, inventory.estimate
+    where = f"partition {sched.partition}" if sched.partition else f"inventory {inventory.name}"
+    lines = [f"  {s.label}: {s.estimate_s / 60:.1f} min of calls x margin {est.margin:g} + {s.setup_s:.0f} s set-up "
+             f"+ {est.job_setup_s:.0f} s job set-up = {_limit_min([s], inventory)} min" for s in steps[:5]]
+    more = [f"  ... and {len(steps) - 5} more"] if len(steps) > 5 else []
+    return PlanError("\n".join([f"{len(steps)} step(s) need more than the {sched.time_limit_min} min "
+                                f"({where}'s scheduler.time_limit_min) a job may run:", *lines, *more]),
+                     hint="split the sizes into more steps ('sizes: {list: [...]}' runs one step per size) or "
+                          "campaigns, lower iterations, or raise scheduler.time_limit_min if the partition allows more")
+
+
+def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: bool = True,
+                  measured: Measured | None = None) -> Plan:
     """Expand ``campaign`` on ``inventory`` into jobs of steps, with pruned arms and the estimate.
 
-    Called by ``plan``, ``render`` and ``submit``; pure (no files written). Raises PlanError
-    when nothing is left to run, when a step's key repeats (identical steps), or when the
-    estimate exceeds ``budget_node_hours`` (unless ``enforce_budget`` is False).
+    Called by ``plan``, ``render`` and ``submit``; pure (no files written). ``measured`` prices
+    the sizes an earlier campaign measured on this fabric. Raises PlanError when nothing is left
+    to run, when a step's key repeats (identical steps), when a step needs more than the
+    partition's limit, or when the estimate exceeds ``budget_node_hours`` (unless
+    ``enforce_budget`` is False).
     """
     _check_exclusions(campaign)
     bound = campaign.expansion_bound(len(all_arms()))
@@ -690,7 +812,11 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
         raise PlanError(f"campaign {campaign.name!r} would expand into up to {bound:,} steps, more than "
                         f"{MAX_STEPS:,}", hint="lower repeats, or split the sizes, node counts or collectives "
                         "into several campaigns")
-    steps, pruned, excluded = _expand_steps(campaign, inventory)
+    model, named = inventory.estimate.fabric_model(inventory.environment)
+    warnings = [] if named else [f"inventory {inventory.name!r} names no estimate.model: the calls are priced with "
+                                 f"{model}'s cost model; name the simulated fabric closest to this one"]
+    pricing = _Pricing(model=model, measured=measured.times if measured else None)
+    steps, pruned, excluded = _expand_steps(campaign, inventory, pricing=pricing, warnings=warnings)
     if not steps:
         raise PlanError(f"campaign {campaign.name!r} has no step to run on {inventory.name!r}",
                         hint="every arm was pruned or excluded; see 'ncclbot-sweep plan' for the reasons")
@@ -700,10 +826,11 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
             raise PlanError(f"two steps are identical ({step.label}); "
                             "repeat them with 'repeats' or give zipped variants different settings")
         seen.add(step.key)
-    jobs, warnings = _pack(steps, campaign, inventory)
+    jobs, packing_notes = _pack(steps, campaign, inventory)
+    priced_by = f"NCCL's cost model of {model}" + (f", and times measured in {measured.source}" if measured else "")
     plan = Plan(campaign=campaign, inventory=inventory,
                 campaign_key=content_key({"campaign": campaign.name, "fabric": inventory.name}),
-                jobs=jobs, pruned=pruned, excluded=excluded, warnings=warnings)
+                jobs=jobs, pruned=pruned, excluded=excluded, warnings=warnings + packing_notes, priced_by=priced_by)
     budget = campaign.budget_node_hours
     if enforce_budget and budget is not None and plan.node_hours > budget:
         raise PlanError(f"campaign {campaign.name!r} is estimated at {plan.node_hours:.1f} node-hours, "
@@ -727,9 +854,12 @@ def describe_plan(plan: Plan) -> str:
     """The plan as text: scenarios with their arms or policies, pruned arms, jobs and the estimate."""
     c, inv = plan.campaign, plan.inventory
     sizes = c.sizes.values()
+    timeout = f"step timeout {c.timeout_s} s" if c.timeout_s else "step timeouts from the estimate"
     lines = [f"campaign {c.name} ({c.kind}) on {inv.name}: campaign key {plan.campaign_key}",
              f"  sizes: {len(sizes)} from {human_size(sizes[0])} to {human_size(sizes[-1])}; warm-up {c.warmup}, "
-             f"iterations {c.iterations}, repeats {c.repeats}, step timeout {c.timeout_s} s", "", "scenarios:"]
+             f"iterations {c.iterations}, repeats {c.repeats}, {timeout}",
+             f"  calls priced by {plan.priced_by}; limits allow {inv.estimate.margin:g}x the calls plus set-up",
+             "", "scenarios:"]
     for collective, nodes, steps in iter_scenarios(plan):
         what = sorted({str(s.arm) if s.arm else f"{s.policy}" + ("" if s.variant == "default" else f"[{s.variant}]")
                        for s in steps})
@@ -745,9 +875,10 @@ def describe_plan(plan: Plan) -> str:
         lines += ["", f"excluded by the campaign: {plan.excluded} steps"]
     lines += ["", "jobs:"]
     for job in plan.jobs:
-        lines.append(f"  {job.key}  {job.nodes:>3} nodes  {len(job.steps):>3} steps  "
-                     f"~{job.estimate_s / 60:.1f} min (limit {job.time_limit_min} min)  {job.node_hours:.2f} node-h")
+        lines.append(f"  {job.key}  {job.nodes:>3} nodes  {len(job.steps):>3} steps  ~{job.estimate_s / 60:.1f} min "
+                     f"+ {job.setup_s / 60:.1f} min set-up (limit {job.time_limit_min} min)  {job.node_hours:.2f} node-h")
     budget = f" of a {c.budget_node_hours:g} budget" if c.budget_node_hours else ""
-    lines += ["", f"total: {len(plan.steps)} steps in {len(plan.jobs)} jobs, ~{plan.node_hours:.1f} node-hours{budget}"]
+    lines += ["", f"total: {len(plan.steps)} steps in {len(plan.jobs)} jobs, ~{plan.estimate_s / 3600:.1f} h of calls, "
+                  f"~{plan.node_hours:.1f} node-hours{budget}"]
     lines += [f"warning: {w}" for w in plan.warnings]
     return "\n".join(lines)

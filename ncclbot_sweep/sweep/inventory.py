@@ -330,17 +330,58 @@ class Algorithms(SpecModel):
 
 
 class Estimate(SpecModel):
-    """Rough cost model for the node-hour estimate of ``plan`` (not used for any decision)."""
+    """How ``plan`` prices a step and sizes its time limits (:mod:`ncclbot_sweep.sweep.estimate`).
 
-    #: Seconds one step spends outside the timed loop (launch, NCCL init, connection set-up).
-    step_overhead_s: Float = Field(30.0, ge=0)
+    A step's calls are priced by NCCL's cost model on the fabric model named here; its
+    timeout is ``margin`` times that plus its set-up, and a job's ``--time`` is its set-up
+    plus its steps' timeouts.
+    """
+
+    #: The simulated fabric whose NCCL tuning table prices every call (``ncclbot-sweep sim tuning-table``):
+    #: the one closest to this fabric. Null: the fabric ``environment.NCCLBOT_SIM_FABRIC`` names, else
+    #: sim-h100 (``plan`` warns).
+    model: str | None = None
+    #: Seconds a step spends before its first call, on one node: launch, NCCL's init.
+    step_setup_s: Float = Field(20.0, ge=0, le=_DAY_S)
+    #: Seconds more per node: NCCL's bootstrap and connection set-up grow with the job.
+    step_setup_per_node_s: Float = Field(0.5, ge=0, le=_DAY_S)
     #: Seconds one job spends before its first step (allocation, provenance).
-    job_overhead_s: Float = Field(60.0, ge=0)
-    latency_us: Float = Field(20.0, ge=0)
-    busbw_gbs: Float = Field(100.0, gt=0)
+    job_setup_s: Float = Field(60.0, ge=0, le=_DAY_S)
+    #: How many times its priced calls a step may take before its timeout: NCCL's model errs both
+    #: ways (the analysis measures by how much), and a real fabric's slow arms are slower still.
+    margin: Float = Field(1.5, ge=1.0, le=100.0)
+    #: Seconds the first NVLS or NVLSTree call of a step stalls while NCCL sets up multicast
+    #: buffers (5.7-7.8 s measured on H100; paper section 6.5).
+    nvls_setup_s: Float = Field(6.6, ge=0, le=_DAY_S)
+    #: The shortest step timeout, in seconds.
+    min_step_timeout_s: Int = Field(60, ge=1, le=int(_DAY_S))
 
-    def iteration_us(self, size_bytes: int) -> float:
-        return self.latency_us + size_bytes / (self.busbw_gbs * 1e3)
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        if value is not None:
+            from ncclbot_sweep.sim import fabric
+
+            fabric(value)  # raises ValueError listing the simulated fabrics
+        return value
+
+    def fabric_model(self, environment: dict[str, str]) -> tuple[str, bool]:
+        """(the fabric model's name, whether the inventory named it): ``model``, else the simulated
+        fabric the environment runs, else sim-h100."""
+        from ncclbot_sweep.sim import fabric_names
+
+        if self.model is not None:
+            return self.model, True
+        simulated = environment.get("NCCLBOT_SIM_FABRIC")
+        return (simulated, True) if simulated in fabric_names() else ("sim-h100", False)
+
+    def setup_s(self, nodes: int) -> float:
+        """Seconds a step of ``nodes`` nodes spends before its first call."""
+        return self.step_setup_s + self.step_setup_per_node_s * nodes
+
+    def step_timeout_s(self, calls_s: float, nodes: int) -> int:
+        """A step's timeout: its calls with the margin, plus its set-up, at least ``min_step_timeout_s``."""
+        return max(self.min_step_timeout_s, math.ceil(self.margin * calls_s + self.setup_s(nodes)))
 
 
 class Inventory(SpecModel):

@@ -173,18 +173,6 @@ def _binary_path(plan: Plan, step: Step) -> str:
     return str(PurePath(plan.inventory.nccl_tests.resolved_bin_dir()) / step.binary)
 
 
-def _test_args(plan: Plan, step: Step) -> list[str]:
-    """nccl-tests flags for one step (the per-iteration flags depend on the version)."""
-    sizes = step.sizes
-    args = ["-b", str(sizes["min"]), "-e", str(sizes["max"]), "-f", str(sizes["factor"]), "-g", "1",
-            "-d", step.dtype, "-o", step.op, "-w", str(step.warmup)]
-    if plan.inventory.nccl_tests.per_iteration_json:
-        args += ["-n", str(step.iterations), "-I", "1"]
-    else:
-        args += ["-n", "1", "-N", str(step.iterations)]
-    return args + list(step.flags)
-
-
 def step_metadata(plan: Plan, job: Job, *, step: Step) -> dict[str, Any]:
     """What ``step.json`` says of a step, through the model ingest reads it with (:mod:`ncclbot_sweep.stepmeta`)."""
     inv = plan.inventory
@@ -245,7 +233,7 @@ def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
             "env": [(_env_name(k), v) for k, v in step.env.items()], "plugin": step.plugin,
             "forced": step.arm is not None,
             "timeout_s": step.timeout_s, "launch": _launch_words(plan, job),
-            "binary": _binary_path(plan, step), "args": _test_args(plan, step),
+            "binary": _binary_path(plan, step), "args": list(step.args),
             "json": inv.nccl_tests.per_iteration_json,
         })
     context = {

@@ -33,6 +33,7 @@ from ncclbot_sweep.outcomes import last_error_line, step_outcome
 from ncclbot_sweep.step_output import step_output_usable
 from ncclbot_sweep.sweep import campaign_folder
 from ncclbot_sweep.sweep.campaign_folder import CampaignFolder
+from ncclbot_sweep.sweep.estimate import Measured
 from ncclbot_sweep.sweep.executors import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
                                            make_executor)
 from ncclbot_sweep.sweep.manifest import JobPhase
@@ -108,14 +109,14 @@ def _with_executor(folder: CampaignFolder, executor: Executor | None) -> _Campai
 
 def prepare(campaign_path: Path | str, inventory_path: Path | str, workdir: Path | str, *,
             enforce_budget: bool = True, executor: Executor | None = None,
-            lock_wait_s: float = 0.0) -> _Campaign:
+            lock_wait_s: float = 0.0, measured: Measured | None = None) -> _Campaign:
     """Open (create or continue) the campaign folder for a runner, and its executor.
 
     See :func:`ncclbot_sweep.sweep.campaign_folder.create`. Raises CampaignBusyError when another
     runner holds the folder, ManifestError when ``workdir`` holds another campaign.
     """
     folder = campaign_folder.create(campaign_path, inventory_path, workdir, enforce_budget=enforce_budget,
-                                    lock_wait_s=lock_wait_s)
+                                    lock_wait_s=lock_wait_s, measured=measured)
     return _with_executor(folder, executor)
 
 
@@ -369,7 +370,8 @@ def _finishable(workdir: Path | str) -> Iterator[None]:
 
 def submit(campaign_path: Path | str, inventory_path: Path | str, workdir: Path | str, *, wait: bool = True,
            progress: Progress | None = None, enforce_budget: bool = True,
-           executor: Executor | None = None, lock_wait_s: float = 0.0) -> CampaignSummary:
+           executor: Executor | None = None, lock_wait_s: float = 0.0,
+           measured: Measured | None = None) -> CampaignSummary:
     """Create or continue the campaign folder and run every job never submitted before.
 
     Submitting the same campaign twice runs nothing twice: jobs already submitted (running,
@@ -378,11 +380,12 @@ def submit(campaign_path: Path | str, inventory_path: Path | str, workdir: Path 
     ``submit``/``resume`` on the same folder waits ``lock_wait_s`` for this one, then raises
     CampaignBusyError. A full disk at any moment raises OutOfSpaceError naming the path, with
     the command that continues (:func:`resume`); Ctrl-C raises :class:`Interrupted` saying what
-    is still queued and that :func:`resume` finishes it.
+    is still queued and that :func:`resume` finishes it. ``measured`` prices the plan with an
+    earlier campaign's times (the folder keeps them for later commands).
     """
     with _finishable(workdir):
         camp = prepare(campaign_path, inventory_path, workdir=workdir, enforce_budget=enforce_budget,
-                       executor=executor, lock_wait_s=lock_wait_s)
+                       executor=executor, lock_wait_s=lock_wait_s, measured=measured)
         return _run(camp, progress, retry=False, wait=wait)
 
 

@@ -32,7 +32,10 @@ def test_forced_script_contract():
     assert text.startswith(f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --comment=ncclbot:")
     assert f"#SBATCH --nodes={job.nodes}\n" in text and "#SBATCH --partition=h100\n" in text
     assert "#SBATCH --exclusive\n" in text
-    assert text.count("exec timeout --kill-after=30 3600 srun --nodes=4 --ntasks=32") == len(job.steps)
+    for step in job.steps:  # each step's own timeout, from its estimate: an LL step's is longer than LL128's
+        assert f"exec timeout --kill-after=30 {step.timeout_s} srun --nodes=4 --ntasks=32" in text
+    timeouts = {str(s.arm): s.timeout_s for s in job.steps}
+    assert timeouts["Ring/LL"] > 3 * timeouts["Ring/LL128"], timeouts
     assert "--mpi=pmix" in text
     step = job.steps[0]
     assert f"export NCCL_ALGO={step.arm.algorithm}\n" in text and f"export NCCL_PROTO={step.arm.protocol}\n" in text
