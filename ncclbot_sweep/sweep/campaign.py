@@ -48,6 +48,7 @@ from ncclbot_sweep.names import (
     arm_invalid_reason,
     canonical_collective,
     human_size,
+    learning_policy,
     parse_size,
 )
 from ncclbot_sweep.specfile import BYTES_MAX, Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
@@ -354,6 +355,11 @@ class Step:
     @property
     def ranks(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def learns(self) -> bool:
+        """True when its plugin is to learn (not AUTO's timing, not stock)."""
+        return learning_policy(self.policy, plugin=self.plugin)
 
     @property
     def label(self) -> str:
@@ -663,7 +669,7 @@ def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], 
     }
     args = _test_args(campaign, inventory, sizes, flags)
     calls = StepCalls(collective=collective, nodes=nodes, ranks=nodes * inventory.gpus_per_node, arm=arm,
-                      learner=plugin and combo["policy"] != AUTO, env={**inventory.environment, **env},
+                      learner=learning_policy(combo["policy"], plugin=plugin), env={**inventory.environment, **env},
                       counts=_counts(args, len(flags), warnings))
     estimate = calls_seconds(calls, model=pricing.model, nvls_setup_s=inventory.estimate.nvls_setup_s,
                              measured=pricing.measured)

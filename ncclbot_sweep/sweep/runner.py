@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep.errors import ExecutorError, Interrupted, OutOfSpaceError, file_system_full, is_out_of_space
-from ncclbot_sweep.outcomes import last_error_line, step_outcome
+from ncclbot_sweep.outcomes import outcome_reason, step_outcome
 from ncclbot_sweep.step_output import step_output_usable
 from ncclbot_sweep.sweep import campaign_folder
 from ncclbot_sweep.sweep.campaign_folder import CampaignFolder
@@ -134,11 +134,13 @@ def _spec(camp: _Campaign, job_key: str) -> JobSpec:
 
 def _classify_steps(camp: _Campaign, job_key: str, job_state: JobState | None) -> None:
     """Record each step's outcome from its folder; ``job_state`` is the job's final state (None: still running)."""
+    learners = {s.key for s in camp.folder.plan.steps if s.learns}
     for step in camp.folder.manifest.steps(job_key):
         if step.outcome is StepOutcome.OK and step.exit_code == 0:
             continue  # the job script never re-runs a step whose exit says 0 with a result: it stands
         files = camp.folder.paths.step_files(job_key, step.step_key)
-        outcome, code = step_outcome(files, job_state=job_state, output_ok=functools.partial(step_output_usable, files))
+        outcome, code = step_outcome(files, job_state=job_state, output_ok=functools.partial(step_output_usable, files),
+                                     learner=step.step_key in learners)
         if outcome is None and step.outcome is not None and job_state is None:
             continue  # a running job re-runs an old failed step: keep the old outcome until it ends
         if outcome is None and step.outcome is StepOutcome.OK:
@@ -298,7 +300,7 @@ def _summarise(camp: _Campaign) -> CampaignSummary:
             files = camp.folder.paths.step_files(step.job_key, step.step_key)
             failed.append({"job_key": step.job_key, "step_key": step.step_key, "label": step.label,
                            "outcome": step.outcome.value, "exit_code": step.exit_code,
-                           "last_error": last_error_line(files)})
+                           "last_error": outcome_reason(files, step.outcome)})
     rows = []
     for job in camp.folder.manifest.jobs():
         if not camp.folder.in_plan(job.job_key):

@@ -177,20 +177,33 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv))
 PY
 }
-# The plugin's coordinator keeps every rank's bandit state identical (plugin/README.md);
-# ranks find it at $SLURM_LAUNCH_NODE_IPADDR:20000+jobid%20000, the token comes from the environment.
+# The plugin's coordinator keeps every rank's bandit state identical (plugin/README.md); the
+# token comes from the environment. On Slurm it listens on 20000+jobid%20000 of the batch host,
+# where the ranks find it ($SLURM_LAUNCH_NODE_IPADDR); the local executor has it on loopback, any
+# free port, and tells the ranks which. No step starts before it listens: if it never does, each
+# step that loads the plugin fails, saying why.
 export NCCLBOT_SYNC_TOKEN="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-if [ -n "${NCCLSWEEP_COORDINATOR_LISTEN:-}" ]; then
-    # The local executor: loopback only, any free port; the ranks are told which one.
-    /shared/ncclbot/bin/ncclbot-coordinator --listen "$NCCLSWEEP_COORDINATOR_LISTEN" >"$JOB_DIR/coordinator.log" 2>&1 &
-    ncclbot_coordinator=$!
-    for _ in $(seq 200); do grep -q '^listening on ' "$JOB_DIR/coordinator.log" 2>/dev/null && break; sleep 0.05; done
-    export NCCLBOT_SYNC_ADDR="$(sed -n 's/^listening on //p' "$JOB_DIR/coordinator.log")"
-else
-    /shared/ncclbot/bin/ncclbot-coordinator --listen "0.0.0.0:$((20000 + ${SLURM_JOB_ID:-0} % 20000))" >>"$JOB_DIR/coordinator.log" 2>&1 &
-    ncclbot_coordinator=$!
-fi
+ncclbot_listen="${NCCLSWEEP_COORDINATOR_LISTEN:-0.0.0.0:$((20000 + ${SLURM_JOB_ID:-0} % 20000))}"
+ncclbot_coordinator_log="$JOB_DIR/coordinator.log"
+ncclbot_from=$(( $(stat -c %s "$ncclbot_coordinator_log" 2>/dev/null || echo 0) + 1 ))
+/shared/ncclbot/bin/ncclbot-coordinator --listen "$ncclbot_listen" >>"$ncclbot_coordinator_log" 2>&1 &
+ncclbot_coordinator=$!
 trap 'kill "$ncclbot_coordinator" 2>/dev/null' EXIT
+ncclbot_listening=""
+for _ in $(seq 600); do
+    ncclbot_listening="$(tail -c "+$ncclbot_from" "$ncclbot_coordinator_log" 2>/dev/null | sed -n 's/^listening on //p' | head -n 1)"
+    if [ -n "$ncclbot_listening" ] || ! kill -0 "$ncclbot_coordinator" 2>/dev/null; then break; fi
+    sleep 0.05
+done
+ncclbot_no_coordinator=""
+if [ -n "$ncclbot_listening" ]; then
+    echo "[ncclbot] coordinator listening on $ncclbot_listening"
+    if [ -n "${NCCLSWEEP_COORDINATOR_LISTEN:-}" ]; then export NCCLBOT_SYNC_ADDR="$ncclbot_listening"; fi
+else
+    ncclbot_said="$(tail -c "+$ncclbot_from" "$ncclbot_coordinator_log" 2>/dev/null | tail -n 1)"
+    ncclbot_no_coordinator="the ncclbot coordinator cannot listen on $ncclbot_listen: ${ncclbot_said:-it did not say it listens within 30 s} (see coordinator.log)"
+    echo "[ncclbot] $ncclbot_no_coordinator; the steps that load the plugin fail"
+fi
 ncclbot_failed=0
 
 # ---- step 1/2: 750adbbed61197e3
@@ -225,6 +238,7 @@ else
     echo "[ncclbot] step "74ce6a9fdb70c779" ("'AllReduce 16n policy ucb1'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     (
         unset NCCL_ALGO NCCL_PROTO NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN
+        if [ -n "$ncclbot_no_coordinator" ]; then echo "$ncclbot_no_coordinator" >"$STEP_DIR/stderr.txt"; exit 1; fi
         export NCCL_TUNER_PLUGIN=/shared/ncclbot/lib/libnccl-ncclbot.so
         export NCCL_PROFILER_PLUGIN=/shared/ncclbot/lib/libnccl-ncclbot.so
         export NCCLBOT_POLICY=ucb1
