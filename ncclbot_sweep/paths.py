@@ -28,7 +28,7 @@ import dataclasses
 from pathlib import PurePath, Path
 
 __all__ = ["COORDINATOR_LOG", "JOB_LOG", "JOB_SCRIPT", "PART_SUFFIX", "PROVENANCE", "SLURM_OUTPUT", "STEP_META",
-           "CampaignPaths", "StepFiles", "TuneJobFiles"]
+           "CampaignPaths", "StepFiles", "TuneJobFiles", "slurm_output_pattern"]
 
 #: The job script, in every job folder (the executors submit it).
 JOB_SCRIPT = "job.sh"
@@ -83,6 +83,13 @@ class StepFiles:
     def exit_marker(self) -> PurePath:
         """Holds the step's exit code, written last: its presence means the step finished."""
         return self.root / "exit"
+
+
+def slurm_output_pattern(job_dir: PurePath) -> str:
+    """Where Slurm writes a job's own stdout and stderr (``slurm-<id>.out`` in ``job_dir``), as an
+    ``sbatch --output``/``--error`` pattern: a ``%`` in the folder is doubled, so Slurm does not read
+    it as one of its replacements (``%j``)."""
+    return f"{str(job_dir).replace('%', '%%')}/{SLURM_OUTPUT}"
 
 
 @dataclasses.dataclass(frozen=True)

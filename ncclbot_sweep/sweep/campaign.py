@@ -54,7 +54,7 @@ from ncclbot_sweep.names import (
 from ncclbot_sweep.specfile import BYTES_MAX, Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
 from ncclbot_sweep.stepmeta import MAX_TIMEOUT_S
 from ncclbot_sweep.sweep.estimate import CallCounts, Measured, MeasuredTimes, StepCalls, call_counts, calls_seconds
-from ncclbot_sweep.sweep.inventory import Inventory, env_mapping
+from ncclbot_sweep.sweep.inventory import GPUS_PER_PROCESS, Inventory, env_mapping
 
 __all__ = [
     "AXES",
@@ -629,7 +629,7 @@ class _Pricing:
 def _test_args(campaign: Campaign, inventory: Inventory, sizes: dict[str, Any],
                flags: tuple[str, ...]) -> tuple[str, ...]:
     """nccl-tests arguments of one step (the per-iteration flags depend on the version)."""
-    args = ["-b", str(sizes["min"]), "-e", str(sizes["max"]), "-f", str(sizes["factor"]), "-g", "1",
+    args = ["-b", str(sizes["min"]), "-e", str(sizes["max"]), "-f", str(sizes["factor"]), "-g", str(GPUS_PER_PROCESS),
             "-d", campaign.dtype, "-o", campaign.op, "-w", str(campaign.warmup)]
     if inventory.nccl_tests.per_iteration_json:
         args += ["-n", str(campaign.iterations), "-I", "1"]

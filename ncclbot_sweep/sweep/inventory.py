@@ -32,6 +32,7 @@ __all__ = [
     "Algorithms",
     "Container",
     "Estimate",
+    "GPUS_PER_PROCESS",
     "Inventory",
     "Launcher",
     "NcclInstall",
@@ -181,6 +182,10 @@ class Container(SpecModel):
     flags: list[str] = Field(default_factory=list)
 
 
+#: GPUs each nccl-tests process drives (its ``-g``): every step starts one process per GPU.
+GPUS_PER_PROCESS = 1
+
+
 class Launcher(SpecModel):
     """How ranks start inside the allocation: ``srun`` (with PMIx, Pyxis) or ``mpirun``."""
 
@@ -192,6 +197,24 @@ class Launcher(SpecModel):
     container: Container | None = None
     #: Flags for ``mpirun`` when ``kind`` is mpirun.
     mpirun_flags: list[str] = Field(default_factory=list)
+
+    def expected_build(self, gpus_per_node: int) -> str:
+        """Which nccl-tests build the job scripts need from this launcher (``inventory check`` says it).
+
+        Every step runs one process per GPU (``-g 1``): the ranks of a multi-node job find each
+        other through MPI, so nccl-tests must be built with ``MPI=1`` against an MPI this launcher
+        starts; a build without MPI runs one process per node with ``-g <GPUs>``, on one node only.
+        """
+        if self.kind == "mpirun":
+            how = "mpirun starts them: nccl-tests built with MPI=1 against that mpirun's MPI"
+        elif self.mpi:
+            how = f"srun --mpi={self.mpi} starts them: nccl-tests built with MPI=1 against an MPI with {self.mpi} support"
+        else:
+            how = ("srun starts them with Slurm's default MPI plugin: nccl-tests built with MPI=1 against an MPI "
+                   "that plugin can start")
+        inside = f", inside {self.container.image}" if self.container else ""
+        return (f"one process per GPU ({gpus_per_node} per node, -g {GPUS_PER_PROCESS}); {how}{inside}. "
+                "A build without MPI (one process per node with -g) cannot join nodes")
 
 
 class NodeSet(SpecModel):
@@ -518,6 +541,9 @@ def describe_inventory(inventory: Inventory, path: str | Path | None = None) -> 
         + ("; MNNVL" if inventory.algorithms.mnnvl else ""),
         f"  nccl-tests   {inventory.nccl_tests.bin_dir} (version {inventory.nccl_tests.version}, "
         + ("per-iteration JSON -I/-J" if inventory.nccl_tests.per_iteration_json else "per-iteration cycles -N") + ")",
+        "  build        " + ("no MPI: the local executor's srun stand-in starts task 0 with the job's size in the "
+                             "Slurm environment, as the simulator's stand-ins expect" if sched.kind == "local"
+                             else inventory.launcher.expected_build(inventory.gpus_per_node)),
         f"  nccl         {inventory.nccl.version or 'unknown version'}"
         + (f", plugin {inventory.plugin.path}" if inventory.plugin.path else ", no plugin")
         + (f", coordinator {inventory.plugin.coordinator}" if inventory.plugin.coordinator else ""),

@@ -42,7 +42,7 @@ import pydantic
 from ncclbot_sweep import __version__, pluginbuild
 from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.errors import RenderError
-from ncclbot_sweep.paths import CampaignPaths, StepFiles, TuneJobFiles
+from ncclbot_sweep.paths import CampaignPaths, StepFiles, TuneJobFiles, slurm_output_pattern
 from ncclbot_sweep.resources import resource_dir
 from ncclbot_sweep.stepmeta import StepMeta
 from ncclbot_sweep.sweep.campaign import Job, Plan, Step
@@ -112,7 +112,20 @@ def template_name(kind: str) -> str:
     return f"job-{kind}.sh.j2"
 
 
-def _sbatch_lines(plan: Plan, job: Job) -> list[_Raw]:
+def _output_lines(job_dir: PurePath) -> list[str]:
+    """``--output``/``--error`` into the job's folder, so a script submitted by hand (``sbatch job.sh``
+    after ``render``) logs there too; none, with a warning, when the folder's path cannot go on an
+    ``#SBATCH`` line (the executor passes ``--output`` on sbatch's command line anyway)."""
+    pattern = slurm_output_pattern(job_dir)
+    if sbatch_value_problem(pattern):
+        log.warning("%s cannot go on an #SBATCH line (quotes, '$', a line break): a hand-submitted job.sh logs "
+                    "where sbatch runs", job_dir)
+        return []
+    value = _sbatch(pattern, "job folder")
+    return [f"--output={value}", f"--error={value}"]
+
+
+def _sbatch_lines(plan: Plan, job: Job, job_dir: PurePath) -> list[_Raw]:
     inv, sched = plan.inventory, plan.inventory.scheduler
     node_set = inv.node_set(job.node_set)
     tag = job_tag(plan.campaign_key, job.key)
@@ -121,6 +134,7 @@ def _sbatch_lines(plan: Plan, job: Job) -> list[_Raw]:
     if sched.request_gpus:
         lines.append(f"--gpus-per-node={inv.gpus_per_node}")
     lines.append(f"--time={job.time_limit_min}")
+    lines += _output_lines(job_dir)
     lines += _placement_lines(inv, node_set)
     segment = node_set.segment(job.nodes)
     if segment:
@@ -239,7 +253,7 @@ def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
     context = {
         "campaign": plan.campaign.name, "campaign_key": plan.campaign_key, "job_key": job.key,
         "tag": job_tag(plan.campaign_key, job.key), "fabric": inv.name, "version": __version__,
-        "sbatch": _sbatch_lines(plan, job), "job_dir": str(paths.job_dir(job.key)),
+        "sbatch": _sbatch_lines(plan, job, paths.job_dir(job.key)), "job_dir": str(paths.job_dir(job.key)),
         "fabric_env": [(_env_name(k), v) for k, v in inv.environment.items()],
         "debug_env": [(_env_name(k), v) for k, v in DEBUG_ENV.items()],
         "nccl_lib_dir": inv.nccl.lib_dir, "nccl_version": inv.nccl.version or "",
@@ -266,7 +280,7 @@ def render_tune_script(inventory: Inventory, *, name: str, campaign_key: str, jo
     tag = job_tag(campaign_key, job_key)
     lines = [f"--job-name={_sbatch(name, 'job name')}", f"--comment={_sbatch(tag, 'job tag')}", f"--nodes={nodes}",
              "--ntasks-per-node=1", f"--cpus-per-task={workers}", f"--time={sched.time_limit_min}",
-             *_placement_lines(inventory, inventory.node_set(None)),
+             *_output_lines(run_dir), *_placement_lines(inventory, inventory.node_set(None)),
              *(str(_sbatch(extra, "scheduler.extra_sbatch")) for extra in sched.extra_sbatch)]
     files = TuneJobFiles(PurePath("."))
     names = {"job_log": files.job_log, "provenance": files.provenance, "workers": files.workers_dir}

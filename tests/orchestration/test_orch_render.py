@@ -351,3 +351,15 @@ def test_a_coordinator_that_cannot_listen_fails_the_plugin_steps_naming_why(tmp_
     assert reason.startswith("the ncclbot coordinator cannot listen on 0.0.0.0:")
     assert "error: cannot listen on 0.0.0.0:" in reason and "(see coordinator.log)" in reason
     assert last_error_line(StepFiles(ucb1)) == reason.strip()  # what status and the runs table show
+
+
+def test_slurm_output_and_error_go_to_the_jobs_folder():
+    """``sbatch job.sh`` by hand logs into the job's folder too; a '%' of the folder is not a Slurm pattern."""
+    plan = plan_campaign(load_campaign("forced-arm-h100"), load_inventory("h100-spectrumx"))
+    job = plan.jobs[0]
+    text = render_job_script(plan, job, run_root=Path("/shared/runs 50%"))
+    target = f'"/shared/runs 50%%/jobs/{job.key}/slurm-%j.out"'
+    assert f"#SBATCH --output={target}\n#SBATCH --error={target}\n" in text
+    tune = render_tune_script(plan.inventory, name="t", campaign_key="c", job_key="j", run_dir=Path("/shared/tune"),
+                              nodes=1, workers=1, command=["ncclbot-sweep"])
+    assert "#SBATCH --output=/shared/tune/slurm-%j.out\n#SBATCH --error=/shared/tune/slurm-%j.out\n" in tune

@@ -5,6 +5,8 @@
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
 #SBATCH --time=5
+#SBATCH --output=/shared/campaigns/golden/jobs/e79513c2cf4e9d95/slurm-%j.out
+#SBATCH --error=/shared/campaigns/golden/jobs/e79513c2cf4e9d95/slurm-%j.out
 #SBATCH --partition=h100
 #SBATCH --account=perf
 #SBATCH --exclusive

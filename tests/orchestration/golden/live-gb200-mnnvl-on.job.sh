@@ -5,6 +5,8 @@
 #SBATCH --ntasks-per-node=4
 #SBATCH --gpus-per-node=4
 #SBATCH --time=5
+#SBATCH --output=/shared/campaigns/golden/jobs/19f709b1da4389bb/slurm-%j.out
+#SBATCH --error=/shared/campaigns/golden/jobs/19f709b1da4389bb/slurm-%j.out
 #SBATCH --partition=gb200
 #SBATCH --account=perf
 #SBATCH --segment=16
