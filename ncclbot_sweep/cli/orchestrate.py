@@ -54,7 +54,7 @@ def inventory_check(path: str, as_json: bool) -> None:
 
     \b
     Example:
-        ncclbot-sweep inventory check inventories/h100-spectrumx.yaml
+        ncclbot-sweep inventory check h100-spectrumx
     """
     from ncclbot_sweep.sweep.inventory import describe_inventory, load_inventory
 
@@ -166,9 +166,11 @@ def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budg
 def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget: bool, from_dataset: str | None) -> None:
     """Render the job scripts (job.sh) and step descriptions (step.json) without running them.
 
+    CAMPAIGN_PATH is a campaign YAML, or the name of a shipped one (ncclbot-sweep campaign list).
+
     \b
     Example:
-        ncclbot-sweep render campaigns/demo.yaml -i sim-h100 -o demo-render
+        ncclbot-sweep render demo -i sim-h100 -o demo-render
     """
     from ncclbot_sweep.sweep.campaign import load_campaign, plan_campaign
     from ncclbot_sweep.sweep.campaign_folder import run_root_for
@@ -233,9 +235,13 @@ def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool
                as_json: bool, ignore_budget: bool, from_dataset: str | None) -> None:
     """Plan, render and run a campaign; jobs already submitted are never submitted again.
 
+    CAMPAIGN_PATH is a campaign YAML, or the name of a shipped one (ncclbot-sweep campaign list).
+    On the local executor (the sim-* inventories) the jobs still queued go on after the command
+    ends or is interrupted, as on Slurm; 'status' follows them.
+
     \b
     Example:
-        ncclbot-sweep submit campaigns/demo.yaml -i sim-h100 -w runs/demo
+        ncclbot-sweep submit demo -i sim-h100 -w runs/demo
     """
     from ncclbot_sweep.progress import progress_reporter
     from ncclbot_sweep.sweep.runner import submit
@@ -318,11 +324,13 @@ def demo_cmd(out: str) -> None:
     Example:
         ncclbot-sweep demo -o demo-out
     """
-    from ncclbot_sweep.demo import run_demo
+    from ncclbot_sweep.demo import DEMO_CAMPAIGN, DEMO_INVENTORY, DEMO_LIVE_CAMPAIGN, run_demo
     from ncclbot_sweep.progress import progress_reporter
     from ncclbot_sweep.sweep.runner import status
 
-    click.echo(f"demo: campaigns/demo.yaml on inventories/sim-h100.yaml into {out}")
+    shipped = ", ".join(Path(name).stem for name in (DEMO_CAMPAIGN, DEMO_LIVE_CAMPAIGN))
+    click.echo(f"demo: the shipped campaigns {shipped} on inventory {Path(DEMO_INVENTORY).stem} "
+               f"('ncclbot-sweep campaign list'), into {Path(out).resolve()}")
     with progress_reporter() as progress:
         result = run_demo(Path(out), command=command_line(), progress=progress,
                           on_stage=lambda name: click.echo(f"demo: {name}"))
