@@ -832,6 +832,12 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
             raise PlanError(f"two steps are identical ({step.label}); "
                             "repeat them with 'repeats' or give zipped variants different settings")
         seen.add(step.key)
+    short = [s for s in steps if campaign.timeout_s and s.estimate_s + s.setup_s > campaign.timeout_s]
+    if short:
+        worst = max(short, key=lambda s: s.estimate_s)
+        warnings.append(f"{len(short)} step(s) may need more than the campaign's timeout_s ({campaign.timeout_s} s): "
+                        f"{worst.label} is estimated at {worst.estimate_s:.0f} s of calls and {worst.setup_s:.0f} s "
+                        "of set-up; leave timeout_s out to size each step's timeout from its estimate")
     jobs, packing_notes = _pack(steps, campaign, inventory)
     priced_by = f"NCCL's cost model of {model}" + (f", and times measured in {measured.source}" if measured else "")
     plan = Plan(campaign=campaign, inventory=inventory,

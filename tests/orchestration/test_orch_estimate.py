@@ -247,3 +247,12 @@ sizes: {min: 1MiB, max: 4MiB}
 arms: [Tree/LL128, Ring/Simple]
 iterations: 3
 """
+
+
+def test_an_explicit_step_timeout_below_the_estimate_is_named():
+    inventory = parse_inventory_text(_SMALL_PARTITION.replace("30", "240"))
+    plan = plan_campaign(parse_campaign_text(_LONG_CAMPAIGN + "timeout_s: 600\n"), inventory)
+    assert all(s.timeout_s == 600 for s in plan.steps)  # the campaign's word stands
+    (warning,) = [w for w in plan.warnings if "timeout_s" in w]
+    assert warning.startswith("1 step(s) may need more than the campaign's timeout_s (600 s): AllReduce 8n Tree/LL")
+    assert not [w for w in plan_campaign(parse_campaign_text(_LONG_CAMPAIGN), inventory).warnings if "timeout_s" in w]
