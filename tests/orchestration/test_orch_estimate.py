@@ -256,3 +256,13 @@ def test_an_explicit_step_timeout_below_the_estimate_is_named():
     (warning,) = [w for w in plan.warnings if "timeout_s" in w]
     assert warning.startswith("1 step(s) may need more than the campaign's timeout_s (600 s): AllReduce 8n Tree/LL")
     assert not [w for w in plan_campaign(parse_campaign_text(_LONG_CAMPAIGN), inventory).warnings if "timeout_s" in w]
+
+
+def test_a_flag_nccl_tests_2_19_does_not_know_is_left_out_of_the_estimate_with_a_warning():
+    inventory = parse_inventory_text(_SMALL_PARTITION.replace("30", "240"))
+    known = plan_campaign(parse_campaign_text(_LONG_CAMPAIGN), inventory)
+    newer = plan_campaign(parse_campaign_text(_LONG_CAMPAIGN + "extra_flags: [--future-flag, '1']\n"), inventory)
+    assert [s.estimate_s for s in newer.steps] == [s.estimate_s for s in known.steps]
+    (warning,) = [w for w in newer.warnings if "--future-flag" in w]
+    assert warning.startswith("the estimate leaves out nccl-tests flags it does not know (--future-flag 1:")
+    assert newer.steps[0].args[-2:] == ("--future-flag", "1")  # the job still passes them on
