@@ -13,7 +13,7 @@ names (``estimate.model``: a simulated fabric's tuning table, seen through the s
 environment, so ``NCCL_NVLS_ENABLE=0`` or ``NCCL_MNNVL_ENABLE`` count): a forced arm at its
 own cost; NCCL's own choice (stock, AUTO) at the cheapest arm; a learner, which may try any
 arm, at the mean over the arms NCCL offers there. A size a dataset measured for the same
-(collective, nodes, arm) is priced at its measured mean instead (:class:`MeasuredTimes`).
+(collective, nodes, arm) is priced at its measured median instead (:class:`Measured`).
 The model is NCCL's, so it errs where NCCL's choices err; the inventory's ``estimate.margin``
 covers that, and its set-up terms what happens before the first call.
 """
@@ -21,17 +21,22 @@ covers that, and its set-up terms what happens before the first call.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ncclbot_sweep import costmodel
 from ncclbot_sweep.names import COLLECTIVES, Arm
 
+if TYPE_CHECKING:
+    from ncclbot_sweep.sim import SimFabric
+
 __all__ = ["CallCounts", "Measured", "MeasuredTimes", "StepCalls", "call_counts", "calls_seconds"]
 
-#: ``(collective, nodes, arm or None for NCCL's own choice, size_bytes)`` -> mean us per call.
+#: ``(collective, nodes, arm or None for NCCL's own choice, size_bytes)`` -> us per call.
 MeasuredTimes = Mapping[tuple[str, int, str | None, int], float]
 #: A collective NCCL runs without an algorithm choice (AlltoAll, SendRecv, ...) is priced as this
 #: one of the same size: NCCL has no cost model for them, and AllGather moves the same bytes.
@@ -71,10 +76,6 @@ class CallCounts:
     """How many calls one nccl-tests process makes at each size (warm-up, both passes, checks)."""
 
     per_size: tuple[tuple[int, int], ...]
-
-    @property
-    def total(self) -> int:
-        return sum(count for _, count in self.per_size)
 
 
 def call_counts(args: Sequence[str]) -> CallCounts:
@@ -125,12 +126,18 @@ def calls_seconds(step: StepCalls, *, model: str, nvls_setup_s: float, measured:
         if count == 0:
             continue
         collective = step.collective if step.collective in COLLECTIVES else _ARMLESS_PROXY
-        costs = fabric.cost_table(collective, step.nodes, size, ranks=step.ranks)
+        costs = _cost_table(fabric, collective, step.nodes, size, step.ranks)
         arms = _arms_played(costs, step.arm, learner=step.learner)
         nvls = nvls or any(arm.algorithm in _NVLS for arm in arms)
         seen = None if measured is None or step.learner else measured.get((step.collective, step.nodes, arm_key, size))
         total_us += count * (seen if seen is not None else _price_us(costs, arms))
     return total_us / 1e6 + (nvls_setup_s if nvls else 0.0)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cost_table(fabric: SimFabric, collective: str, nodes: int, size: int, ranks: int) -> np.ndarray:
+    """NCCL's cost table of one call (the steps of a campaign share most of them: its arms, its repeats)."""
+    return fabric.cost_table(collective, nodes, size, ranks=ranks)
 
 
 def _arms_played(costs: np.ndarray, arm: Arm | None, *, learner: bool) -> list[Arm]:
