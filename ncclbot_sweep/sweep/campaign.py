@@ -11,25 +11,24 @@ node-hour budget). :func:`plan_campaign` expands it against an inventory:
   from :func:`ncclbot_sweep.names.arm_invalid_reason`;
 * ``exclude`` entries drop every step whose axes match all their keys (a list value matches
   any of its items);
-* steps with the same node count and node set are packed into jobs of at most
-  ``packing.steps_per_job`` steps, each job as long as its steps need and no longer than the
-  partition allows (:mod:`ncclbot_sweep.sweep.estimate` prices every call a step makes; a step
-  that cannot fit any job is refused, naming the partition's limit).
+* every call a step makes is priced (:mod:`ncclbot_sweep.sweep.estimate`), and steps with the
+  same node count and node set are packed into jobs as long as their steps need and no longer
+  than the partition allows (:mod:`ncclbot_sweep.sweep.packing`; a step that cannot fit any
+  job is refused, naming the partition's limit).
 
-Step and job keys are content hashes of canonical JSON, so planning twice gives the same
-keys and a resumed campaign never runs a finished step again.
+The result is a :class:`~ncclbot_sweep.sweep.plan.Plan`, whose step and job keys are content
+hashes, so planning twice gives the same keys and a resumed campaign never runs a finished
+step again.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
 import logging
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +54,8 @@ from ncclbot_sweep.specfile import BYTES_MAX, Bool, Bytes, Float, Int, SpecModel
 from ncclbot_sweep.stepmeta import MAX_TIMEOUT_S
 from ncclbot_sweep.sweep.estimate import CallCounts, Measured, MeasuredTimes, StepCalls, call_counts, calls_seconds
 from ncclbot_sweep.sweep.inventory import GPUS_PER_PROCESS, Inventory, env_mapping
+from ncclbot_sweep.sweep.packing import pack
+from ncclbot_sweep.sweep.plan import Job, Plan, PrunedArmEntry, Step, content_key, describe_plan
 
 __all__ = [
     "AXES",
@@ -84,12 +85,6 @@ Axis = Literal["collective", "nodes", "arm", "policy", "variant", "repeat"]
 STOCK = "stock"
 #: The most steps one campaign may expand into (a large real sweep has tens of thousands).
 MAX_STEPS = 200_000
-
-def content_key(payload: Any) -> str:
-    """A stable 16-hex-digit key: SHA-256 of the canonical JSON of ``payload``."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
 
 def _size_in_range(value: int | str) -> int:
     """Bytes of one campaign size; raises ValueError (pydantic names the file and line) beyond int64."""
@@ -320,146 +315,6 @@ class Campaign(SpecModel):
         if self.kind == "forced":
             return [None]
         return list(self.policies) if self.policies else [STOCK]
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """One nccl-tests process: one collective, node count, arm or policy, variant and size range."""
-
-    key: str
-    kind: str
-    collective: str
-    binary: str
-    nodes: int
-    gpus_per_node: int
-    node_set: str
-    arm: Arm | None
-    policy: str | None
-    plugin: bool
-    variant: str
-    repeat: int
-    sizes: dict[str, Any]
-    iterations: int
-    warmup: int
-    timeout_s: int
-    dtype: str
-    op: str
-    env: dict[str, str]
-    flags: tuple[str, ...]
-    #: The nccl-tests arguments after the binary (``-J`` and its file added by the job script).
-    args: tuple[str, ...]
-    #: Seconds its calls take by the estimate, and seconds before its first call.
-    estimate_s: float
-    setup_s: float
-
-    @property
-    def ranks(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-    @property
-    def learns(self) -> bool:
-        """True when its plugin is to learn (not AUTO's timing, not stock)."""
-        return learning_policy(self.policy, plugin=self.plugin)
-
-    @property
-    def label(self) -> str:
-        what = str(self.arm) if self.arm is not None else f"policy {self.policy}"
-        extra = "" if self.variant == "default" else f" [{self.variant}]"
-        rep = f" #{self.repeat}" if self.repeat else ""
-        return f"{self.collective} {self.nodes}n {what}{extra}{rep}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """One allocation running its steps as ``srun`` steps, one after the other."""
-
-    key: str
-    nodes: int
-    node_set: str
-    steps: tuple[Step, ...]
-    time_limit_min: int
-    #: Seconds its steps' calls take by the estimate, and seconds of set-up (the job's and its steps').
-    estimate_s: float
-    setup_s: float
-
-    @property
-    def node_hours(self) -> float:
-        return self.nodes * (self.estimate_s + self.setup_s) / 3600.0
-
-
-@dataclasses.dataclass(frozen=True)
-class PrunedArmEntry:
-    """An arm left out of a (collective, nodes) scenario, and why."""
-
-    collective: str
-    nodes: int
-    arm: str
-    reason: str
-
-
-@dataclasses.dataclass
-class Plan:
-    """The expanded campaign: jobs of steps, what was pruned or excluded, and the estimate."""
-
-    campaign: Campaign
-    inventory: Inventory
-    campaign_key: str
-    jobs: list[Job]
-    pruned: list[PrunedArmEntry]
-    excluded: int
-    warnings: list[str]
-    #: What priced the calls: the fabric model, and the dataset when measured times were given.
-    priced_by: str = ""
-
-    @property
-    def steps(self) -> list[Step]:
-        return [s for job in self.jobs for s in job.steps]
-
-    @property
-    def node_hours(self) -> float:
-        return sum(job.node_hours for job in self.jobs)
-
-    @property
-    def estimate_s(self) -> float:
-        """Seconds of calls over every job, set-up apart."""
-        return sum(job.estimate_s for job in self.jobs)
-
-    def job_name(self, job_key: str) -> str:
-        """A job's readable scheduler name: campaign, collectives and nodes (``demo-AllReduce-4n``).
-
-        For people reading ``squeue``; the job is identified by its tag (in the comment).
-        """
-        job = next(j for j in self.jobs if j.key == job_key)
-        collectives = list(dict.fromkeys(s.collective for s in job.steps))
-        what = "+".join(collectives) if len(collectives) <= 3 else f"{len(collectives)}-collectives"
-        return f"{self.campaign.name}-{what}-{job.nodes}n"
-
-    def summary(self) -> dict[str, Any]:
-        """A JSON-ready description (what ``plan --json`` prints)."""
-        return {
-            "campaign": self.campaign.name,
-            "campaign_key": self.campaign_key,
-            "fabric": self.inventory.name,
-            "kind": self.campaign.kind,
-            "steps": len(self.steps),
-            "priced_by": self.priced_by,
-            "jobs": [
-                {"job_key": j.key, "nodes": j.nodes, "node_set": j.node_set, "time_limit_min": j.time_limit_min,
-                 "estimate_s": round(j.estimate_s, 1), "setup_s": round(j.setup_s, 1),
-                 "node_hours": round(j.node_hours, 3),
-                 "steps": [{"step_key": s.key, "collective": s.collective, "nodes": s.nodes,
-                            "arm": None if s.arm is None else str(s.arm), "policy": s.policy,
-                            "variant": s.variant, "repeat": s.repeat, "sizes": s.sizes,
-                            "estimate_s": round(s.estimate_s, 1), "timeout_s": s.timeout_s} for s in j.steps]}
-                for j in self.jobs
-            ],
-            "estimate_s": round(self.estimate_s, 1),
-            "pruned": [dataclasses.asdict(p) for p in self.pruned],
-            "excluded_steps": self.excluded,
-            "node_hours": round(self.node_hours, 3),
-            "budget_node_hours": self.campaign.budget_node_hours,
-            "warnings": list(self.warnings),
-        }
 
 
 # --------------------------------------------------------------------------- loading
@@ -720,90 +575,6 @@ def _expand_steps(campaign: Campaign, inventory: Inventory, *, pricing: _Pricing
     return steps, sorted(pruned.values(), key=lambda p: (p.nodes, p.collective, p.arm)), excluded
 
 
-def _allowance_s(step: Step, inventory: Inventory) -> float:
-    """The seconds a job allows one of its steps: its calls with the margin and its set-up, within its timeout."""
-    return min(step.timeout_s, inventory.estimate.step_timeout_s(step.estimate_s, step.nodes))
-
-
-def _limit_min(steps: Sequence[Step], inventory: Inventory) -> int:
-    """A job's ``--time`` in minutes: its set-up and every step's allowance, at least the scheduler's minimum."""
-    seconds = inventory.estimate.job_setup_s + sum(_allowance_s(s, inventory) for s in steps)
-    return max(inventory.scheduler.min_time_limit_min, math.ceil(seconds / 60))
-
-
-def _make_job(chunk: Sequence[Step], inventory: Inventory) -> Job:
-    nodes, node_set = chunk[0].nodes, chunk[0].node_set
-    # The key is what the job runs, not how long it may take: a new time limit is the same job.
-    key = content_key({"fabric": inventory.name, "nodes": nodes, "node_set": node_set,
-                       "steps": [s.key for s in chunk]})
-    return Job(key=key, nodes=nodes, node_set=node_set, steps=tuple(chunk), time_limit_min=_limit_min(chunk, inventory),
-               estimate_s=sum(s.estimate_s for s in chunk),
-               setup_s=inventory.estimate.job_setup_s + sum(s.setup_s for s in chunk))
-
-
-def _pack(steps: Sequence[Step], campaign: Campaign, inventory: Inventory) -> tuple[list[Job], list[str]]:
-    """Pack steps with the same allocation shape into jobs, in plan order.
-
-    A job takes at most ``steps_per_job`` steps and ends before the step that would take its
-    limit past ``packing.max_job_minutes`` (default: the partition's limit). A step that needs
-    more than the partition allows, even alone, is refused (PlanError naming the limit).
-    """
-    sched = inventory.scheduler
-    cap = min(campaign.packing.max_job_minutes or sched.time_limit_min, sched.time_limit_min)
-    groups: dict[tuple[int, str, int], list[Step]] = {}
-    for step in steps:
-        repeat = step.repeat if campaign.packing.separate_repeats else 0
-        groups.setdefault((step.nodes, step.node_set, repeat), []).append(step)
-    jobs: list[Job] = []
-    warnings: list[str] = []
-    too_long = [s for s in steps if _limit_min([s], inventory) > sched.time_limit_min]
-    if too_long:
-        raise _cannot_fit(too_long, inventory)
-    for members in groups.values():
-        jobs += [_make_job(chunk, inventory) for chunk in _chunks(members, campaign.packing.steps_per_job, cap, inventory)]
-    for job in jobs:
-        if job.time_limit_min > cap:
-            warnings.append(f"{job.steps[0].label} needs {job.time_limit_min} min alone, above packing.max_job_minutes "
-                            f"({cap}); it runs in a job of its own")
-    return jobs, warnings
-
-
-def _chunks(members: Sequence[Step], most: int, cap: int, inventory: Inventory) -> list[list[Step]]:
-    """Consecutive chunks of at most ``most`` steps whose limits stay within ``cap`` minutes, as even as that allows.
-
-    Greedy filling finds how many jobs are needed; the steps are then spread evenly over that
-    many (13 steps of at most 4 make 4+3+3+3, not 4+4+4+1 with a short last job), unless an
-    even chunk would outgrow ``cap``.
-    """
-    greedy: list[list[Step]] = [[]]
-    for step in members:
-        chunk = greedy[-1]
-        if chunk and (len(chunk) == most or _limit_min([*chunk, step], inventory) > cap):
-            greedy.append([])
-        greedy[-1].append(step)
-    count, extra = divmod(len(members), len(greedy))
-    even, start = [], 0
-    for index in range(len(greedy)):
-        end = start + count + (index < extra)
-        even.append(list(members[start:end]))
-        start = end
-    fits = all(len(chunk) == 1 or _limit_min(chunk, inventory) <= cap for chunk in even)
-    return even if fits else greedy
-
-
-def _cannot_fit(steps: Sequence[Step], inventory: Inventory) -> PlanError:
-    """The error for steps that no job of the partition can hold: the first few, with what they need."""
-    sched, est = inventory.scheduler, inventory.estimate
-    where = f"partition {sched.partition}" if sched.partition else f"inventory {inventory.name}"
-    lines = [f"  {s.label}: {s.estimate_s / 60:.1f} min of calls x margin {est.margin:g} + {s.setup_s:.0f} s set-up "
-             f"+ {est.job_setup_s:.0f} s job set-up = {_limit_min([s], inventory)} min" for s in steps[:5]]
-    more = [f"  ... and {len(steps) - 5} more"] if len(steps) > 5 else []
-    return PlanError("\n".join([f"{len(steps)} step(s) need more than the {sched.time_limit_min} min "
-                                f"({where}'s scheduler.time_limit_min) a job may run:", *lines, *more]),
-                     hint="split the sizes into more steps ('sizes: {list: [...]}' runs one step per size) or "
-                          "campaigns, lower iterations, or raise scheduler.time_limit_min if the partition allows more")
-
-
 def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: bool = True,
                   measured: Measured | None = None) -> Plan:
     """Expand ``campaign`` on ``inventory`` into jobs of steps, with pruned arms and the estimate.
@@ -840,7 +611,7 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
         warnings.append(f"{len(short)} step(s) may need more than the campaign's timeout_s ({campaign.timeout_s} s): "
                         f"{worst.label} is estimated at {worst.estimate_s:.0f} s of calls and {worst.setup_s:.0f} s "
                         "of set-up; leave timeout_s out to size each step's timeout from its estimate")
-    jobs, packing_notes = _pack(steps, campaign, inventory)
+    jobs, packing_notes = pack(steps, campaign.packing, inventory)
     priced_by = f"NCCL's cost model of {model}" + (f", and times measured in {measured.source}" if measured else "")
     plan = Plan(campaign=campaign, inventory=inventory,
                 campaign_key=content_key({"campaign": campaign.name, "fabric": inventory.name}),
@@ -853,46 +624,3 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
     log.info("planned %s on %s: %d steps in %d jobs, %.1f node-hours", campaign.name, inventory.name,
              len(steps), len(jobs), plan.node_hours)
     return plan
-
-
-def iter_scenarios(plan: Plan) -> Iterable[tuple[str, int, list[Step]]]:
-    """(collective, nodes, steps) per scenario, in plan order (for the plan table)."""
-    groups: dict[tuple[str, int], list[Step]] = {}
-    for step in plan.steps:
-        groups.setdefault((step.collective, step.nodes), []).append(step)
-    for (collective, nodes), members in groups.items():
-        yield collective, nodes, members
-
-
-def describe_plan(plan: Plan) -> str:
-    """The plan as text: scenarios with their arms or policies, pruned arms, jobs and the estimate."""
-    c, inv = plan.campaign, plan.inventory
-    sizes = c.sizes.values()
-    timeout = f"step timeout {c.timeout_s} s" if c.timeout_s else "step timeouts from the estimate"
-    lines = [f"campaign {c.name} ({c.kind}) on {inv.name}: campaign key {plan.campaign_key}",
-             f"  sizes: {len(sizes)} from {human_size(sizes[0])} to {human_size(sizes[-1])}; warm-up {c.warmup}, "
-             f"iterations {c.iterations}, repeats {c.repeats}, {timeout}",
-             f"  calls priced by {plan.priced_by}; limits allow {inv.estimate.margin:g}x the calls plus set-up",
-             "", "scenarios:"]
-    for collective, nodes, steps in iter_scenarios(plan):
-        what = sorted({str(s.arm) if s.arm else f"{s.policy}" + ("" if s.variant == "default" else f"[{s.variant}]")
-                       for s in steps})
-        lines.append(f"  {collective:<14}{nodes:>4} nodes {len(steps):>4} steps  {', '.join(what)}")
-    if plan.pruned:
-        lines += ["", "pruned arms:"]
-        reasons: dict[tuple[str, str], list[int]] = {}
-        for p in plan.pruned:
-            reasons.setdefault((f"{p.collective} {p.arm}", p.reason), []).append(p.nodes)
-        for (what, reason), nodes in reasons.items():
-            lines.append(f"  {what:<36} at {','.join(map(str, nodes))} nodes: {reason}")
-    if plan.excluded:
-        lines += ["", f"excluded by the campaign: {plan.excluded} steps"]
-    lines += ["", "jobs:"]
-    for job in plan.jobs:
-        lines.append(f"  {job.key}  {job.nodes:>3} nodes  {len(job.steps):>3} steps  ~{job.estimate_s / 60:.1f} min "
-                     f"+ {job.setup_s / 60:.1f} min set-up (limit {job.time_limit_min} min)  {job.node_hours:.2f} node-h")
-    budget = f" of a {c.budget_node_hours:g} budget" if c.budget_node_hours else ""
-    lines += ["", f"total: {len(plan.steps)} steps in {len(plan.jobs)} jobs, ~{plan.estimate_s / 3600:.1f} h of calls, "
-                  f"~{plan.node_hours:.1f} node-hours{budget}"]
-    lines += [f"warning: {w}" for w in plan.warnings]
-    return "\n".join(lines)

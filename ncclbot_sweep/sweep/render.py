@@ -45,7 +45,7 @@ from ncclbot_sweep.errors import RenderError
 from ncclbot_sweep.paths import CampaignPaths, StepFiles, TuneJobFiles, slurm_output_pattern
 from ncclbot_sweep.resources import resource_dir
 from ncclbot_sweep.stepmeta import StepMeta
-from ncclbot_sweep.sweep.campaign import Job, Plan, Step
+from ncclbot_sweep.sweep.plan import Job, Plan, Step
 from ncclbot_sweep.sweep.inventory import Inventory, NodeSet, sbatch_value_problem
 from ncclbot_sweep.sweep.jobspec import job_tag
 
