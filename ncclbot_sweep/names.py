@@ -57,6 +57,7 @@ __all__ = [
     "log_protocol_name",
     "nccl_datatype",
     "nccl_type_name",
+    "learning_policy",
     "parse_size",
     "prune_arms",
     "torch_collective",
@@ -76,6 +77,16 @@ PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 
 #: The policy name for "no forcing": NCCL's own cost-model argmin.
 AUTO = "AUTO"
+
+
+def learning_policy(policy: str | None, *, plugin: bool) -> bool:
+    """True for a step whose plugin learns: it loads the plugin under a policy other than AUTO.
+
+    AUTO through the plugin times NCCL's own choice and changes no arm; stock loads no plugin.
+    Planning prices such a step over every arm, and its outcome says when the plugin fell back
+    to NCCL's choice instead (:mod:`ncclbot_sweep.outcomes`).
+    """
+    return bool(plugin) and policy is not None and policy.upper() != AUTO
 
 #: The stamp of the simulated fabric on what it prints: `` simulator=<SIMULATOR>`` ends the
 #: nccl-tests version line and ``"simulator"`` is a key of its ``-J`` JSON. Ingest labels a

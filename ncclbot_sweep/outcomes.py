@@ -18,15 +18,18 @@ from ncclbot_sweep.filekind import REGULAR, file_kind
 from ncclbot_sweep.paths import StepFiles
 
 __all__ = [
+    "AUTO_FALLBACK_RE",
     "INVALID_ARM_GUARD",
     "INVALID_ARM_RE",
     "TIMEOUT_EXIT_CODES",
     "JobState",
     "StepOutcome",
     "classify_step",
+    "fallback_line",
     "job_state_for_exit",
     "last_error_line",
     "mentions_invalid_arm",
+    "outcome_reason",
     "read_exit_marker",
     "step_mentions_invalid_arm",
     "step_outcome",
@@ -62,6 +65,9 @@ class StepOutcome(str, enum.Enum):
     INVALID_ARM = "invalid_arm"
     NODE_FAIL = "node_fail"
     CANCELLED = "cancelled"
+    #: A learning step whose plugin kept NCCL's own choice (a bad setting, a communicator the
+    #: coordinator refused): its numbers are AUTO's, not the learner's.
+    AUTO_FALLBACK = "auto_fallback"
 
 
 #: ``timeout`` exits 124 when the limit hits, and 137 (128 + SIGKILL) when the process outlived
@@ -73,6 +79,11 @@ TIMEOUT_EXIT_CODES = (124, 137)
 INVALID_ARM_RE = re.compile(r"no algorithm/protocol available", re.I)
 #: A cheap substring test before the regex, for parsers that see millions of lines.
 INVALID_ARM_GUARD = "lgorithm/protocol"
+
+#: The plugin's NCCL WARN lines when a communicator keeps NCCL's own choice instead of learning
+#: (``plugin/src/learn.c``: "staying AUTO (NCCL's own choice) for communicator ...: why", the
+#: coordinator's refusal in it, and "... keeps NCCL's own choice from now" after a failed sync).
+AUTO_FALLBACK_RE = re.compile(r"NCCL WARN (.*(?:staying AUTO|keeps NCCL's own choice|refused).*)")
 
 # What a job's final state says of a step the scheduler interrupted.
 _INTERRUPTED = {JobState.CANCELLED: StepOutcome.CANCELLED, JobState.NODE_FAIL: StepOutcome.NODE_FAIL,
@@ -88,6 +99,25 @@ def mentions_invalid_arm(text: str) -> bool:
 def step_mentions_invalid_arm(files: StepFiles) -> bool:
     """True when a step's stdout, NCCL log or stderr holds NCCL's invalid-arm warning."""
     return any(mentions_invalid_arm(_head(Path(p))) for p in (files.stdout, files.nccl_log, files.stderr))
+
+
+def fallback_line(files: StepFiles) -> str | None:
+    """The plugin's first WARN saying it kept NCCL's own choice (from ``NCCL WARN`` on), or None.
+
+    Rank 0 logs into the step's NCCL log, the other ranks' warnings reach stdout or stderr.
+    """
+    for path in (files.nccl_log, files.stdout, files.stderr):
+        text = _head(Path(path))
+        if "NCCL WARN" in text and (found := AUTO_FALLBACK_RE.search(text)):
+            return found.group(1).strip()[:300]
+    return None
+
+
+def outcome_reason(files: StepFiles, outcome: StepOutcome | None) -> str | None:
+    """The line that says why a step ended as it did: the plugin's fallback, or the last error line."""
+    if outcome is StepOutcome.AUTO_FALLBACK:
+        return fallback_line(files)
+    return last_error_line(files)
 
 
 def _head(path: Path) -> str:
@@ -158,17 +188,19 @@ def job_state_for_exit(code: int) -> JobState:
 
 
 def classify_step(exit_code: int | None, *, job_state: JobState | None, started: bool,
-                  invalid_arm: bool, output_ok: bool = True) -> StepOutcome | None:
+                  invalid_arm: bool, output_ok: bool = True, fell_back: bool = False) -> StepOutcome | None:
     """The outcome of one step; None while it has not finished (it runs again on ``resume``).
 
     ``exit_code`` is what the step's ``exit`` marker holds (None: no marker); ``job_state`` the
     job's final state (None: still running, or not known); ``started`` whether the step wrote
     its stdout; ``invalid_arm`` whether its output carries NCCL's invalid-arm warning;
-    ``output_ok`` whether a step that exited 0 printed a usable result.
+    ``output_ok`` whether a step that exited 0 printed a usable result; ``fell_back`` whether
+    a learning step's plugin kept NCCL's own choice.
 
-    The order is the rule: exit 0 is ``ok``; a timeout code is ``timeout``; a signal while
-    the scheduler ended the job takes the job's reason (node failure, cancel); NCCL's
-    refusal of the forced arm is ``invalid_arm``; anything else is ``failed``.
+    The order is the rule: exit 0 is ``ok``, or ``auto_fallback`` for a learner that fell back;
+    a timeout code is ``timeout``; a signal while the scheduler ended the job takes the job's
+    reason (node failure, cancel); NCCL's refusal of the forced arm is ``invalid_arm``;
+    anything else is ``failed``.
     """
     if exit_code is None:
         if job_state is None or not job_state.finished or not started:
@@ -176,7 +208,7 @@ def classify_step(exit_code: int | None, *, job_state: JobState | None, started:
         return _INTERRUPTED.get(job_state, StepOutcome.FAILED)
     if exit_code == 0:
         if output_ok:
-            return StepOutcome.OK
+            return StepOutcome.AUTO_FALLBACK if fell_back else StepOutcome.OK
         return StepOutcome.INVALID_ARM if invalid_arm else StepOutcome.FAILED
     if exit_code in TIMEOUT_EXIT_CODES:
         return StepOutcome.TIMEOUT
@@ -188,17 +220,20 @@ def classify_step(exit_code: int | None, *, job_state: JobState | None, started:
 
 
 
-def step_outcome(files: StepFiles, *, job_state: JobState | None,
-                 output_ok: Callable[[], bool]) -> tuple[StepOutcome | None, int | None]:
+def step_outcome(files: StepFiles, *, job_state: JobState | None, output_ok: Callable[[], bool],
+                 learner: bool = False) -> tuple[StepOutcome | None, int | None]:
     """A step's outcome from its folder, and the exit code its marker holds.
 
     The runner and ingest both call this. ``output_ok`` says whether the step's output is a
     usable result (:mod:`ncclbot_sweep.step_output`); it is asked only of a step that exited 0.
-    NCCL's invalid-arm warning is looked for only where it can change the outcome.
+    ``learner`` says the step's plugin was to learn (:func:`ncclbot_sweep.names.learning_policy`).
+    NCCL's invalid-arm warning and the plugin's fallback are looked for only where they can
+    change the outcome.
     """
     code = read_exit_marker(files.exit_marker)
     usable = code != 0 or output_ok()
     invalid = code is not None and not (code == 0 and usable) and step_mentions_invalid_arm(files)
+    fell_back = learner and code == 0 and usable and fallback_line(files) is not None
     outcome = classify_step(code, job_state=job_state, started=Path(files.stdout).exists(), invalid_arm=invalid,
-                            output_ok=usable)
+                            output_ok=usable, fell_back=fell_back)
     return outcome, code

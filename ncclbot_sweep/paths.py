@@ -28,7 +28,7 @@ import dataclasses
 from pathlib import PurePath, Path
 
 __all__ = ["COORDINATOR_LOG", "JOB_LOG", "JOB_SCRIPT", "PART_SUFFIX", "PROVENANCE", "SLURM_OUTPUT", "STEP_META",
-           "CampaignPaths", "StepFiles", "TuneJobFiles"]
+           "CampaignPaths", "StepFiles", "TuneJobFiles", "slurm_output_pattern"]
 
 #: The job script, in every job folder (the executors submit it).
 JOB_SCRIPT = "job.sh"
@@ -85,6 +85,13 @@ class StepFiles:
         return self.root / "exit"
 
 
+def slurm_output_pattern(job_dir: PurePath) -> str:
+    """Where Slurm writes a job's own stdout and stderr (``slurm-<id>.out`` in ``job_dir``), as an
+    ``sbatch --output``/``--error`` pattern: a ``%`` in the folder is doubled, so Slurm does not read
+    it as one of its replacements (``%j``)."""
+    return f"{str(job_dir).replace('%', '%%')}/{SLURM_OUTPUT}"
+
+
 @dataclasses.dataclass(frozen=True)
 class CampaignPaths:
     """Paths of one campaign folder; ``root`` may be local (Path) or remote (PurePosixPath)."""
@@ -106,6 +113,11 @@ class CampaignPaths:
     @property
     def manifest(self) -> PurePath:
         return self.root / "manifest.sqlite"
+
+    @property
+    def measured_times(self) -> PurePath:
+        """The measured times the plan was priced with (``submit --from-dataset``), when it was."""
+        return self.root / "measured-times.json"
 
     @property
     def runner_lock(self) -> PurePath:

@@ -113,7 +113,7 @@ def main() -> None:
     Example, on the embedded simulated fabric:
 
     \b
-        ncclbot-sweep plan campaigns/demo.yaml --inventory inventories/sim-h100.yaml
+        ncclbot-sweep plan demo --inventory sim-h100
     """
 
 

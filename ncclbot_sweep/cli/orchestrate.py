@@ -21,6 +21,19 @@ _JSON = json_option(_SUMMARY_KEYS)
 _WORKDIR = folder_argument("workdir", ("-w", "--workdir"), what="campaign folder", help="The campaign folder",
                            type=click.Path(file_okay=False))
 _BUDGET = click.option("--ignore-budget", is_flag=True, help="Plan even when the estimate exceeds the budget.")
+_FROM_DATASET = click.option("--from-dataset", "from_dataset", metavar="DIR", type=click.Path(file_okay=False, exists=True),
+                             help="Price the calls with the times an earlier campaign on this fabric measured (an "
+                                  "ingested dataset) where it has them, NCCL's cost model elsewhere.")
+
+
+def _measured(from_dataset: str | None, inventory_path: str):
+    """The measured times of ``--from-dataset`` on the inventory's fabric, or None."""
+    if from_dataset is None:
+        return None
+    from ncclbot_sweep.ingest.measured import measured_times
+    from ncclbot_sweep.sweep.inventory import load_inventory
+
+    return measured_times(from_dataset, load_inventory(inventory_path).name)
 
 
 @click.group("inventory")
@@ -41,7 +54,7 @@ def inventory_check(path: str, as_json: bool) -> None:
 
     \b
     Example:
-        ncclbot-sweep inventory check inventories/h100-spectrumx.yaml
+        ncclbot-sweep inventory check h100-spectrumx
     """
     from ncclbot_sweep.sweep.inventory import describe_inventory, load_inventory
 
@@ -114,23 +127,29 @@ def campaign_list(as_json: bool) -> None:
 @click.command("plan")
 @click.argument("campaign_path")
 @_INVENTORY
-@json_option("campaign, campaign_key, fabric, kind, steps, jobs (with their steps), pruned, excluded_steps, "
-             "node_hours, budget_node_hours, warnings.")
+@json_option("campaign, campaign_key, fabric, kind, steps, priced_by, jobs (each with estimate_s of its calls, "
+             "setup_s, time_limit_min and its steps, each with estimate_s and timeout_s), estimate_s (every job's "
+             "calls), pruned, excluded_steps, node_hours, budget_node_hours, warnings.")
 @_BUDGET
-def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budget: bool) -> None:
-    """Print the job matrix, the pruned arms and why, the step count and node-hours.
+@_FROM_DATASET
+def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budget: bool,
+             from_dataset: str | None) -> None:
+    """Print the job matrix, the pruned arms and why, each job's estimate and limit, and node-hours.
 
     CAMPAIGN_PATH is a campaign YAML, or the name of a shipped one (ncclbot-sweep campaign list).
+    Every call a step makes is priced by NCCL's cost model of the fabric model the inventory
+    names (estimate.model), or by --from-dataset's measured times; step timeouts and job
+    limits allow the inventory's estimate.margin over that, plus set-up.
 
     \b
     Example:
-        ncclbot-sweep plan campaigns/demo.yaml --inventory inventories/sim-h100.yaml
+        ncclbot-sweep plan forced-arm-h100 -i h100-spectrumx
     """
     from ncclbot_sweep.sweep.campaign import describe_plan, load_campaign, plan_campaign
     from ncclbot_sweep.sweep.inventory import load_inventory
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
-                         enforce_budget=not ignore_budget)
+                         enforce_budget=not ignore_budget, measured=_measured(from_dataset, inventory_path))
     if as_json:
         echo_json(plan.summary())
     else:
@@ -143,12 +162,15 @@ def plan_cmd(campaign_path: str, inventory_path: str, as_json: bool, ignore_budg
 @out_option("Campaign folder to write job scripts into (created if needed).", required=True,
             type=click.Path(file_okay=False))
 @_BUDGET
-def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget: bool) -> None:
+@_FROM_DATASET
+def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget: bool, from_dataset: str | None) -> None:
     """Render the job scripts (job.sh) and step descriptions (step.json) without running them.
+
+    CAMPAIGN_PATH is a campaign YAML, or the name of a shipped one (ncclbot-sweep campaign list).
 
     \b
     Example:
-        ncclbot-sweep render campaigns/demo.yaml -i sim-h100 -o demo-render
+        ncclbot-sweep render demo -i sim-h100 -o demo-render
     """
     from ncclbot_sweep.sweep.campaign import load_campaign, plan_campaign
     from ncclbot_sweep.sweep.campaign_folder import run_root_for
@@ -156,7 +178,7 @@ def render_cmd(campaign_path: str, inventory_path: str, out: str, ignore_budget:
     from ncclbot_sweep.sweep.render import render_campaign
 
     plan = plan_campaign(load_campaign(campaign_path), load_inventory(inventory_path),
-                         enforce_budget=not ignore_budget)
+                         enforce_budget=not ignore_budget, measured=_measured(from_dataset, inventory_path))
     scripts = render_campaign(plan, Path(out), run_root=run_root_for(plan, Path(out)))
     click.echo(f"rendered {len(scripts)} job scripts ({len(plan.steps)} steps) into {out}")
 
@@ -208,20 +230,26 @@ _WAIT_LOCK = click.option("--wait-lock", "lock_wait_s", type=click.FloatRange(mi
 @_WAIT_LOCK
 @_JSON
 @_BUDGET
+@_FROM_DATASET
 def submit_cmd(campaign_path: str, inventory_path: str, workdir: str, wait: bool, lock_wait_s: float,
-               as_json: bool, ignore_budget: bool) -> None:
+               as_json: bool, ignore_budget: bool, from_dataset: str | None) -> None:
     """Plan, render and run a campaign; jobs already submitted are never submitted again.
+
+    CAMPAIGN_PATH is a campaign YAML, or the name of a shipped one (ncclbot-sweep campaign list).
+    On the local executor (the sim-* inventories) the jobs still queued go on after the command
+    ends or is interrupted, as on Slurm; 'status' follows them.
 
     \b
     Example:
-        ncclbot-sweep submit campaigns/demo.yaml -i sim-h100 -w runs/demo
+        ncclbot-sweep submit demo -i sim-h100 -w runs/demo
     """
     from ncclbot_sweep.progress import progress_reporter
     from ncclbot_sweep.sweep.runner import submit
 
     with progress_reporter() as progress:
         summary = submit(campaign_path, inventory_path, workdir=workdir, wait=wait, progress=progress,
-                         enforce_budget=not ignore_budget, lock_wait_s=lock_wait_s)
+                         enforce_budget=not ignore_budget, lock_wait_s=lock_wait_s,
+                         measured=_measured(from_dataset, inventory_path))
     _finish(summary, as_json, wait)
 
 
@@ -296,11 +324,13 @@ def demo_cmd(out: str) -> None:
     Example:
         ncclbot-sweep demo -o demo-out
     """
-    from ncclbot_sweep.demo import run_demo
+    from ncclbot_sweep.demo import DEMO_CAMPAIGN, DEMO_INVENTORY, DEMO_LIVE_CAMPAIGN, run_demo
     from ncclbot_sweep.progress import progress_reporter
     from ncclbot_sweep.sweep.runner import status
 
-    click.echo(f"demo: campaigns/demo.yaml on inventories/sim-h100.yaml into {out}")
+    shipped = ", ".join(Path(name).stem for name in (DEMO_CAMPAIGN, DEMO_LIVE_CAMPAIGN))
+    click.echo(f"demo: the shipped campaigns {shipped} on inventory {Path(DEMO_INVENTORY).stem} "
+               f"('ncclbot-sweep campaign list'), into {Path(out).resolve()}")
     with progress_reporter() as progress:
         result = run_demo(Path(out), command=command_line(), progress=progress,
                           on_stage=lambda name: click.echo(f"demo: {name}"))

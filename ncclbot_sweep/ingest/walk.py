@@ -33,7 +33,8 @@ from typing import Any
 from ncclbot_sweep.errors import DatasetError, OutOfSpaceError, ParseError, is_out_of_space
 from ncclbot_sweep.filekind import REGULAR, WHOLE_READ_LIMIT, file_kind, read_whole, too_big_to_read
 from ncclbot_sweep.ingest import datasets, rowcheck
-from ncclbot_sweep.outcomes import StepOutcome, last_error_line, step_outcome
+from ncclbot_sweep.names import learning_policy
+from ncclbot_sweep.outcomes import StepOutcome, last_error_line, outcome_reason, step_outcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines
 from ncclbot_sweep.paths import PART_SUFFIX, STEP_META, CampaignPaths, StepFiles
@@ -546,7 +547,8 @@ def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFile
     if meta.get("env") is not None:
         run["env"] = json.dumps(meta["env"], sort_keys=True)
     outcome, code = step_outcome(files, job_state=recorded_job_state(Path(files.root)),
-                                 output_ok=lambda: output.usable)
+                                 output_ok=lambda: output.usable,
+                                 learner=learning_policy(meta.get("policy"), plugin=meta.get("plugin") is True))
     outcome = outcome or StepOutcome.FAILED
     run["exit_code"] = code
     if outcome is StepOutcome.OK:
@@ -557,6 +559,8 @@ def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFile
         why = f"exit code {code} (timeout)"
     elif outcome is StepOutcome.INVALID_ARM:
         why = run.get("failure") or f"exit code {code}: NCCL refused the forced arm"
+    elif outcome is StepOutcome.AUTO_FALLBACK:
+        why = f"the plugin kept NCCL's own choice: {outcome_reason(files, outcome)}"
     elif code == 0:
         why = run.get("failure") or "exit code 0, but neither stdout nor result.json holds an nccl-tests result"
     else:

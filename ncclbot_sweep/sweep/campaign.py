@@ -11,22 +11,24 @@ node-hour budget). :func:`plan_campaign` expands it against an inventory:
   from :func:`ncclbot_sweep.names.arm_invalid_reason`;
 * ``exclude`` entries drop every step whose axes match all their keys (a list value matches
   any of its items);
-* steps with the same node count and node set are packed into jobs of ``packing.steps_per_job``.
+* every call a step makes is priced (:mod:`ncclbot_sweep.sweep.estimate`), and steps with the
+  same node count and node set are packed into jobs as long as their steps need and no longer
+  than the partition allows (:mod:`ncclbot_sweep.sweep.packing`; a step that cannot fit any
+  job is refused, naming the partition's limit).
 
-Step and job keys are content hashes of canonical JSON, so planning twice gives the same
-keys and a resumed campaign never runs a finished step again.
+The result is a :class:`~ncclbot_sweep.sweep.plan.Plan`, whose step and job keys are content
+hashes, so planning twice gives the same keys and a resumed campaign never runs a finished
+step again.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
 import logging
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,11 +47,15 @@ from ncclbot_sweep.names import (
     arm_invalid_reason,
     canonical_collective,
     human_size,
+    learning_policy,
     parse_size,
 )
-from ncclbot_sweep.specfile import Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
+from ncclbot_sweep.specfile import BYTES_MAX, Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
 from ncclbot_sweep.stepmeta import MAX_TIMEOUT_S
-from ncclbot_sweep.sweep.inventory import Inventory, env_mapping
+from ncclbot_sweep.sweep.estimate import CallCounts, Measured, MeasuredTimes, StepCalls, call_counts, calls_seconds
+from ncclbot_sweep.sweep.inventory import GPUS_PER_PROCESS, Inventory, env_mapping
+from ncclbot_sweep.sweep.packing import pack
+from ncclbot_sweep.sweep.plan import Job, Plan, PrunedArmEntry, Step, content_key, describe_plan
 
 __all__ = [
     "AXES",
@@ -80,10 +86,14 @@ STOCK = "stock"
 #: The most steps one campaign may expand into (a large real sweep has tens of thousands).
 MAX_STEPS = 200_000
 
-def content_key(payload: Any) -> str:
-    """A stable 16-hex-digit key: SHA-256 of the canonical JSON of ``payload``."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+def _size_in_range(value: int | str) -> int:
+    """Bytes of one campaign size; raises ValueError (pydantic names the file and line) beyond int64."""
+    size = parse_size(value)
+    if size > BYTES_MAX:
+        raise ValueError(f"{value!r} is {size:,} bytes, more than the largest size nccl-tests and the dataset "
+                         f"hold (2**63-1 bytes, {BYTES_MAX >> 40:,} TiB): give a size such as '16GiB' "
+                         "(a sweep stops at what fits in GPU memory)")
+    return size
 
 
 class SizeSpec(SpecModel):
@@ -94,6 +104,20 @@ class SizeSpec(SpecModel):
     factor: Int = Field(2, ge=2)
     list: tuple[Bytes | str, ...] | None = Field(None, max_length=4096)
 
+    @field_validator("min", "max")
+    @classmethod
+    def _bound(cls, value: int | str | None) -> int | str | None:
+        if value is not None:
+            _size_in_range(value)
+        return value
+
+    @field_validator("list")
+    @classmethod
+    def _items(cls, values: tuple[int | str, ...] | None) -> tuple[int | str, ...] | None:
+        for item in values or ():
+            _size_in_range(item)
+        return values
+
     @model_validator(mode="after")
     def _shape(self) -> SizeSpec:
         if self.list is not None:
@@ -101,8 +125,6 @@ class SizeSpec(SpecModel):
                 raise ValueError("give either 'list' or 'min'/'max'/'factor', not both")
             if not self.list:
                 raise ValueError("'list' must hold at least one size")
-            for item in self.list:
-                parse_size(item)
         else:
             if self.min is None or self.max is None:
                 raise ValueError("sizes need 'min' and 'max' (and optionally 'factor'), or a 'list'")
@@ -156,6 +178,9 @@ class Packing(SpecModel):
     """How steps share allocations."""
 
     steps_per_job: Int = Field(8, ge=1)
+    #: The longest ``--time`` a job may ask for, in minutes (shorter jobs start sooner in a busy
+    #: queue); null: the inventory's ``scheduler.time_limit_min``, the partition's limit.
+    max_job_minutes: Int | None = Field(None, ge=1)
     #: Put each repeat in jobs of its own, so repeats measure between-job variation too
     #: (placement, neighbours' traffic), which one job cannot show (paper section 8).
     separate_repeats: Bool = True
@@ -179,7 +204,9 @@ class Campaign(SpecModel):
     warmup: Int = Field(0, ge=0)
     iterations: Int = Field(100, ge=1)
     repeats: Int = Field(1, ge=1)
-    timeout_s: Int = Field(1800, ge=10, le=MAX_TIMEOUT_S)
+    #: Every step's timeout, in seconds; null: each step's own, from its estimate (the inventory's
+    #: ``estimate.margin`` times its priced calls, plus its set-up).
+    timeout_s: Int | None = Field(None, ge=10, le=MAX_TIMEOUT_S)
     #: Forced campaigns: add one step per scenario with NCCL's own choice (policy AUTO, no
     #: forcing, no plugin) in the same jobs, a paired baseline for forced-versus-stock.
     baseline: Bool = False
@@ -288,124 +315,6 @@ class Campaign(SpecModel):
         if self.kind == "forced":
             return [None]
         return list(self.policies) if self.policies else [STOCK]
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """One nccl-tests process: one collective, node count, arm or policy, variant and size range."""
-
-    key: str
-    kind: str
-    collective: str
-    binary: str
-    nodes: int
-    gpus_per_node: int
-    node_set: str
-    arm: Arm | None
-    policy: str | None
-    plugin: bool
-    variant: str
-    repeat: int
-    sizes: dict[str, Any]
-    iterations: int
-    warmup: int
-    timeout_s: int
-    dtype: str
-    op: str
-    env: dict[str, str]
-    flags: tuple[str, ...]
-    estimate_s: float
-
-    @property
-    def ranks(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-    @property
-    def label(self) -> str:
-        what = str(self.arm) if self.arm is not None else f"policy {self.policy}"
-        extra = "" if self.variant == "default" else f" [{self.variant}]"
-        rep = f" #{self.repeat}" if self.repeat else ""
-        return f"{self.collective} {self.nodes}n {what}{extra}{rep}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """One allocation running its steps as ``srun`` steps, one after the other."""
-
-    key: str
-    nodes: int
-    node_set: str
-    steps: tuple[Step, ...]
-    time_limit_min: int
-    estimate_s: float
-
-    @property
-    def node_hours(self) -> float:
-        return self.nodes * self.estimate_s / 3600.0
-
-
-@dataclasses.dataclass(frozen=True)
-class PrunedArmEntry:
-    """An arm left out of a (collective, nodes) scenario, and why."""
-
-    collective: str
-    nodes: int
-    arm: str
-    reason: str
-
-
-@dataclasses.dataclass
-class Plan:
-    """The expanded campaign: jobs of steps, what was pruned or excluded, and the estimate."""
-
-    campaign: Campaign
-    inventory: Inventory
-    campaign_key: str
-    jobs: list[Job]
-    pruned: list[PrunedArmEntry]
-    excluded: int
-    warnings: list[str]
-
-    @property
-    def steps(self) -> list[Step]:
-        return [s for job in self.jobs for s in job.steps]
-
-    @property
-    def node_hours(self) -> float:
-        return sum(job.node_hours for job in self.jobs)
-
-    def job_name(self, job_key: str) -> str:
-        """A job's readable scheduler name: campaign, collectives and nodes (``demo-AllReduce-4n``).
-
-        For people reading ``squeue``; the job is identified by its tag (in the comment).
-        """
-        job = next(j for j in self.jobs if j.key == job_key)
-        collectives = list(dict.fromkeys(s.collective for s in job.steps))
-        what = "+".join(collectives) if len(collectives) <= 3 else f"{len(collectives)}-collectives"
-        return f"{self.campaign.name}-{what}-{job.nodes}n"
-
-    def summary(self) -> dict[str, Any]:
-        """A JSON-ready description (what ``plan --json`` prints)."""
-        return {
-            "campaign": self.campaign.name,
-            "campaign_key": self.campaign_key,
-            "fabric": self.inventory.name,
-            "kind": self.campaign.kind,
-            "steps": len(self.steps),
-            "jobs": [
-                {"job_key": j.key, "nodes": j.nodes, "node_set": j.node_set, "time_limit_min": j.time_limit_min,
-                 "estimate_s": round(j.estimate_s, 1), "node_hours": round(j.node_hours, 3),
-                 "steps": [{"step_key": s.key, "collective": s.collective, "nodes": s.nodes,
-                            "arm": None if s.arm is None else str(s.arm), "policy": s.policy,
-                            "variant": s.variant, "repeat": s.repeat, "sizes": s.sizes} for s in j.steps]}
-                for j in self.jobs
-            ],
-            "pruned": [dataclasses.asdict(p) for p in self.pruned],
-            "excluded_steps": self.excluded,
-            "node_hours": round(self.node_hours, 3),
-            "budget_node_hours": self.campaign.budget_node_hours,
-            "warnings": list(self.warnings),
-        }
 
 
 # --------------------------------------------------------------------------- loading
@@ -564,14 +473,42 @@ def _keyed_env(env: dict[str, str], inventory: Inventory) -> dict[str, str]:
     return {name: pluginbuild.BUNDLED if value == library else value for name, value in env.items()}
 
 
-def _step_estimate(inventory: Inventory, campaign: Campaign, sizes: dict[str, Any]) -> float:
-    spec = SizeSpec(min=sizes["min"], max=sizes["max"], factor=sizes["factor"])
-    per_pass = sum(inventory.estimate.iteration_us(s) for s in spec.values()) / 1e6
-    return inventory.estimate.step_overhead_s + per_pass * (campaign.warmup + campaign.iterations)
+@dataclasses.dataclass(frozen=True)
+class _Pricing:
+    """What prices a plan's calls: the fabric model, and measured times where a dataset has them."""
+
+    model: str
+    measured: MeasuredTimes | None = None
+
+
+def _test_args(campaign: Campaign, inventory: Inventory, sizes: dict[str, Any],
+               flags: tuple[str, ...]) -> tuple[str, ...]:
+    """nccl-tests arguments of one step (the per-iteration flags depend on the version)."""
+    args = ["-b", str(sizes["min"]), "-e", str(sizes["max"]), "-f", str(sizes["factor"]), "-g", str(GPUS_PER_PROCESS),
+            "-d", campaign.dtype, "-o", campaign.op, "-w", str(campaign.warmup)]
+    if inventory.nccl_tests.per_iteration_json:
+        args += ["-n", str(campaign.iterations), "-I", "1"]
+    else:
+        args += ["-n", "1", "-N", str(campaign.iterations)]
+    return (*args, *flags)
+
+
+def _counts(args: tuple[str, ...], extra: int, warnings: list[str]) -> CallCounts:
+    """The calls of a step's command line; extra flags nccl-tests 2.19 does not know are left out (with a warning)."""
+    try:
+        return call_counts(args)
+    except ValueError as exc:
+        if not extra:
+            raise  # the arguments plan writes itself: a bug, not the user's
+        note = (f"the estimate leaves out nccl-tests flags it does not know ({' '.join(args[len(args) - extra:])}: "
+                f"{exc}); check the step timeouts")
+        if note not in warnings:
+            warnings.append(note)
+        return call_counts(args[:len(args) - extra])
 
 
 def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], arm: Arm | None,
-               sizes: dict[str, Any], node_set: str) -> Step:
+               sizes: dict[str, Any], node_set: str, *, pricing: _Pricing, warnings: list[str]) -> Step:
     collective, nodes = combo["collective"], combo["nodes"]
     if campaign.kind == "forced" and arm is None:
         combo = dict(combo, policy=AUTO)  # the baseline step of a forced campaign: no forcing, no plugin
@@ -587,17 +524,25 @@ def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], 
         "dtype": campaign.dtype, "op": campaign.op, "env": _keyed_env(env, inventory), "flags": list(flags),
         "fabric_env": inventory.environment, "nccl_tests_version": inventory.nccl_tests.version,
     }
+    args = _test_args(campaign, inventory, sizes, flags)
+    calls = StepCalls(collective=collective, nodes=nodes, ranks=nodes * inventory.gpus_per_node, arm=arm,
+                      learner=learning_policy(combo["policy"], plugin=plugin), env={**inventory.environment, **env},
+                      counts=_counts(args, len(flags), warnings))
+    estimate = calls_seconds(calls, model=pricing.model, nvls_setup_s=inventory.estimate.nvls_setup_s,
+                             measured=pricing.measured)
+    timeout = campaign.timeout_s or inventory.estimate.step_timeout_s(estimate, nodes)
     return Step(
         key=content_key(content), kind=campaign.kind, collective=collective, binary=binary, nodes=nodes,
         gpus_per_node=inventory.gpus_per_node, node_set=node_set, arm=arm,
         policy=(None if arm is not None else combo["policy"]), plugin=plugin, variant=combo["variant"],
         repeat=combo["repeat"], sizes=sizes, iterations=campaign.iterations, warmup=campaign.warmup,
-        timeout_s=campaign.timeout_s, dtype=campaign.dtype, op=campaign.op, env=env, flags=flags,
-        estimate_s=_step_estimate(inventory, campaign, sizes),
+        timeout_s=timeout, dtype=campaign.dtype, op=campaign.op, env=env, flags=flags, args=args,
+        estimate_s=estimate, setup_s=inventory.estimate.setup_s(nodes),
     )
 
 
-def _expand_steps(campaign: Campaign, inventory: Inventory) -> tuple[list[Step], list[PrunedArmEntry], int]:
+def _expand_steps(campaign: Campaign, inventory: Inventory, *, pricing: _Pricing,
+                  warnings: list[str]) -> tuple[list[Step], list[PrunedArmEntry], int]:
     node_set = campaign.node_set or inventory.default_node_set
     inventory.node_set(node_set)  # raises with the valid names
     steps: list[Step] = []
@@ -622,45 +567,23 @@ def _expand_steps(campaign: Campaign, inventory: Inventory) -> tuple[list[Step],
                 excluded += len(campaign.sizes.ranges())
                 continue
             for sizes in campaign.sizes.ranges():
-                steps.append(_make_step(campaign, inventory, combo, arm, sizes, node_set))
+                steps.append(_make_step(campaign, inventory, combo, arm, sizes, node_set, pricing=pricing,
+                                        warnings=warnings))
     order = {c: i for i, c in enumerate(COLLECTIVES)}
     steps.sort(key=lambda s: (s.nodes, order.get(s.collective, 99), s.arm.index if s.arm else -1,
                               s.repeat, s.sizes["min"]))
     return steps, sorted(pruned.values(), key=lambda p: (p.nodes, p.collective, p.arm)), excluded
 
 
-def _pack(steps: Sequence[Step], campaign: Campaign, inventory: Inventory) -> tuple[list[Job], list[str]]:
-    """Pack steps with the same allocation shape into jobs of at most ``steps_per_job`` steps."""
-    jobs: list[Job] = []
-    warnings: list[str] = []
-    groups: dict[tuple[int, str, int], list[Step]] = {}
-    for step in steps:
-        repeat = step.repeat if campaign.packing.separate_repeats else 0
-        groups.setdefault((step.nodes, step.node_set, repeat), []).append(step)
-    sched = inventory.scheduler
-    for (nodes, node_set, _), members in groups.items():
-        for start in range(0, len(members), campaign.packing.steps_per_job):
-            chunk = tuple(members[start:start + campaign.packing.steps_per_job])
-            estimate = inventory.estimate.job_overhead_s + sum(s.estimate_s for s in chunk)
-            wanted = math.ceil(1.5 * estimate / 60) + 5
-            limit = max(sched.min_time_limit_min, min(wanted, sched.time_limit_min))
-            if wanted > sched.time_limit_min:
-                warnings.append(f"a {nodes}-node job of {len(chunk)} steps is estimated at {estimate / 60:.0f} min, "
-                                f"above the {sched.time_limit_min} min limit: lower packing.steps_per_job")
-            # The key is what the job runs, not how long it may take: a new time limit is the same job.
-            key = content_key({"fabric": inventory.name, "nodes": nodes, "node_set": node_set,
-                               "steps": [s.key for s in chunk]})
-            jobs.append(Job(key=key, nodes=nodes, node_set=node_set, steps=chunk, time_limit_min=limit,
-                            estimate_s=estimate))
-    return jobs, warnings
-
-
-def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: bool = True) -> Plan:
+def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: bool = True,
+                  measured: Measured | None = None) -> Plan:
     """Expand ``campaign`` on ``inventory`` into jobs of steps, with pruned arms and the estimate.
 
-    Called by ``plan``, ``render`` and ``submit``; pure (no files written). Raises PlanError
-    when nothing is left to run, when a step's key repeats (identical steps), or when the
-    estimate exceeds ``budget_node_hours`` (unless ``enforce_budget`` is False).
+    Called by ``plan``, ``render`` and ``submit``; pure (no files written). ``measured`` prices
+    the sizes an earlier campaign measured on this fabric. Raises PlanError when nothing is left
+    to run, when a step's key repeats (identical steps), when a step needs more than the
+    partition's limit, or when the estimate exceeds ``budget_node_hours`` (unless
+    ``enforce_budget`` is False).
     """
     _check_exclusions(campaign)
     bound = campaign.expansion_bound(len(all_arms()))
@@ -668,7 +591,11 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
         raise PlanError(f"campaign {campaign.name!r} would expand into up to {bound:,} steps, more than "
                         f"{MAX_STEPS:,}", hint="lower repeats, or split the sizes, node counts or collectives "
                         "into several campaigns")
-    steps, pruned, excluded = _expand_steps(campaign, inventory)
+    model, named = inventory.estimate.fabric_model(inventory.environment)
+    warnings = [] if named else [f"inventory {inventory.name!r} names no estimate.model: the calls are priced with "
+                                 f"{model}'s cost model; name the simulated fabric closest to this one"]
+    pricing = _Pricing(model=model, measured=measured.times if measured else None)
+    steps, pruned, excluded = _expand_steps(campaign, inventory, pricing=pricing, warnings=warnings)
     if not steps:
         raise PlanError(f"campaign {campaign.name!r} has no step to run on {inventory.name!r}",
                         hint="every arm was pruned or excluded; see 'ncclbot-sweep plan' for the reasons")
@@ -678,10 +605,17 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
             raise PlanError(f"two steps are identical ({step.label}); "
                             "repeat them with 'repeats' or give zipped variants different settings")
         seen.add(step.key)
-    jobs, warnings = _pack(steps, campaign, inventory)
+    short = [s for s in steps if campaign.timeout_s and s.estimate_s + s.setup_s > campaign.timeout_s]
+    if short:
+        worst = max(short, key=lambda s: s.estimate_s)
+        warnings.append(f"{len(short)} step(s) may need more than the campaign's timeout_s ({campaign.timeout_s} s): "
+                        f"{worst.label} is estimated at {worst.estimate_s:.0f} s of calls and {worst.setup_s:.0f} s "
+                        "of set-up; leave timeout_s out to size each step's timeout from its estimate")
+    jobs, packing_notes = pack(steps, campaign.packing, inventory)
+    priced_by = f"NCCL's cost model of {model}" + (f", and times measured in {measured.source}" if measured else "")
     plan = Plan(campaign=campaign, inventory=inventory,
                 campaign_key=content_key({"campaign": campaign.name, "fabric": inventory.name}),
-                jobs=jobs, pruned=pruned, excluded=excluded, warnings=warnings)
+                jobs=jobs, pruned=pruned, excluded=excluded, warnings=warnings + packing_notes, priced_by=priced_by)
     budget = campaign.budget_node_hours
     if enforce_budget and budget is not None and plan.node_hours > budget:
         raise PlanError(f"campaign {campaign.name!r} is estimated at {plan.node_hours:.1f} node-hours, "
@@ -690,42 +624,3 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
     log.info("planned %s on %s: %d steps in %d jobs, %.1f node-hours", campaign.name, inventory.name,
              len(steps), len(jobs), plan.node_hours)
     return plan
-
-
-def iter_scenarios(plan: Plan) -> Iterable[tuple[str, int, list[Step]]]:
-    """(collective, nodes, steps) per scenario, in plan order (for the plan table)."""
-    groups: dict[tuple[str, int], list[Step]] = {}
-    for step in plan.steps:
-        groups.setdefault((step.collective, step.nodes), []).append(step)
-    for (collective, nodes), members in groups.items():
-        yield collective, nodes, members
-
-
-def describe_plan(plan: Plan) -> str:
-    """The plan as text: scenarios with their arms or policies, pruned arms, jobs and the estimate."""
-    c, inv = plan.campaign, plan.inventory
-    sizes = c.sizes.values()
-    lines = [f"campaign {c.name} ({c.kind}) on {inv.name}: campaign key {plan.campaign_key}",
-             f"  sizes: {len(sizes)} from {human_size(sizes[0])} to {human_size(sizes[-1])}; warm-up {c.warmup}, "
-             f"iterations {c.iterations}, repeats {c.repeats}, step timeout {c.timeout_s} s", "", "scenarios:"]
-    for collective, nodes, steps in iter_scenarios(plan):
-        what = sorted({str(s.arm) if s.arm else f"{s.policy}" + ("" if s.variant == "default" else f"[{s.variant}]")
-                       for s in steps})
-        lines.append(f"  {collective:<14}{nodes:>4} nodes {len(steps):>4} steps  {', '.join(what)}")
-    if plan.pruned:
-        lines += ["", "pruned arms:"]
-        reasons: dict[tuple[str, str], list[int]] = {}
-        for p in plan.pruned:
-            reasons.setdefault((f"{p.collective} {p.arm}", p.reason), []).append(p.nodes)
-        for (what, reason), nodes in reasons.items():
-            lines.append(f"  {what:<36} at {','.join(map(str, nodes))} nodes: {reason}")
-    if plan.excluded:
-        lines += ["", f"excluded by the campaign: {plan.excluded} steps"]
-    lines += ["", "jobs:"]
-    for job in plan.jobs:
-        lines.append(f"  {job.key}  {job.nodes:>3} nodes  {len(job.steps):>3} steps  "
-                     f"~{job.estimate_s / 60:.1f} min (limit {job.time_limit_min} min)  {job.node_hours:.2f} node-h")
-    budget = f" of a {c.budget_node_hours:g} budget" if c.budget_node_hours else ""
-    lines += ["", f"total: {len(plan.steps)} steps in {len(plan.jobs)} jobs, ~{plan.node_hours:.1f} node-hours{budget}"]
-    lines += [f"warning: {w}" for w in plan.warnings]
-    return "\n".join(lines)

@@ -37,6 +37,7 @@ from ncclbot_sweep.errors import CampaignBusyError, ManifestError
 from ncclbot_sweep.outcomes import StepOutcome
 from ncclbot_sweep.paths import CampaignPaths
 from ncclbot_sweep.sweep.campaign import Plan, load_campaign, plan_campaign, resolve_campaign_path
+from ncclbot_sweep.sweep.estimate import Measured
 from ncclbot_sweep.sweep.inventory import load_inventory, resolve_inventory_path
 from ncclbot_sweep.sweep.jobspec import JobSpec
 from ncclbot_sweep.sweep.manifest import Manifest
@@ -155,8 +156,12 @@ def _holder(path: Path, *, tries: int = 10) -> str:
 
 
 def create(campaign_path: Path | str, inventory_path: Path | str, workdir: Path | str, *,
-           enforce_budget: bool = True, command: str = "submit", lock_wait_s: float = 0.0) -> CampaignFolder:
+           enforce_budget: bool = True, command: str = "submit", lock_wait_s: float = 0.0,
+           measured: Measured | None = None) -> CampaignFolder:
     """Plan, lock, and create or continue the campaign folder; render it and register it.
+
+    ``measured`` prices the plan with an earlier campaign's times; the folder keeps a copy, which
+    later openings (and a ``submit`` without it) plan with.
 
     Validation (both YAML files, the plan, the budget) runs before anything is written, so
     a command that fails it leaves no folder behind. Idempotent: files that did not change
@@ -170,10 +175,10 @@ def create(campaign_path: Path | str, inventory_path: Path | str, workdir: Path 
     """
     campaign_file = resolve_campaign_path(Path(campaign_path))
     inventory_file = resolve_inventory_path(Path(inventory_path))
-    plan = plan_campaign(load_campaign(campaign_file), load_inventory(inventory_file),
-                         enforce_budget=enforce_budget)
     root = Path(workdir)
     paths = CampaignPaths.local(root)
+    plan = plan_campaign(load_campaign(campaign_file), load_inventory(inventory_file),
+                         enforce_budget=enforce_budget, measured=measured or _measured_copy(paths))
     try:  # whoever makes the folder knows it is new (two submits may race for it)
         root.mkdir(parents=True)
         new = True
@@ -194,6 +199,8 @@ def create(campaign_path: Path | str, inventory_path: Path | str, workdir: Path 
         try:
             _copy_source(campaign_file, Path(paths.campaign_yaml), "campaign.yaml")
             _copy_source(inventory_file, Path(paths.inventory_yaml), "inventory.yaml")
+            if measured is not None:
+                write_atomic(Path(paths.measured_times), measured.to_json())
             run_root = run_root_for(plan, root)
             render_campaign(plan, root, run_root=run_root)
             manifest = manifest or Manifest.create(Path(paths.manifest), meta)
@@ -250,12 +257,24 @@ def open_existing(workdir: Path | str, *, writable: bool) -> CampaignFolder:
     """
     paths = _existing(workdir)
     plan = plan_campaign(load_campaign(paths.campaign_yaml), load_inventory(paths.inventory_yaml),
-                         enforce_budget=False)
+                         enforce_budget=False, measured=_measured_copy(paths))
     manifest_path = Path(paths.manifest)
     manifest = Manifest.open(manifest_path) if writable else Manifest.snapshot(manifest_path)
     root = Path(workdir)
     return CampaignFolder(root=root, plan=plan, manifest=manifest, run_root=run_root_for(plan, root),
                           writable=writable)
+
+
+def _measured_copy(paths: CampaignPaths) -> Measured | None:
+    """The measured times the folder's plan was priced with, or None; ManifestError when the copy is unreadable."""
+    path = Path(paths.measured_times)
+    if not path.is_file():
+        return None
+    try:
+        return Measured.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"the copy of the measured times the campaign was planned with cannot be read: {exc}",
+                            path=path, hint="restore it, or submit again with the same --from-dataset") from exc
 
 
 def _existing(workdir: Path | str) -> CampaignPaths:

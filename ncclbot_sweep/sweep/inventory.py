@@ -32,6 +32,7 @@ __all__ = [
     "Algorithms",
     "Container",
     "Estimate",
+    "GPUS_PER_PROCESS",
     "Inventory",
     "Launcher",
     "NcclInstall",
@@ -181,6 +182,10 @@ class Container(SpecModel):
     flags: list[str] = Field(default_factory=list)
 
 
+#: GPUs each nccl-tests process drives (its ``-g``): every step starts one process per GPU.
+GPUS_PER_PROCESS = 1
+
+
 class Launcher(SpecModel):
     """How ranks start inside the allocation: ``srun`` (with PMIx, Pyxis) or ``mpirun``."""
 
@@ -192,6 +197,24 @@ class Launcher(SpecModel):
     container: Container | None = None
     #: Flags for ``mpirun`` when ``kind`` is mpirun.
     mpirun_flags: list[str] = Field(default_factory=list)
+
+    def expected_build(self, gpus_per_node: int) -> str:
+        """Which nccl-tests build the job scripts need from this launcher (``inventory check`` says it).
+
+        Every step runs one process per GPU (``-g 1``): the ranks of a multi-node job find each
+        other through MPI, so nccl-tests must be built with ``MPI=1`` against an MPI this launcher
+        starts; a build without MPI runs one process per node with ``-g <GPUs>``, on one node only.
+        """
+        if self.kind == "mpirun":
+            how = "mpirun starts them: nccl-tests built with MPI=1 against that mpirun's MPI"
+        elif self.mpi:
+            how = f"srun --mpi={self.mpi} starts them: nccl-tests built with MPI=1 against an MPI with {self.mpi} support"
+        else:
+            how = ("srun starts them with Slurm's default MPI plugin: nccl-tests built with MPI=1 against an MPI "
+                   "that plugin can start")
+        inside = f", inside {self.container.image}" if self.container else ""
+        return (f"one process per GPU ({gpus_per_node} per node, -g {GPUS_PER_PROCESS}); {how}{inside}. "
+                "A build without MPI (one process per node with -g) cannot join nodes")
 
 
 class NodeSet(SpecModel):
@@ -330,17 +353,58 @@ class Algorithms(SpecModel):
 
 
 class Estimate(SpecModel):
-    """Rough cost model for the node-hour estimate of ``plan`` (not used for any decision)."""
+    """How ``plan`` prices a step and sizes its time limits (:mod:`ncclbot_sweep.sweep.estimate`).
 
-    #: Seconds one step spends outside the timed loop (launch, NCCL init, connection set-up).
-    step_overhead_s: Float = Field(30.0, ge=0)
+    A step's calls are priced by NCCL's cost model on the fabric model named here; its
+    timeout is ``margin`` times that plus its set-up, and a job's ``--time`` is its set-up
+    plus its steps' timeouts.
+    """
+
+    #: The simulated fabric whose NCCL tuning table prices every call (``ncclbot-sweep sim tuning-table``):
+    #: the one closest to this fabric. Null: the fabric ``environment.NCCLBOT_SIM_FABRIC`` names, else
+    #: sim-h100 (``plan`` warns).
+    model: str | None = None
+    #: Seconds a step spends before its first call, on one node: launch, NCCL's init.
+    step_setup_s: Float = Field(20.0, ge=0, le=_DAY_S)
+    #: Seconds more per node: NCCL's bootstrap and connection set-up grow with the job.
+    step_setup_per_node_s: Float = Field(0.5, ge=0, le=_DAY_S)
     #: Seconds one job spends before its first step (allocation, provenance).
-    job_overhead_s: Float = Field(60.0, ge=0)
-    latency_us: Float = Field(20.0, ge=0)
-    busbw_gbs: Float = Field(100.0, gt=0)
+    job_setup_s: Float = Field(60.0, ge=0, le=_DAY_S)
+    #: How many times its priced calls a step may take before its timeout: NCCL's model errs both
+    #: ways (the analysis measures by how much), and a real fabric's slow arms are slower still.
+    margin: Float = Field(1.5, ge=1.0, le=100.0)
+    #: Seconds the first NVLS or NVLSTree call of a step stalls while NCCL sets up multicast
+    #: buffers (5.7-7.8 s measured on H100; paper section 6.5).
+    nvls_setup_s: Float = Field(6.6, ge=0, le=_DAY_S)
+    #: The shortest step timeout, in seconds.
+    min_step_timeout_s: Int = Field(60, ge=1, le=int(_DAY_S))
 
-    def iteration_us(self, size_bytes: int) -> float:
-        return self.latency_us + size_bytes / (self.busbw_gbs * 1e3)
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        if value is not None:
+            from ncclbot_sweep.sim import fabric
+
+            fabric(value)  # raises ValueError listing the simulated fabrics
+        return value
+
+    def fabric_model(self, environment: dict[str, str]) -> tuple[str, bool]:
+        """(the fabric model's name, whether the inventory named it): ``model``, else the simulated
+        fabric the environment runs, else sim-h100."""
+        from ncclbot_sweep.sim import fabric_names
+
+        if self.model is not None:
+            return self.model, True
+        simulated = environment.get("NCCLBOT_SIM_FABRIC")
+        return (simulated, True) if simulated in fabric_names() else ("sim-h100", False)
+
+    def setup_s(self, nodes: int) -> float:
+        """Seconds a step of ``nodes`` nodes spends before its first call."""
+        return self.step_setup_s + self.step_setup_per_node_s * nodes
+
+    def step_timeout_s(self, calls_s: float, nodes: int) -> int:
+        """A step's timeout: its calls with the margin, plus its set-up, at least ``min_step_timeout_s``."""
+        return max(self.min_step_timeout_s, math.ceil(self.margin * calls_s + self.setup_s(nodes)))
 
 
 class Inventory(SpecModel):
@@ -477,6 +541,9 @@ def describe_inventory(inventory: Inventory, path: str | Path | None = None) -> 
         + ("; MNNVL" if inventory.algorithms.mnnvl else ""),
         f"  nccl-tests   {inventory.nccl_tests.bin_dir} (version {inventory.nccl_tests.version}, "
         + ("per-iteration JSON -I/-J" if inventory.nccl_tests.per_iteration_json else "per-iteration cycles -N") + ")",
+        "  build        " + ("no MPI: the local executor's srun stand-in starts task 0 with the job's size in the "
+                             "Slurm environment, as the simulator's stand-ins expect" if sched.kind == "local"
+                             else inventory.launcher.expected_build(inventory.gpus_per_node)),
         f"  nccl         {inventory.nccl.version or 'unknown version'}"
         + (f", plugin {inventory.plugin.path}" if inventory.plugin.path else ", no plugin")
         + (f", coordinator {inventory.plugin.coordinator}" if inventory.plugin.coordinator else ""),

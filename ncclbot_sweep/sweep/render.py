@@ -42,10 +42,10 @@ import pydantic
 from ncclbot_sweep import __version__, pluginbuild
 from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.errors import RenderError
-from ncclbot_sweep.paths import CampaignPaths, StepFiles, TuneJobFiles
+from ncclbot_sweep.paths import CampaignPaths, StepFiles, TuneJobFiles, slurm_output_pattern
 from ncclbot_sweep.resources import resource_dir
 from ncclbot_sweep.stepmeta import StepMeta
-from ncclbot_sweep.sweep.campaign import Job, Plan, Step
+from ncclbot_sweep.sweep.plan import Job, Plan, Step
 from ncclbot_sweep.sweep.inventory import Inventory, NodeSet, sbatch_value_problem
 from ncclbot_sweep.sweep.jobspec import job_tag
 
@@ -112,7 +112,20 @@ def template_name(kind: str) -> str:
     return f"job-{kind}.sh.j2"
 
 
-def _sbatch_lines(plan: Plan, job: Job) -> list[_Raw]:
+def _output_lines(job_dir: PurePath) -> list[str]:
+    """``--output``/``--error`` into the job's folder, so a script submitted by hand (``sbatch job.sh``
+    after ``render``) logs there too; none, with a warning, when the folder's path cannot go on an
+    ``#SBATCH`` line (the executor passes ``--output`` on sbatch's command line anyway)."""
+    pattern = slurm_output_pattern(job_dir)
+    if sbatch_value_problem(pattern):
+        log.warning("%s cannot go on an #SBATCH line (quotes, '$', a line break): a hand-submitted job.sh logs "
+                    "where sbatch runs", job_dir)
+        return []
+    value = _sbatch(pattern, "job folder")
+    return [f"--output={value}", f"--error={value}"]
+
+
+def _sbatch_lines(plan: Plan, job: Job, job_dir: PurePath) -> list[_Raw]:
     inv, sched = plan.inventory, plan.inventory.scheduler
     node_set = inv.node_set(job.node_set)
     tag = job_tag(plan.campaign_key, job.key)
@@ -121,6 +134,7 @@ def _sbatch_lines(plan: Plan, job: Job) -> list[_Raw]:
     if sched.request_gpus:
         lines.append(f"--gpus-per-node={inv.gpus_per_node}")
     lines.append(f"--time={job.time_limit_min}")
+    lines += _output_lines(job_dir)
     lines += _placement_lines(inv, node_set)
     segment = node_set.segment(job.nodes)
     if segment:
@@ -171,18 +185,6 @@ def _launch_words(plan: Plan, job: Job) -> list[str]:
 def _binary_path(plan: Plan, step: Step) -> str:
     """The nccl-tests executable of a step (``sim`` resolves to the simulator's folder)."""
     return str(PurePath(plan.inventory.nccl_tests.resolved_bin_dir()) / step.binary)
-
-
-def _test_args(plan: Plan, step: Step) -> list[str]:
-    """nccl-tests flags for one step (the per-iteration flags depend on the version)."""
-    sizes = step.sizes
-    args = ["-b", str(sizes["min"]), "-e", str(sizes["max"]), "-f", str(sizes["factor"]), "-g", "1",
-            "-d", step.dtype, "-o", step.op, "-w", str(step.warmup)]
-    if plan.inventory.nccl_tests.per_iteration_json:
-        args += ["-n", str(step.iterations), "-I", "1"]
-    else:
-        args += ["-n", "1", "-N", str(step.iterations)]
-    return args + list(step.flags)
 
 
 def step_metadata(plan: Plan, job: Job, *, step: Step) -> dict[str, Any]:
@@ -245,13 +247,13 @@ def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
             "env": [(_env_name(k), v) for k, v in step.env.items()], "plugin": step.plugin,
             "forced": step.arm is not None,
             "timeout_s": step.timeout_s, "launch": _launch_words(plan, job),
-            "binary": _binary_path(plan, step), "args": _test_args(plan, step),
+            "binary": _binary_path(plan, step), "args": list(step.args),
             "json": inv.nccl_tests.per_iteration_json,
         })
     context = {
         "campaign": plan.campaign.name, "campaign_key": plan.campaign_key, "job_key": job.key,
         "tag": job_tag(plan.campaign_key, job.key), "fabric": inv.name, "version": __version__,
-        "sbatch": _sbatch_lines(plan, job), "job_dir": str(paths.job_dir(job.key)),
+        "sbatch": _sbatch_lines(plan, job, paths.job_dir(job.key)), "job_dir": str(paths.job_dir(job.key)),
         "fabric_env": [(_env_name(k), v) for k, v in inv.environment.items()],
         "debug_env": [(_env_name(k), v) for k, v in DEBUG_ENV.items()],
         "nccl_lib_dir": inv.nccl.lib_dir, "nccl_version": inv.nccl.version or "",
@@ -278,7 +280,7 @@ def render_tune_script(inventory: Inventory, *, name: str, campaign_key: str, jo
     tag = job_tag(campaign_key, job_key)
     lines = [f"--job-name={_sbatch(name, 'job name')}", f"--comment={_sbatch(tag, 'job tag')}", f"--nodes={nodes}",
              "--ntasks-per-node=1", f"--cpus-per-task={workers}", f"--time={sched.time_limit_min}",
-             *_placement_lines(inventory, inventory.node_set(None)),
+             *_output_lines(run_dir), *_placement_lines(inventory, inventory.node_set(None)),
              *(str(_sbatch(extra, "scheduler.extra_sbatch")) for extra in sched.extra_sbatch)]
     files = TuneJobFiles(PurePath("."))
     names = {"job_log": files.job_log, "provenance": files.provenance, "workers": files.workers_dir}

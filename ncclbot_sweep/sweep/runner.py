@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ncclbot_sweep.errors import ExecutorError, Interrupted, OutOfSpaceError, file_system_full, is_out_of_space
-from ncclbot_sweep.outcomes import last_error_line, step_outcome
+from ncclbot_sweep.outcomes import outcome_reason, step_outcome
 from ncclbot_sweep.step_output import step_output_usable
 from ncclbot_sweep.sweep import campaign_folder
 from ncclbot_sweep.sweep.campaign_folder import CampaignFolder
+from ncclbot_sweep.sweep.estimate import Measured
 from ncclbot_sweep.sweep.executors import (UNKNOWN_POLL_LIMIT, Executor, JobSpec, JobState, JobStatus, StepOutcome,
                                            make_executor)
 from ncclbot_sweep.sweep.manifest import JobPhase
@@ -108,14 +109,14 @@ def _with_executor(folder: CampaignFolder, executor: Executor | None) -> _Campai
 
 def prepare(campaign_path: Path | str, inventory_path: Path | str, workdir: Path | str, *,
             enforce_budget: bool = True, executor: Executor | None = None,
-            lock_wait_s: float = 0.0) -> _Campaign:
+            lock_wait_s: float = 0.0, measured: Measured | None = None) -> _Campaign:
     """Open (create or continue) the campaign folder for a runner, and its executor.
 
     See :func:`ncclbot_sweep.sweep.campaign_folder.create`. Raises CampaignBusyError when another
     runner holds the folder, ManifestError when ``workdir`` holds another campaign.
     """
     folder = campaign_folder.create(campaign_path, inventory_path, workdir, enforce_budget=enforce_budget,
-                                    lock_wait_s=lock_wait_s)
+                                    lock_wait_s=lock_wait_s, measured=measured)
     return _with_executor(folder, executor)
 
 
@@ -133,11 +134,13 @@ def _spec(camp: _Campaign, job_key: str) -> JobSpec:
 
 def _classify_steps(camp: _Campaign, job_key: str, job_state: JobState | None) -> None:
     """Record each step's outcome from its folder; ``job_state`` is the job's final state (None: still running)."""
+    learners = {s.key for s in camp.folder.plan.steps if s.learns}
     for step in camp.folder.manifest.steps(job_key):
         if step.outcome is StepOutcome.OK and step.exit_code == 0:
             continue  # the job script never re-runs a step whose exit says 0 with a result: it stands
         files = camp.folder.paths.step_files(job_key, step.step_key)
-        outcome, code = step_outcome(files, job_state=job_state, output_ok=functools.partial(step_output_usable, files))
+        outcome, code = step_outcome(files, job_state=job_state, output_ok=functools.partial(step_output_usable, files),
+                                     learner=step.step_key in learners)
         if outcome is None and step.outcome is not None and job_state is None:
             continue  # a running job re-runs an old failed step: keep the old outcome until it ends
         if outcome is None and step.outcome is StepOutcome.OK:
@@ -297,7 +300,7 @@ def _summarise(camp: _Campaign) -> CampaignSummary:
             files = camp.folder.paths.step_files(step.job_key, step.step_key)
             failed.append({"job_key": step.job_key, "step_key": step.step_key, "label": step.label,
                            "outcome": step.outcome.value, "exit_code": step.exit_code,
-                           "last_error": last_error_line(files)})
+                           "last_error": outcome_reason(files, step.outcome)})
     rows = []
     for job in camp.folder.manifest.jobs():
         if not camp.folder.in_plan(job.job_key):
@@ -369,7 +372,8 @@ def _finishable(workdir: Path | str) -> Iterator[None]:
 
 def submit(campaign_path: Path | str, inventory_path: Path | str, workdir: Path | str, *, wait: bool = True,
            progress: Progress | None = None, enforce_budget: bool = True,
-           executor: Executor | None = None, lock_wait_s: float = 0.0) -> CampaignSummary:
+           executor: Executor | None = None, lock_wait_s: float = 0.0,
+           measured: Measured | None = None) -> CampaignSummary:
     """Create or continue the campaign folder and run every job never submitted before.
 
     Submitting the same campaign twice runs nothing twice: jobs already submitted (running,
@@ -378,11 +382,12 @@ def submit(campaign_path: Path | str, inventory_path: Path | str, workdir: Path 
     ``submit``/``resume`` on the same folder waits ``lock_wait_s`` for this one, then raises
     CampaignBusyError. A full disk at any moment raises OutOfSpaceError naming the path, with
     the command that continues (:func:`resume`); Ctrl-C raises :class:`Interrupted` saying what
-    is still queued and that :func:`resume` finishes it.
+    is still queued and that :func:`resume` finishes it. ``measured`` prices the plan with an
+    earlier campaign's times (the folder keeps them for later commands).
     """
     with _finishable(workdir):
         camp = prepare(campaign_path, inventory_path, workdir=workdir, enforce_budget=enforce_budget,
-                       executor=executor, lock_wait_s=lock_wait_s)
+                       executor=executor, lock_wait_s=lock_wait_s, measured=measured)
         return _run(camp, progress, retry=False, wait=wait)
 
 

@@ -42,7 +42,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from ncclbot_sweep.atomicfile import write_atomic
 from ncclbot_sweep.errors import DatasetError, InventoryError
 from ncclbot_sweep.paths import TuneJobFiles
-from ncclbot_sweep.sweep.campaign import content_key
+from ncclbot_sweep.sweep.plan import content_key
 from ncclbot_sweep.sweep.executors import UNKNOWN_POLL_LIMIT, JobSpec, JobState, JobStatus
 from ncclbot_sweep.sweep.executors.slurm import SlurmExecutor
 from ncclbot_sweep.sweep.inventory import Inventory

@@ -21,7 +21,7 @@ gpus_per_node: 8
 nccl_tests: {bin_dir: /opt/nccl-tests}
 plugin: {path: /opt/ncclbot/libncclbot.so}
 algorithms: {families: [tree, ring, nvls]}
-estimate: {step_overhead_s: 10, job_overhead_s: 20, latency_us: 10, busbw_gbs: 100}
+estimate: {model: sim-h100, step_setup_s: 10, step_setup_per_node_s: 0, job_setup_s: 20}
 """
 
 BASE = """\

@@ -11,6 +11,7 @@ from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import InventoryError
 from ncclbot_sweep.names import Arm, arm_invalid_reason
 from ncclbot_sweep.resources import resource_dir
+from ncclbot_sweep.sweep.campaign import parse_campaign_text, plan_campaign
 from ncclbot_sweep.sweep.inventory import load_inventory, parse_inventory_text
 
 SHIPPED = sorted(p.name for p in resource_dir("inventories").glob("*.yaml"))
@@ -128,3 +129,29 @@ def test_cli_missing_file():
     result = CliRunner().invoke(main, ["inventory", "check", "does/not/exist.yaml"])
     assert result.exit_code == 1
     assert "Error: does/not/exist.yaml: file not found" in result.output
+
+
+@pytest.mark.parametrize(("launcher", "needle"), [
+    ("{kind: srun, mpi: pmix}", "srun --mpi=pmix starts them: nccl-tests built with MPI=1 against an MPI with pmix"),
+    ("{kind: srun, mpi: null}", "srun starts them with Slurm's default MPI plugin: nccl-tests built with MPI=1"),
+    ("{kind: mpirun}", "mpirun starts them: nccl-tests built with MPI=1 against that mpirun's MPI"),
+])
+def test_inventory_check_says_which_nccl_tests_build_the_launcher_expects(tmp_path: Path, launcher, needle):
+    """The job scripts start one process per GPU with -g 1: a build without MPI would run each rank alone."""
+    path = tmp_path / "inv.yaml"
+    path.write_text(MINIMAL + f"scheduler: {{kind: slurm}}\nlauncher: {launcher}\n")
+    result = CliRunner().invoke(main, ["inventory", "check", str(path)])
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("  build        ")]
+    assert line.startswith("  build        one process per GPU (") and "-g 1" in line and needle in line
+    assert "A build without MPI (one process per node with -g) cannot join nodes" in line
+    plan = plan_campaign(parse_campaign_text(_ONE_STEP), load_inventory(path))
+    assert plan.steps[0].args[plan.steps[0].args.index("-g") + 1] == "1"  # what the line promises
+
+
+def test_inventory_check_of_the_local_executor_needs_no_mpi():
+    result = CliRunner().invoke(main, ["inventory", "check", "sim-h100"])
+    assert "  build        no MPI: the local executor's srun stand-in starts task 0" in result.output
+
+
+_ONE_STEP = "name: one\nkind: forced\ncollectives: [AllReduce]\nnodes: [2]\nsizes: {min: 1K, max: 1K}\narms: [Ring/LL]\n"

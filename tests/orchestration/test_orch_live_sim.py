@@ -402,3 +402,33 @@ def test_timeline_follows_every_run_at_autos_largest_gap(analysed):
         mine = line[line["policy"] == learner]
         assert (mine.tail(100)["arm"] == best).mean() > 0.9, learner
         assert mine["finish_ms"].iloc[0] < auto["finish_ms"].iloc[0], learner
+
+
+def test_a_learner_whose_plugin_fell_back_to_auto_is_not_the_learners_run(tmp_path):
+    """A bad setting leaves the real plugin inert: it keeps NCCL's own choice and says so in a
+    WARN. That step ends ``auto_fallback`` with the plugin's words in ``status`` and in the
+    ``runs`` table, so the live analysis never takes it for UCB1's run; the same learner with good
+    settings in the same job is ``ok``."""
+    subprocess.run(["make", "-s", "-C", str(pluginbuild.build_dir().parent)], check=True)
+    camp = tmp_path / "c.yaml"
+    camp.write_text(f"name: live-fallback\nkind: live\ncollectives: [AllReduce]\nnodes: [{NODES}]\n"
+                    "sizes: {min: 4MiB, max: 8MiB, factor: 2}\npolicies: [ucb1]\n"
+                    "variants: [{name: default}, {name: bad, env: {NCCLBOT_SYNC_EVERY: \"0\"}}]\n"
+                    "plugin: {env: {NCCLBOT_SYNC_EVERY: \"4\"}}\nwarmup: 0\niterations: 20\n")
+    run = tmp_path / "run"
+    submitted = CliRunner().invoke(main, ["submit", str(camp), "-i", str(_inventory(tmp_path)), "-w", str(run)])
+    assert submitted.exit_code == 1 and "steps: 1/2 ok (1 auto_fallback, 1 ok)" in submitted.output, (
+        submitted.output + _failures(run))
+    assert "auto_fallback ucb1 [bad]" in submitted.output.replace("AllReduce 8n policy ", "")
+    assert "staying AUTO (NCCL's own choice) for communicator" in submitted.output
+    assert "NCCLBOT_SYNC_EVERY" in submitted.output
+    data = tmp_path / "data"
+    assert CliRunner().invoke(main, ["ingest", str(run), "-d", str(data)]).exit_code == 0
+    runs = read_table(data, "runs")
+    steps = {json.loads(m.read_text())["step_key"]: json.loads(m.read_text())["variant"]
+             for m in run.glob("jobs/*/steps/*/step.json")}
+    outcome = {steps[r.step_key]: (r.outcome, r.failure) for r in runs.itertuples()}
+    assert outcome["default"][0] == "ok"
+    assert outcome["bad"][0] == "auto_fallback"
+    assert outcome["bad"][1].startswith("the plugin kept NCCL's own choice: NCCLBOT: staying AUTO")
+    assert "NCCLBOT_SYNC_EVERY" in outcome["bad"][1] and "[1, 4096]" in outcome["bad"][1]

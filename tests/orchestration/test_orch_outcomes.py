@@ -112,3 +112,29 @@ def test_a_step_that_never_started_stays_pending():
         assert classify_step(None, job_state=state, started=False, invalid_arm=False) is None
     assert classify_step(None, job_state=None, started=True, invalid_arm=False) is None  # still running
     assert classify_step(0, job_state=None, started=True, invalid_arm=True, output_ok=False) is StepOutcome.INVALID_ARM
+
+
+_FALLBACK = ("h:1:1 [0] learn.c:61 NCCL WARN NCCLBOT: staying AUTO (NCCL's own choice) for communicator "
+             "0123456789abcdef: rank 0: NCCLBOT_SYNC_EVERY=0 is invalid (expected an integer in [1, 4096])\n")
+
+
+@pytest.mark.parametrize(("learner", "code", "stdout", "expected"), [
+    (True, 0, "table", StepOutcome.AUTO_FALLBACK),  # the learner's numbers are AUTO's
+    (False, 0, "table", StepOutcome.OK),  # AUTO through the plugin, inert or not, is AUTO's run
+    (True, 1, "table", StepOutcome.FAILED),  # a failure stays a failure
+    (True, 0, "empty", StepOutcome.FAILED),  # no result at all
+])
+def test_a_learning_step_that_kept_nccls_choice_ends_auto_fallback(tmp_path, stdouts, learner, code, stdout, expected):
+    from ncclbot_sweep.outcomes import outcome_reason, step_outcome
+    from ncclbot_sweep.paths import StepFiles
+    from ncclbot_sweep.step_output import step_output_usable
+
+    files = StepFiles(tmp_path / "step")
+    _write_step(files, code, False, stdouts[stdout])
+    with open(files.nccl_log, "a") as log:
+        log.write(_FALLBACK)
+    outcome, _code = step_outcome(files, job_state=JobState.COMPLETED, output_ok=lambda: step_output_usable(files),
+                                  learner=learner)
+    assert outcome is expected
+    if outcome is StepOutcome.AUTO_FALLBACK:
+        assert outcome_reason(files, outcome) == _FALLBACK.split("NCCL WARN ", 1)[1].strip()

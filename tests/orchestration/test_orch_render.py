@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -12,9 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from orch_support import FAKE, SMALL_CAMPAIGN, local_inventory_text, starts_and_ends
+from ncclbot_sweep import pluginbuild
 from ncclbot_sweep.cli import main
 from ncclbot_sweep.errors import InventoryError, RenderError
 from ncclbot_sweep.names import COLLECTIVE_BINARY
+from ncclbot_sweep.outcomes import last_error_line
+from ncclbot_sweep.paths import StepFiles
 from ncclbot_sweep.sweep.campaign import load_campaign, parse_campaign_text, plan_campaign
 from ncclbot_sweep.sweep.inventory import load_inventory, parse_inventory_text
 from ncclbot_sweep.sweep.render import render_campaign, render_job_script, render_tune_script
@@ -32,7 +36,10 @@ def test_forced_script_contract():
     assert text.startswith(f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --comment=ncclbot:")
     assert f"#SBATCH --nodes={job.nodes}\n" in text and "#SBATCH --partition=h100\n" in text
     assert "#SBATCH --exclusive\n" in text
-    assert text.count("exec timeout --kill-after=30 3600 srun --nodes=4 --ntasks=32") == len(job.steps)
+    for step in job.steps:  # each step's own timeout, from its estimate: an LL step's is longer than LL128's
+        assert f"exec timeout --kill-after=30 {step.timeout_s} srun --nodes=4 --ntasks=32" in text
+    timeouts = {str(s.arm): s.timeout_s for s in job.steps}
+    assert timeouts["Ring/LL"] > 3 * timeouts["Ring/LL128"], timeouts
     assert "--mpi=pmix" in text
     step = job.steps[0]
     assert f"export NCCL_ALGO={step.arm.algorithm}\n" in text and f"export NCCL_PROTO={step.arm.protocol}\n" in text
@@ -263,3 +270,96 @@ def test_tuning_job_passes_every_word_through_untouched(tmp_path: Path):
     text = script.read_text()
     assert "#SBATCH --nodes=3\n#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2\n" in text
     assert "--gpus-per-node" not in text and "#SBATCH --partition=h100\n" in text
+
+
+_SRUN_STAND_IN = """#!/bin/bash
+# srun for a job script run by hand: drops srun's --flag=value words, runs the command once.
+while [ $# -gt 0 ]; do case "$1" in --*=*) shift ;; *) break ;; esac; done
+exec "$@"
+"""
+# The step's binary: records whether the job's coordinator said it listens when the step started,
+# then behaves as the fake nccl-tests.
+_SEES_COORDINATOR = """#!/bin/bash
+job_dir="$(dirname "$(dirname "$(dirname "$NCCL_DEBUG_FILE")")")"
+if grep -q '^listening on ' "$job_dir/coordinator.log" 2>/dev/null; then seen=listening; else seen=silent; fi
+echo "$NCCLSWEEP_STEP_KEY $seen" >>"$NCCLSWEEP_COORDINATOR_SEEN"
+exec "$(dirname "$0")/fake" "$@"
+"""
+
+
+def _free_coordinator_port() -> int:
+    """A free port the Slurm branch of the live script computes for some job id (20000 + id % 20000)."""
+    import socket
+
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("0.0.0.0", 0))
+            port = sock.getsockname()[1]
+        if 20000 <= port < 40000:
+            return port
+    pytest.skip("no free port in 20000-39999")
+
+
+def _run_live_job_by_hand(tmp_path: Path, coordinator: str) -> tuple[Path, dict[str, str], subprocess.CompletedProcess]:
+    """Render a two-step live job (stock, ucb1) for a Slurm inventory and run its script with bash, as
+    sbatch would on the batch host: Slurm's branch of the coordinator, the real template."""
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    (bins / "fake").write_text(FAKE)
+    (bins / "all_reduce_perf").write_text(_SEES_COORDINATOR)
+    (bins / "srun").write_text(_SRUN_STAND_IN)
+    (bins / "coordinator").write_text(coordinator)
+    for path in bins.iterdir():
+        path.chmod(0o755)
+    inv = parse_inventory_text(local_inventory_text(bins).replace("kind: local\n  max", "kind: slurm\n  max")
+                               + f"plugin: {{path: /nowhere/libnccl-ncclbot.so, coordinator: {bins / 'coordinator'}}}\n")
+    plan = plan_campaign(parse_campaign_text(
+        "name: by-hand\nkind: live\ncollectives: [AllReduce]\nnodes: [1]\nsizes: {min: 1K, max: 1K}\n"
+        "policies: [stock, ucb1]\niterations: 2\n"), inv)
+    (job,) = plan.jobs
+    root = tmp_path / "campaign"
+    render_campaign(plan, root)
+    seen = tmp_path / "seen.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCLSWEEP_", "NCCLBOT_"))}
+    env.update(PATH=f"{bins}:{env['PATH']}", SLURM_JOB_ID=str(_free_coordinator_port() - 20000),
+               NCCLSWEEP_COORDINATOR_SEEN=str(seen), NCCLSWEEP_FAKE_LOG=str(tmp_path / "fake.log"))
+    run = subprocess.run(["bash", str(root / "jobs" / job.key / "job.sh")], env=env, capture_output=True, text=True,
+                         timeout=120)
+    steps = {s.policy: root / "jobs" / job.key / "steps" / s.key for s in job.steps}
+    return seen, {policy: str(folder) for policy, folder in steps.items()}, run
+
+
+def test_the_live_job_waits_for_the_coordinator_before_any_step(tmp_path: Path):
+    """The real coordinator, slow to start (2 s), on Slurm's branch: no step starts before it listens."""
+    coordinator = f"#!/bin/bash\nsleep 2\nexec {pluginbuild.built_file(pluginbuild.COORDINATOR)} \"$@\"\n"
+    seen, steps, run = _run_live_job_by_hand(tmp_path, coordinator)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert [line.split()[1] for line in seen.read_text().splitlines()] == ["listening", "listening"]
+    job_log = (Path(steps["ucb1"]).parents[1] / "job.log").read_text()
+    assert "[ncclbot] coordinator listening on 0.0.0.0:" in job_log
+
+
+def test_a_coordinator_that_cannot_listen_fails_the_plugin_steps_naming_why(tmp_path: Path):
+    """The stock step runs; the ucb1 step never starts and fails with the coordinator's own words."""
+    coordinator = "#!/bin/bash\necho \"error: cannot listen on $2\" >&2\nexit 1\n"
+    seen, steps, run = _run_live_job_by_hand(tmp_path, coordinator)
+    assert run.returncode == 1
+    assert [line.split()[0] for line in seen.read_text().splitlines()] == [Path(steps["stock"]).name]
+    ucb1 = Path(steps["ucb1"])
+    assert (ucb1 / "exit").read_text().strip() == "1" and (Path(steps["stock"]) / "exit").read_text().strip() == "0"
+    reason = (ucb1 / "stderr.txt").read_text()
+    assert reason.startswith("the ncclbot coordinator cannot listen on 0.0.0.0:")
+    assert "error: cannot listen on 0.0.0.0:" in reason and "(see coordinator.log)" in reason
+    assert last_error_line(StepFiles(ucb1)) == reason.strip()  # what status and the runs table show
+
+
+def test_slurm_output_and_error_go_to_the_jobs_folder():
+    """``sbatch job.sh`` by hand logs into the job's folder too; a '%' of the folder is not a Slurm pattern."""
+    plan = plan_campaign(load_campaign("forced-arm-h100"), load_inventory("h100-spectrumx"))
+    job = plan.jobs[0]
+    text = render_job_script(plan, job, run_root=Path("/shared/runs 50%"))
+    target = f'"/shared/runs 50%%/jobs/{job.key}/slurm-%j.out"'
+    assert f"#SBATCH --output={target}\n#SBATCH --error={target}\n" in text
+    tune = render_tune_script(plan.inventory, name="t", campaign_key="c", job_key="j", run_dir=Path("/shared/tune"),
+                              nodes=1, workers=1, command=["ncclbot-sweep"])
+    assert "#SBATCH --output=/shared/tune/slurm-%j.out\n#SBATCH --error=/shared/tune/slurm-%j.out\n" in tune

@@ -129,11 +129,24 @@ def _finished_steps(work: Path) -> set[str]:
     return {p.parent.name for p in work.glob("jobs/*/steps/*/exit") if p.read_text().strip() == "0"}
 
 
+def _runner(work: Path) -> tuple[int, str] | None:
+    """(pid, start time) of the local executor's detached runner while it lives, as its record in the folder says."""
+    try:
+        pid, started = (work / ".executor" / "runner.pid").read_text().split()
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return None
+    return (int(pid), started) if stat[0] != "Z" and stat[19] == started else None
+
+
 def _kill_sessions(work: Path) -> None:
-    """SIGKILL every process of the campaign's local jobs, again until none is left.
+    """SIGKILL the local executor's runner and every process of the campaign's jobs, again until none is left.
 
     One pass can miss a child forked while /proc is being scanned, which would then live on.
     """
+    runner = _runner(work)
+    if runner is not None:
+        os.kill(runner[0], signal.SIGKILL)
     for _ in range(50):
         members = []
         for pid_file in (work / ".executor" / "jobs").glob("*/pid"):
@@ -185,6 +198,45 @@ def test_sigkill_then_resume_finishes_each_step_once(tmp_path, fake_bin, fake_en
         assert all(j.phase is JobPhase.FINISHED for j in manifest.jobs())
     finally:
         manifest.close()
+
+
+def test_ctrl_c_leaves_the_queued_jobs_going_on_as_slurm_does(tmp_path, fake_bin, fake_env):
+    """A real SIGINT to a real ``ncclbot-sweep submit``: the jobs still queued start after it exits
+    (the local executor's runner, recorded in the campaign folder), ``status`` shows them advance,
+    and no ``resume`` runs. The jobs keep the environment they were submitted in."""
+    camp, inv = _files(tmp_path, fake_bin, concurrent=1)  # four jobs, one at a time
+    work = tmp_path / "work"
+    env = dict(os.environ, NCCLSWEEP_FAKE_SLEEP="0.3")
+    cli = Path(sys.executable).with_name("ncclbot-sweep")
+    proc = subprocess.Popen([str(cli), "submit", str(camp), "-i", str(inv), "-w", str(work)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for_ends(fake_env, 1)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "still queued or running (they go on without this command" in output
+    runner = _runner(work)
+    assert runner is not None, (work / ".executor").iterdir()
+    seen = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        result = CliRunner().invoke(main, ["status", str(work), "--json"])
+        assert result.exit_code == 0, result.output
+        seen.append(json.loads(result.output)["steps"].get("ok", 0))
+        if seen[-1] == 8:
+            break
+        time.sleep(0.2)
+    assert seen[0] < 8 and seen[-1] == 8 and seen == sorted(seen), seen  # advancing, with nobody resuming
+    starts, ends = starts_and_ends(fake_env)
+    assert len(starts) == 8 and set(starts.values()) == {1} and set(ends.values()) == {1}
+    for record in (work / ".executor" / "jobs").glob("*/spec.json"):  # private: the environment may hold secrets
+        assert record.stat().st_mode & 0o777 == 0o600
+        assert json.loads(record.read_text())["environ"]["NCCLSWEEP_FAKE_SLEEP"] == "0.3"
+    for _ in range(100):  # nothing left to start: the runner ends and removes its record
+        if _runner(work) is None:
+            break
+        time.sleep(0.1)
+    assert _runner(work) is None and not (work / ".executor" / "runner.pid").exists()
 
 
 def test_crash_between_submit_and_manifest_is_adopted(tmp_path, fake_bin, fake_env):

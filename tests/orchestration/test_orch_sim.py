@@ -38,6 +38,12 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     assert re.fullmatch(r"demo:   the best learner, [\w-]+, loses \d+\.\d% .*", summary[2]), summary
     assert summary[3].startswith(f"demo:   report {tmp_path / 'report' / 'index.html'} (data {tmp_path / 'dataset'}")
     assert summary[4].startswith(f"demo:   live campaign analysis {tmp_path / 'live'}")
+    # Every path it prints exists, the first line's included (shipped names, not repository paths).
+    assert result.output.startswith(f"demo: the shipped campaigns demo, demo-live on inventory sim-h100 "
+                                    f"('ncclbot-sweep campaign list'), into {tmp_path.resolve()}\n")
+    printed = re.findall(r"(/[^\s,()']+)", "\n".join(line for line in result.output.splitlines()
+                                                    if line.startswith(("demo", "campaign "))))
+    assert len(printed) >= 8 and all(Path(p).exists() for p in printed), printed
     assert elapsed < 180, f"the demo took {elapsed:.0f} s"
     live = read_table(tmp_path / "live-dataset", "live_events")
     assert "ucb1" in set(live["policy"]) and sorted(live["rank"].unique()) == [0, 1, 2, 3]

@@ -73,7 +73,7 @@ nccl_tests:
   bin_dir: "{bin_dir}"
   version: "2.19.6"
 algorithms: {{families: [tree, ring]}}
-estimate: {{step_overhead_s: 5, job_overhead_s: 5, latency_us: 1, busbw_gbs: 1000}}
+estimate: {{step_setup_s: 5, step_setup_per_node_s: 0, job_setup_s: 5, model: sim-h100}}
 {extra}""")
     return path
 

@@ -322,3 +322,26 @@ def test_cancel_stops_the_campaign_jobs_only(tmp_path, sshd, slurm_cluster):
         assert dict(zip(state[::2], state[1::2])) == {job.executor_job_id: "CANCELLED", other: "RUNNING"}
     finally:
         slurm_cluster.run("scancel", other, check=False)
+
+
+def test_a_job_script_submitted_by_hand_logs_into_its_folder(tmp_path, slurm_cluster):
+    """``render`` then ``sbatch job.sh`` from another folder: Slurm's output lands in the job's folder
+    (``#SBATCH --output/--error``), not where sbatch ran, and the job's step runs."""
+    inv = inventory(tmp_path / "inventory.yaml", bin_dir=fake_bin(tmp_path / "bin"), access="{kind: local}",
+                    environment={})
+    camp = campaign(tmp_path / "campaign.yaml", name="e2e-by-hand", arms=["Ring/Simple"], nodes=[1], steps_per_job=1)
+    rendered = CliRunner().invoke(main, ["render", str(camp), "-i", str(inv), "-o", str(tmp_path / "50% run")])
+    assert rendered.exit_code == 0, rendered.output
+    (script,) = (tmp_path / "50% run").glob("jobs/*/job.sh")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    job_id = subprocess.run(["sbatch", "--parsable", str(script)], cwd=elsewhere, capture_output=True, text=True,
+                            check=True, timeout=30).stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 60
+    while slurm_cluster.run("squeue", "-h", "-j", job_id, check=False).stdout.strip():
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.3)
+    assert (script.parent / f"slurm-{job_id}.out").is_file()
+    assert not list(elsewhere.iterdir())
+    (marker,) = script.parent.glob("steps/*/exit")
+    assert marker.read_text().strip() == "0"

@@ -4,10 +4,16 @@ Used with the simulated fabric (the embedded default) and in tests. It behaves l
 scheduler whose whole state lives in files under ``state_dir``, so a campaign command can
 die at any point and the next one (``status``/``resume``) adopts what is still running:
 
-* ``submit`` records the job (PENDING) and starts it when fewer than ``max_concurrent``
-  jobs run; ``poll`` also starts pending jobs as slots free up (the scheduler's tick). A
-  job is claimed (a file) before it starts and its wrapper records its own pid, so a
-  caller killed mid-start neither hides the job nor lets it start twice;
+* ``submit`` records the job (PENDING, with the environment it was submitted in, as
+  ``sbatch --export=ALL`` keeps it) and starts it when fewer than ``max_concurrent`` jobs
+  run; ``poll`` also starts pending jobs as slots free up (the scheduler's tick). A job is
+  claimed (a file) before it starts and its wrapper records its own pid, so a caller killed
+  mid-start neither hides the job nor lets it start twice;
+* while a job is pending, a detached **runner** process (``python -m
+  ncclbot_sweep.sweep.executors.local STATE_DIR``, its own session, its pid and start time in
+  ``<state>/runner.pid``) ticks in its place: queued jobs go on after the command that
+  submitted them exits or is interrupted, as Slurm's do, and ``status`` sees them advance. It
+  ends when no job is pending or running;
 * cancel and liveness follow the job's session (``timeout`` moves the script and every step
   into process groups of their own); a job that ended leaves no process behind;
 * each job runs ``bash job.sh`` in its own session under ``timeout`` (the job's time
@@ -41,6 +47,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -57,6 +64,14 @@ __all__ = ["LocalExecutor", "session_members"]
 log = logging.getLogger(__name__)
 
 _CANCELLED = "cancelled"
+#: The detached runner's record (``pid start-time``), its log, and the executor's settings it reads.
+_RUNNER_PID = "runner.pid"
+_RUNNER_LOG = "runner.log"
+_SETTINGS = "executor.json"
+#: Seconds between the runner's ticks.
+_RUNNER_TICK_S = 0.25
+#: What ``python -m`` runs for the runner (this module, also when it is itself ``__main__``).
+_RUNNER_MODULE = "ncclbot_sweep.sweep.executors.local"
 #: Seconds a claimed job may take to record its pid before it counts as never started.
 _START_GRACE_S = 30.0
 # The job's session leader: records its own pid and start time first (so a crash of the
@@ -123,6 +138,11 @@ exit "$rc"
 """
 
 
+def _submit_environment() -> dict[str, str]:
+    """This process's environment as a job submitted from it keeps it (no scheduler variables)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+
+
 def _stat(pid: int | str) -> list[str] | None:
     """Fields of ``/proc/<pid>/stat`` after the command name (state first), or None if gone."""
     try:
@@ -173,6 +193,11 @@ class LocalExecutor(Executor):
         srun = self._bin / "srun"
         if not srun.is_file() or srun.read_text() != _SRUN:
             write_atomic(srun, _SRUN, mode=0o755)
+        settings = json.dumps({"gpus_per_node": gpus_per_node, "max_concurrent": max_concurrent,
+                               "rank_processes": rank_processes})
+        path = self.state_dir / _SETTINGS
+        if not path.is_file() or path.read_text() != settings:
+            write_atomic(path, settings)
         self._children: dict[str, subprocess.Popen] = {}
 
     # ------------------------------------------------------------------ records
@@ -213,10 +238,11 @@ class LocalExecutor(Executor):
             record = self._record_dir(job_id)
             spec = {"tag": job.tag, "campaign_key": job.campaign_key, "job_key": job.job_key,
                     "dir": str(Path(job.local_dir).resolve()), "nodes": job.nodes,
-                    "time_limit_s": job.time_limit_s, "submitted_at": time.time(), "env": job.rerun_env}
+                    "time_limit_s": job.time_limit_s, "submitted_at": time.time(), "env": job.rerun_env,
+                    "environ": _submit_environment()}
             try:
                 record.mkdir(parents=True)
-                write_atomic(record / "spec.json", json.dumps(spec))
+                write_atomic(record / "spec.json", json.dumps(spec), mode=0o600)  # the environment may hold secrets
             except BaseException:  # a full disk: no half-recorded job that could never start
                 shutil.rmtree(record, ignore_errors=True)
                 raise
@@ -262,9 +288,27 @@ class LocalExecutor(Executor):
         return found
 
     def close(self) -> None:
-        """Reap finished children; running jobs keep running (they are adopted on resume)."""
+        """Reap finished children; running jobs keep running and the runner starts pending ones."""
         for child in self._children.values():
             child.poll()
+
+    def serve(self) -> None:
+        """The detached runner's loop: start pending jobs as slots free up, until none is pending or running.
+
+        Ends at once when another runner has taken over (the record names another process).
+        """
+        me = (os.getpid(), _proc_start_time(os.getpid()))
+        while True:
+            with self._locked():
+                if self._runner() != me:
+                    return
+                self._schedule()
+                open_ids = [j for j in self._ids() if self._status(j).state in (JobState.PENDING, JobState.RUNNING)]
+                if not open_ids:
+                    (self.state_dir / _RUNNER_PID).unlink(missing_ok=True)
+                    log.info("no local job pending or running: the runner ends")
+                    return
+            time.sleep(_RUNNER_TICK_S)
 
     # ------------------------------------------------------------------ internals
 
@@ -350,20 +394,46 @@ class LocalExecutor(Executor):
         """Start pending jobs, oldest first, while fewer than ``max_concurrent`` run (lock held).
 
         A job is claimed (a file) before it starts, so it can start only once even if the
-        caller dies right after starting it.
+        caller dies right after starting it. Jobs left pending get a runner if none is alive.
         """
         free = self.max_concurrent - self._running_count()
+        waiting = False
         for job_id in self._ids():
-            if free <= 0:
-                break
             record = self._record_dir(job_id)
             if (record / "claim").exists() or (record / "rc").exists():
                 continue
             if not self._read(job_id):
                 log.warning("local job %s has no readable record (%s): not started", job_id, record)
                 continue
+            if free <= 0:
+                waiting = True
+                break
             self._start(job_id)
             free -= 1
+        if waiting and self._runner() is None:
+            self._start_runner()
+
+    def _runner(self) -> tuple[int, str] | None:
+        """(pid, start time) of the live runner, or None (lock held)."""
+        try:
+            pid_text, start = (self.state_dir / _RUNNER_PID).read_text().split()
+        except (OSError, ValueError):
+            return None
+        return (int(pid_text), start) if _proc_start_time(int(pid_text)) == start else None
+
+    def _start_runner(self) -> None:
+        """Start the detached runner and record it (lock held, so it cannot start twice)."""
+        with open(self.state_dir / _RUNNER_LOG, "ab") as out:
+            child = subprocess.Popen([sys.executable, "-m", _RUNNER_MODULE, str(self.state_dir)],
+                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        started = _proc_start_time(child.pid)
+        if started is None:  # it died at once; the next tick of this command tries again
+            log.warning("the local runner (pid %d) ended at once; see %s", child.pid, self.state_dir / _RUNNER_LOG)
+            return
+        write_atomic(self.state_dir / _RUNNER_PID, f"{child.pid} {started}")
+        self._children[f"runner-{child.pid}"] = child
+        log.info("local runner started (pid %d) for the jobs still pending", child.pid)
 
     def _start(self, job_id: str) -> None:
         spec = self._read(job_id)
@@ -384,7 +454,7 @@ class LocalExecutor(Executor):
         nodes = int(spec["nodes"])
         ntasks = nodes * self.gpus_per_node
         nodelist = "localhost" if nodes == 1 else f"local[1-{nodes}]"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+        env = dict(spec.get("environ") or _submit_environment())
         env.update({
             "PATH": f"{self._bin}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
             "NCCLSWEEP_LOCAL_JOB_STATE": str(self._record_dir(job_id)),
@@ -417,3 +487,20 @@ class LocalExecutor(Executor):
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and session_members(sid, started):
                 time.sleep(0.05)
+
+
+def _serve_main(argv: Sequence[str]) -> int:
+    """``python -m ncclbot_sweep.sweep.executors.local STATE_DIR``: the detached runner."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s runner %(process)d: %(message)s")
+    state_dir = Path(argv[0])
+    try:
+        settings = json.loads((state_dir / _SETTINGS).read_text())
+        LocalExecutor(state_dir=state_dir, **settings).serve()
+    except (OSError, ValueError, TypeError) as exc:  # the campaign folder went away, or its record is unreadable
+        log.error("the runner stops: %s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve_main(sys.argv[1:]))

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ncclbot_sweep.errors import SchedulerError, TransportError
-from ncclbot_sweep.paths import SLURM_OUTPUT, STEP_META
+from ncclbot_sweep.paths import STEP_META, slurm_output_pattern
 from ncclbot_sweep.sweep.executors import slurm_parse as sp
 from ncclbot_sweep.sweep.executors.base import Executor, JobSpec, JobState, JobStatus, job_tag
 from ncclbot_sweep.sweep.mirror import CollectReport, sync_tree
@@ -120,7 +120,7 @@ class SlurmExecutor(Executor):
         remote = PurePosixPath(job.remote_dir)
         export = ",".join(f"{k}={v}" for k, v in job.rerun_env.items())
         return ["sbatch", "--parsable", f"--job-name={job.name or job.tag}", f"--comment={job.tag}",
-                "--no-requeue", f"--export=ALL,{export}", f"--chdir={remote}", f"--output={remote / SLURM_OUTPUT}",
+                "--no-requeue", f"--export=ALL,{export}", f"--chdir={remote}", f"--output={slurm_output_pattern(remote)}",
                 str(remote / job.script_name)]
 
     def submit(self, job: JobSpec) -> str:

@@ -1,10 +1,12 @@
 #!/bin/bash
 #SBATCH --job-name=golden-forced-AllReduce-8n
-#SBATCH --comment=ncclbot:76ee9938dde11764:99c63c8e3998cdf6
+#SBATCH --comment=ncclbot:76ee9938dde11764:e79513c2cf4e9d95
 #SBATCH --nodes=8
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
-#SBATCH --time=10
+#SBATCH --time=5
+#SBATCH --output=/shared/campaigns/golden/jobs/e79513c2cf4e9d95/slurm-%j.out
+#SBATCH --error=/shared/campaigns/golden/jobs/e79513c2cf4e9d95/slurm-%j.out
 #SBATCH --partition=h100
 #SBATCH --account=perf
 #SBATCH --exclusive
@@ -13,10 +15,10 @@
 # Our own variables are NCCLSWEEP_*: the plugin refuses unknown NCCLBOT_* variables.
 set -u
 umask 022
-JOB_DIR=/shared/campaigns/golden/jobs/99c63c8e3998cdf6
+JOB_DIR=/shared/campaigns/golden/jobs/e79513c2cf4e9d95
 export NCCLSWEEP_CAMPAIGN=golden-forced
 export NCCLSWEEP_CAMPAIGN_KEY=76ee9938dde11764
-export NCCLSWEEP_JOB_KEY=99c63c8e3998cdf6
+export NCCLSWEEP_JOB_KEY=e79513c2cf4e9d95
 mkdir -p "$JOB_DIR/steps" || exit 1
 exec >>"$JOB_DIR/job.log" 2>&1
 echo "[ncclbot] job $NCCLSWEEP_JOB_KEY starting on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ) (Slurm job ${SLURM_JOB_ID:-none})"
@@ -106,14 +108,14 @@ ncclbot_provenance || echo "[ncclbot] warning: provenance capture failed (python
 
 ncclbot_failed=0
 
-# ---- step 1/2: c34a847b157036cd
-STEP_DIR=/shared/campaigns/golden/jobs/99c63c8e3998cdf6/steps/c34a847b157036cd
-if ncclbot_step_done "$STEP_DIR" c34a847b157036cd; then
-    echo "[ncclbot] step "c34a847b157036cd" already finished, skipped"
+# ---- step 1/2: c1e2bd449f32a07a
+STEP_DIR=/shared/campaigns/golden/jobs/e79513c2cf4e9d95/steps/c1e2bd449f32a07a
+if ncclbot_step_done "$STEP_DIR" c1e2bd449f32a07a; then
+    echo "[ncclbot] step "c1e2bd449f32a07a" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"
     rm -f "$STEP_DIR/exit" "$STEP_DIR/result.json" "$STEP_DIR"/result.json.* "$STEP_DIR/nccl.log" "$STEP_DIR/stdout.txt" "$STEP_DIR/stderr.txt"
-    echo "[ncclbot] step "c34a847b157036cd" ("'AllReduce 8n Ring/LL128'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "[ncclbot] step "c1e2bd449f32a07a" ("'AllReduce 8n Ring/LL128'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     (
         unset NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN
         export NCCL_ALGO=Ring
@@ -121,23 +123,23 @@ else
         export NCCL_DEBUG=INFO
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
-        export NCCLSWEEP_STEP_KEY=c34a847b157036cd
-        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        export NCCLSWEEP_STEP_KEY=c1e2bd449f32a07a
+        exec timeout --kill-after=30 100 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
-    echo "[ncclbot] step "c34a847b157036cd" finished with exit code $rc"
+    echo "[ncclbot] step "c1e2bd449f32a07a" finished with exit code $rc"
     [ "$rc" = 0 ] || ncclbot_failed=$((ncclbot_failed + 1))
 fi
 
-# ---- step 2/2: 138ab278b28a220b
-STEP_DIR=/shared/campaigns/golden/jobs/99c63c8e3998cdf6/steps/138ab278b28a220b
-if ncclbot_step_done "$STEP_DIR" 138ab278b28a220b; then
-    echo "[ncclbot] step "138ab278b28a220b" already finished, skipped"
+# ---- step 2/2: 108e16977c76d595
+STEP_DIR=/shared/campaigns/golden/jobs/e79513c2cf4e9d95/steps/108e16977c76d595
+if ncclbot_step_done "$STEP_DIR" 108e16977c76d595; then
+    echo "[ncclbot] step "108e16977c76d595" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"
     rm -f "$STEP_DIR/exit" "$STEP_DIR/result.json" "$STEP_DIR"/result.json.* "$STEP_DIR/nccl.log" "$STEP_DIR/stdout.txt" "$STEP_DIR/stderr.txt"
-    echo "[ncclbot] step "138ab278b28a220b" ("'AllReduce 8n NVLSTree/Simple'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "[ncclbot] step "108e16977c76d595" ("'AllReduce 8n NVLSTree/Simple'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     (
         unset NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN
         export NCCL_ALGO=NVLSTree
@@ -145,12 +147,12 @@ else
         export NCCL_DEBUG=INFO
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
-        export NCCLSWEEP_STEP_KEY=138ab278b28a220b
-        exec timeout --kill-after=30 1800 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        export NCCLSWEEP_STEP_KEY=108e16977c76d595
+        exec timeout --kill-after=30 96 srun --nodes=8 --ntasks=64 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 512 -e 17179869184 -f 2 -g 1 -d float -o sum -w 0 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
-    echo "[ncclbot] step "138ab278b28a220b" finished with exit code $rc"
+    echo "[ncclbot] step "108e16977c76d595" finished with exit code $rc"
     [ "$rc" = 0 ] || ncclbot_failed=$((ncclbot_failed + 1))
 fi
 

@@ -1,10 +1,12 @@
 #!/bin/bash
 #SBATCH --job-name=golden-live-AllReduce-16n
-#SBATCH --comment=ncclbot:9ea449c6c056f786:aad42940fca7d361
+#SBATCH --comment=ncclbot:9ea449c6c056f786:19f709b1da4389bb
 #SBATCH --nodes=16
 #SBATCH --ntasks-per-node=4
 #SBATCH --gpus-per-node=4
-#SBATCH --time=9
+#SBATCH --time=5
+#SBATCH --output=/shared/campaigns/golden/jobs/19f709b1da4389bb/slurm-%j.out
+#SBATCH --error=/shared/campaigns/golden/jobs/19f709b1da4389bb/slurm-%j.out
 #SBATCH --partition=gb200
 #SBATCH --account=perf
 #SBATCH --segment=16
@@ -14,10 +16,10 @@
 # Our own variables are NCCLSWEEP_*: the plugin refuses unknown NCCLBOT_* variables.
 set -u
 umask 022
-JOB_DIR=/shared/campaigns/golden/jobs/aad42940fca7d361
+JOB_DIR=/shared/campaigns/golden/jobs/19f709b1da4389bb
 export NCCLSWEEP_CAMPAIGN=golden-live
 export NCCLSWEEP_CAMPAIGN_KEY=9ea449c6c056f786
-export NCCLSWEEP_JOB_KEY=aad42940fca7d361
+export NCCLSWEEP_JOB_KEY=19f709b1da4389bb
 mkdir -p "$JOB_DIR/steps" || exit 1
 exec >>"$JOB_DIR/job.log" 2>&1
 echo "[ncclbot] job $NCCLSWEEP_JOB_KEY starting on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ) (Slurm job ${SLURM_JOB_ID:-none})"
@@ -177,54 +179,68 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv))
 PY
 }
-# The plugin's coordinator keeps every rank's bandit state identical (plugin/README.md);
-# ranks find it at $SLURM_LAUNCH_NODE_IPADDR:20000+jobid%20000, the token comes from the environment.
+# The plugin's coordinator keeps every rank's bandit state identical (plugin/README.md); the
+# token comes from the environment. On Slurm it listens on 20000+jobid%20000 of the batch host,
+# where the ranks find it ($SLURM_LAUNCH_NODE_IPADDR); the local executor has it on loopback, any
+# free port, and tells the ranks which. No step starts before it listens: if it never does, each
+# step that loads the plugin fails, saying why.
 export NCCLBOT_SYNC_TOKEN="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-if [ -n "${NCCLSWEEP_COORDINATOR_LISTEN:-}" ]; then
-    # The local executor: loopback only, any free port; the ranks are told which one.
-    /shared/ncclbot/bin/ncclbot-coordinator --listen "$NCCLSWEEP_COORDINATOR_LISTEN" >"$JOB_DIR/coordinator.log" 2>&1 &
-    ncclbot_coordinator=$!
-    for _ in $(seq 200); do grep -q '^listening on ' "$JOB_DIR/coordinator.log" 2>/dev/null && break; sleep 0.05; done
-    export NCCLBOT_SYNC_ADDR="$(sed -n 's/^listening on //p' "$JOB_DIR/coordinator.log")"
-else
-    /shared/ncclbot/bin/ncclbot-coordinator --listen "0.0.0.0:$((20000 + ${SLURM_JOB_ID:-0} % 20000))" >>"$JOB_DIR/coordinator.log" 2>&1 &
-    ncclbot_coordinator=$!
-fi
+ncclbot_listen="${NCCLSWEEP_COORDINATOR_LISTEN:-0.0.0.0:$((20000 + ${SLURM_JOB_ID:-0} % 20000))}"
+ncclbot_coordinator_log="$JOB_DIR/coordinator.log"
+ncclbot_from=$(( $(stat -c %s "$ncclbot_coordinator_log" 2>/dev/null || echo 0) + 1 ))
+/shared/ncclbot/bin/ncclbot-coordinator --listen "$ncclbot_listen" >>"$ncclbot_coordinator_log" 2>&1 &
+ncclbot_coordinator=$!
 trap 'kill "$ncclbot_coordinator" 2>/dev/null' EXIT
+ncclbot_listening=""
+for _ in $(seq 600); do
+    ncclbot_listening="$(tail -c "+$ncclbot_from" "$ncclbot_coordinator_log" 2>/dev/null | sed -n 's/^listening on //p' | head -n 1)"
+    if [ -n "$ncclbot_listening" ] || ! kill -0 "$ncclbot_coordinator" 2>/dev/null; then break; fi
+    sleep 0.05
+done
+ncclbot_no_coordinator=""
+if [ -n "$ncclbot_listening" ]; then
+    echo "[ncclbot] coordinator listening on $ncclbot_listening"
+    if [ -n "${NCCLSWEEP_COORDINATOR_LISTEN:-}" ]; then export NCCLBOT_SYNC_ADDR="$ncclbot_listening"; fi
+else
+    ncclbot_said="$(tail -c "+$ncclbot_from" "$ncclbot_coordinator_log" 2>/dev/null | tail -n 1)"
+    ncclbot_no_coordinator="the ncclbot coordinator cannot listen on $ncclbot_listen: ${ncclbot_said:-it did not say it listens within 30 s} (see coordinator.log)"
+    echo "[ncclbot] $ncclbot_no_coordinator; the steps that load the plugin fail"
+fi
 ncclbot_failed=0
 
-# ---- step 1/2: c879caab054296ed
-STEP_DIR=/shared/campaigns/golden/jobs/aad42940fca7d361/steps/c879caab054296ed
-if ncclbot_step_done "$STEP_DIR" c879caab054296ed; then
-    echo "[ncclbot] step "c879caab054296ed" already finished, skipped"
+# ---- step 1/2: 750adbbed61197e3
+STEP_DIR=/shared/campaigns/golden/jobs/19f709b1da4389bb/steps/750adbbed61197e3
+if ncclbot_step_done "$STEP_DIR" 750adbbed61197e3; then
+    echo "[ncclbot] step "750adbbed61197e3" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"
     rm -f "$STEP_DIR/exit" "$STEP_DIR/result.json" "$STEP_DIR"/result.json.* "$STEP_DIR/nccl.log" "$STEP_DIR/stdout.txt" "$STEP_DIR/stderr.txt"
-    echo "[ncclbot] step "c879caab054296ed" ("'AllReduce 16n policy stock'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "[ncclbot] step "750adbbed61197e3" ("'AllReduce 16n policy stock'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     (
         unset NCCL_ALGO NCCL_PROTO NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN
         export NCCL_DEBUG=INFO
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
-        export NCCLSWEEP_STEP_KEY=c879caab054296ed
-        exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        export NCCLSWEEP_STEP_KEY=750adbbed61197e3
+        exec timeout --kill-after=30 60 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
-    echo "[ncclbot] step "c879caab054296ed" finished with exit code $rc"
+    echo "[ncclbot] step "750adbbed61197e3" finished with exit code $rc"
     [ "$rc" = 0 ] || ncclbot_failed=$((ncclbot_failed + 1))
 fi
 
-# ---- step 2/2: 29fded58b3b58921
-STEP_DIR=/shared/campaigns/golden/jobs/aad42940fca7d361/steps/29fded58b3b58921
-if ncclbot_step_done "$STEP_DIR" 29fded58b3b58921; then
-    echo "[ncclbot] step "29fded58b3b58921" already finished, skipped"
+# ---- step 2/2: 74ce6a9fdb70c779
+STEP_DIR=/shared/campaigns/golden/jobs/19f709b1da4389bb/steps/74ce6a9fdb70c779
+if ncclbot_step_done "$STEP_DIR" 74ce6a9fdb70c779; then
+    echo "[ncclbot] step "74ce6a9fdb70c779" already finished, skipped"
 else
     mkdir -p "$STEP_DIR"
     rm -f "$STEP_DIR/exit" "$STEP_DIR/result.json" "$STEP_DIR"/result.json.* "$STEP_DIR/nccl.log" "$STEP_DIR/stdout.txt" "$STEP_DIR/stderr.txt"
-    echo "[ncclbot] step "29fded58b3b58921" ("'AllReduce 16n policy ucb1'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "[ncclbot] step "74ce6a9fdb70c779" ("'AllReduce 16n policy ucb1'") starting at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     (
         unset NCCL_ALGO NCCL_PROTO NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN
+        if [ -n "$ncclbot_no_coordinator" ]; then echo "$ncclbot_no_coordinator" >"$STEP_DIR/stderr.txt"; exit 1; fi
         export NCCL_TUNER_PLUGIN=/shared/ncclbot/lib/libnccl-ncclbot.so
         export NCCL_PROFILER_PLUGIN=/shared/ncclbot/lib/libnccl-ncclbot.so
         export NCCLBOT_POLICY=ucb1
@@ -233,20 +249,20 @@ else
         export NCCL_DEBUG=INFO
         export NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
         export NCCL_DEBUG_FILE="$STEP_DIR/nccl.log"
-        export NCCLSWEEP_STEP_KEY=29fded58b3b58921
-        exec timeout --kill-after=30 1800 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
+        export NCCLSWEEP_STEP_KEY=74ce6a9fdb70c779
+        exec timeout --kill-after=30 78 srun --nodes=16 --ntasks=64 --ntasks-per-node=4 --mpi=pmix --container-image=/shared/images/nccl-tests+ncclbot.sqsh --container-mounts=/shared/ncclbot:/shared/ncclbot --no-container-mount-home --cpu-bind=none --kill-on-bad-exit=1 bash -c "$NCCLSWEEP_RANK_WRAPPER" ncclbot-rank /opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1073741824 -f 2 -g 1 -d float -o sum -w 100 -n 100 -I 1 -c 0 -J "$STEP_DIR/result.json" >"$STEP_DIR/stdout.txt" 2>"$STEP_DIR/stderr.txt"
     )
     rc=$?
     # Every rank must have played the same arm on every call.
     if [ "$rc" = 0 ]; then
         ncclbot_diverged="$(ncclbot_check_arms "$STEP_DIR/trace")" || {
             rc=3
-            echo "[ncclbot] step "29fded58b3b58921": $ncclbot_diverged"
+            echo "[ncclbot] step "74ce6a9fdb70c779": $ncclbot_diverged"
             echo "$ncclbot_diverged" >>"$STEP_DIR/stderr.txt"
         }
     fi
     echo "$rc" >"$STEP_DIR/exit.tmp" && mv -f "$STEP_DIR/exit.tmp" "$STEP_DIR/exit"
-    echo "[ncclbot] step "29fded58b3b58921" finished with exit code $rc"
+    echo "[ncclbot] step "74ce6a9fdb70c779" finished with exit code $rc"
     [ "$rc" = 0 ] || ncclbot_failed=$((ncclbot_failed + 1))
 fi
 

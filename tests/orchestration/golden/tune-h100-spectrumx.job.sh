@@ -5,6 +5,8 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=8
 #SBATCH --time=240
+#SBATCH --output=/shared/ncclbot/campaigns/tune-h100/slurm-%j.out
+#SBATCH --error=/shared/ncclbot/campaigns/tune-h100/slurm-%j.out
 #SBATCH --partition=h100
 #SBATCH --account=perf
 #SBATCH --exclusive
