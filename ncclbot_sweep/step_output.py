@@ -11,34 +11,47 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ncclbot_sweep.errors import ParseError
 from ncclbot_sweep.outcomes import StepOutcome
 from ncclbot_sweep.parsers import parse_source
 from ncclbot_sweep.parsers.common import ParseResult, SourceInfo
 from ncclbot_sweep.paths import StepFiles
+from ncclbot_sweep.stepmeta import read_step_meta
 
 __all__ = ["StepOutput", "read_step_output", "step_output_usable"]
 
 
 @dataclasses.dataclass
 class StepOutput:
-    """A step's parsed stdout (nccl-tests text) and ``result.json``; None where the file is absent."""
+    """A step's parsed stdout (nccl-tests text) and ``result.json``, or a workload run's step times
+    (``workload_steps.csv``; its stdout is the user's program's, not parsed); None where absent."""
 
     text: ParseResult | None
     json: ParseResult | None
+    workload: ParseResult | None = None
+    is_workload: bool = False
 
     @property
     def usable(self) -> bool:
-        """True when the text or the JSON holds result rows and reports no failure.
+        """True when the text or the JSON holds result rows and reports no failure; for a
+        workload run, when it has step times.
 
         Not usable: no output at all, output that is not nccl-tests' (garbage), a run that
         stopped before its table, a truncated JSON, error lines or out-of-bounds values.
         """
+        if self.is_workload:
+            return self.workload is not None and self.workload.count("workload_steps") > 0
         runs = [run for part in (self.text, self.json) if part is not None for run in part.rows("runs")]
         return any(run.get("outcome") != StepOutcome.FAILED.value and (run.get("cycles") or 0) > 0 for run in runs)
 
 
 def read_step_output(files: StepFiles, source: SourceInfo) -> StepOutput:
-    """Parse a step's stdout and ``result.json`` (each whole: nccl-tests output is small)."""
+    """Parse a step's stdout and ``result.json`` (each whole: nccl-tests output is small), or a
+    workload run's ``workload_steps.csv`` (``source.meta`` says the kind)."""
+    if source.meta.get("kind") == "workload":
+        steps = Path(files.workload_steps)
+        parsed = parse_source("workload-steps", steps.read_bytes(), source) if steps.is_file() else None
+        return StepOutput(text=None, json=None, workload=parsed, is_workload=True)
     stdout, result_json = Path(files.stdout), Path(files.result_json)
     text = parse_source("nccl-tests-text", stdout.read_bytes(), source) if stdout.is_file() else None
     json = parse_source("nccl-tests-json", result_json.read_bytes(), source) if result_json.is_file() else None
@@ -48,4 +61,8 @@ def read_step_output(files: StepFiles, source: SourceInfo) -> StepOutput:
 def step_output_usable(files: StepFiles) -> bool:
     """:attr:`StepOutput.usable` for a step folder (the runner's question; ingest parses once and asks the same)."""
     root = str(files.root)
-    return read_step_output(files, SourceInfo(path=root, sha256="", run_id=Path(root).name)).usable
+    try:
+        meta = read_step_meta(files.meta).as_dict()
+    except ParseError:
+        meta = {}  # ingest quarantines such a step; here it is read as nccl-tests output
+    return read_step_output(files, SourceInfo(path=root, sha256="", run_id=Path(root).name, meta=meta)).usable

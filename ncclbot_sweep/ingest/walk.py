@@ -321,8 +321,8 @@ def _parse_file(path: Path, fmt: str | None, source: SourceInfo, writer: dataset
 def _step_members(folder: Path) -> list[Path]:
     """The files of a step folder that make up its source (and its hash), in a fixed order."""
     files = StepFiles(folder)
-    members = [Path(p) for p in (files.meta, files.stdout, files.nccl_log, files.result_json, files.exit_marker)
-               if Path(p).is_file()]
+    members = [Path(p) for p in (files.meta, files.stdout, files.nccl_log, files.result_json, files.workload_steps,
+                                 files.exit_marker) if Path(p).is_file()]
     return members + _trace_files(files)
 
 
@@ -401,6 +401,9 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
         if per_iter or not result.count("iterations"):
             result.tables["iterations"] = json_iters  # per-iteration rows win (architecture section 4)
     run = _merge_runs(text_runs, json_runs)
+    if output.is_workload:
+        result.merge(output.workload or ParseResult())
+        run["failure"] = None if output.usable else "no workload_steps.csv with a step time"
     facts = None
     log_path = Path(files.nccl_log)
     if log_path.is_file():

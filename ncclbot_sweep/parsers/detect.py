@@ -12,7 +12,7 @@ __all__ = ["detect_format", "FORMATS"]
 #: Every format ingest knows, with the parser that reads it.
 FORMATS = (
     "nccl-tests-text", "nccl-tests-json", "rccl-tests-jsonlines", "nccl-log", "ncclbot-trace",
-    "nccl-profiler-trace", "nccl-inspector-json", "nccl-inspector-prometheus", "kineto-trace",
+    "nccl-profiler-trace", "nccl-inspector-json", "nccl-inspector-prometheus", "kineto-trace", "workload-steps",
 )
 
 _TEXT_TABLE = re.compile(r"nThread\s+\d+\s+nGpus|^\W*#?\s*size\s+count\s+type|out-of-place\s+in-place"
@@ -30,6 +30,8 @@ def detect_format(head: bytes) -> str | None:
     stripped = text.lstrip()
     if stripped.startswith("# ncclbot-trace"):
         return "ncclbot-trace"
+    if stripped.startswith("# ncclbot-workload-steps"):
+        return "workload-steps"
     if '"traceEvents"' in text or ('"schemaVersion"' in text and '"deviceProperties"' in text):
         return "kineto-trace"
     if stripped.startswith("{") and ("inspector_output_format_version" in text or '"coll_perf"' in text):

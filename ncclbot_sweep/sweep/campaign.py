@@ -27,7 +27,7 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -50,6 +50,14 @@ from ncclbot_sweep.names import (
 from ncclbot_sweep.specfile import Bool, Bytes, Float, Int, SpecModel, load_spec, parse_spec
 from ncclbot_sweep.stepmeta import MAX_TIMEOUT_S
 from ncclbot_sweep.sweep.inventory import Inventory, env_mapping
+from ncclbot_sweep.sweep.workload import (
+    STATIC,
+    WorkloadSpec,
+    check_campaign,
+    nodes_command,
+    workload_plan_lines,
+)
+from ncclbot_sweep.sweep.workload import describe as describe_workload
 
 __all__ = [
     "AXES",
@@ -165,12 +173,12 @@ class Campaign(SpecModel):
     """One campaign spec; see the module docstring for the expansion rules."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    kind: Literal["forced", "live", "stock", "overhead"]
+    kind: Literal["forced", "live", "stock", "overhead", "workload"]
     description: str = ""
-    collectives: list[str]
+    collectives: list[str] = Field(default_factory=list)
     nodes: list[Int] = Field(min_length=1)
     node_set: str | None = None
-    sizes: SizeSpec
+    sizes: SizeSpec | None = None
     arms: Literal["all"] | list[str] | ArmExclusion = "all"
     policies: list[str] = Field(default_factory=list)
     plugin: PluginSettings = Field(default_factory=PluginSettings)
@@ -193,6 +201,8 @@ class Campaign(SpecModel):
     dtype: str = "float"
     op: str = "sum"
     extra_flags: list[str] = Field(default_factory=list)
+    #: Workload campaigns: the user's command and how its step times are read (sweep/workload.py).
+    workload: WorkloadSpec | None = None
 
     @field_validator("env", mode="before")
     @classmethod
@@ -235,6 +245,9 @@ class Campaign(SpecModel):
             raise ValueError("a forced campaign forces arms; remove 'policies' (or use kind 'live')")
         if self.kind in ("live", "overhead") and not self.policies:
             raise ValueError(f"a {self.kind} campaign needs 'policies' (e.g. [stock, AUTO, ucb1])")
+        check_campaign(self.kind, self.model_fields_set, self.policies, self.workload)
+        if self.kind != "workload" and (not self.collectives or self.sizes is None):
+            raise ValueError(f"a {self.kind} campaign needs 'collectives' and 'sizes'")
         if self.kind != "forced" and (self.arms != "all" or self.baseline):
             raise ValueError("'arms' and 'baseline' apply to forced campaigns only")
         names = [v.name for v in self.variants]
@@ -269,11 +282,11 @@ class Campaign(SpecModel):
                 bound *= self._axis_length(axis)
         if self.kind == "forced":
             bound *= arms_per_scenario + (1 if self.baseline else 0)
-        return bound * len(self.sizes.ranges())
+        return bound * len(_size_ranges(self))
 
     def _axis_values(self, axis: str) -> list[Any]:
         if axis == "collective":
-            return list(self.collectives)
+            return list(self.collectives) or [None]  # a workload campaign has none
         if axis == "nodes":
             return list(self.nodes)
         if axis == "policy":
@@ -315,6 +328,8 @@ class Step:
     env: dict[str, str]
     flags: tuple[str, ...]
     estimate_s: float
+    #: A workload step's command as the job runs it (empty for nccl-tests steps).
+    command: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> int:
@@ -325,7 +340,7 @@ class Step:
         what = str(self.arm) if self.arm is not None else f"policy {self.policy}"
         extra = "" if self.variant == "default" else f" [{self.variant}]"
         rep = f" #{self.repeat}" if self.repeat else ""
-        return f"{self.collective} {self.nodes}n {what}{extra}{rep}"
+        return f"{self.collective or self.kind} {self.nodes}n {what}{extra}{rep}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,6 +397,7 @@ class Plan:
         job = next(j for j in self.jobs if j.key == job_key)
         collectives = list(dict.fromkeys(s.collective for s in job.steps))
         what = "+".join(collectives) if len(collectives) <= 3 else f"{len(collectives)}-collectives"
+        what = what or self.campaign.kind
         return f"{self.campaign.name}-{what}-{job.nodes}n"
 
     def summary(self) -> dict[str, Any]:
@@ -405,6 +421,7 @@ class Plan:
             "node_hours": round(self.node_hours, 3),
             "budget_node_hours": self.campaign.budget_node_hours,
             "warnings": list(self.warnings),
+            **({"workload": describe_workload(self.campaign.workload)} if self.campaign.workload else {}),
         }
 
 
@@ -570,8 +587,38 @@ def _step_estimate(inventory: Inventory, campaign: Campaign, sizes: dict[str, An
     return inventory.estimate.step_overhead_s + per_pass * (campaign.warmup + campaign.iterations)
 
 
+def _size_ranges(campaign: Campaign) -> list[dict[str, Any] | None]:
+    """The size range of each step per combination; one step without sizes for a workload campaign."""
+    return campaign.sizes.ranges() if campaign.sizes is not None else [None]
+
+
+def _make_workload_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], node_set: str) -> Step:
+    """One run of a workload campaign's command in one environment (``combo["policy"]``)."""
+    spec = campaign.workload
+    env, plugin = _step_env(campaign, inventory, None, combo["policy"], combo["variant"])
+    if combo["policy"].lower() == STATIC:
+        env["NCCLBOT_STATIC_TABLE"] = spec.static_table
+    command = nodes_command(spec.command, local=inventory.scheduler.kind == "local",
+                            tool=list(inventory.ncclbot_sweep.command))
+    content = {
+        "fabric": inventory.name, "gpus_per_node": inventory.gpus_per_node, "kind": campaign.kind,
+        "nodes": combo["nodes"], "node_set": node_set, "policy": combo["policy"], "plugin": plugin,
+        "variant": combo["variant"], "repeat": combo["repeat"], "workload": spec.model_dump(mode="json"),
+        "timeout_s": campaign.timeout_s, "env": _keyed_env(env, inventory), "fabric_env": inventory.environment,
+    }
+    return Step(
+        key=content_key(content), kind=campaign.kind, collective="", binary=PurePath(command[0]).name,
+        nodes=combo["nodes"], gpus_per_node=inventory.gpus_per_node, node_set=node_set, arm=None,
+        policy=combo["policy"], plugin=plugin, variant=combo["variant"], repeat=combo["repeat"], sizes=None,
+        iterations=0, warmup=spec.warmup_steps, timeout_s=campaign.timeout_s, dtype="", op="", env=env, flags=(),
+        estimate_s=spec.run_estimate_s or float(campaign.timeout_s), command=tuple(command),
+    )
+
+
 def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], arm: Arm | None,
-               sizes: dict[str, Any], node_set: str) -> Step:
+               sizes: dict[str, Any] | None, node_set: str) -> Step:
+    if campaign.kind == "workload":
+        return _make_workload_step(campaign, inventory, combo, node_set)
     collective, nodes = combo["collective"], combo["nodes"]
     if campaign.kind == "forced" and arm is None:
         combo = dict(combo, policy=AUTO)  # the baseline step of a forced campaign: no forcing, no plugin
@@ -619,13 +666,13 @@ def _expand_steps(campaign: Campaign, inventory: Inventory) -> tuple[list[Step],
         for arm in arms:
             values = dict(combo, arm=arm)
             if any(_matches(rule, values) for rule in campaign.exclude):
-                excluded += len(campaign.sizes.ranges())
+                excluded += len(_size_ranges(campaign))
                 continue
-            for sizes in campaign.sizes.ranges():
+            for sizes in _size_ranges(campaign):
                 steps.append(_make_step(campaign, inventory, combo, arm, sizes, node_set))
     order = {c: i for i, c in enumerate(COLLECTIVES)}
     steps.sort(key=lambda s: (s.nodes, order.get(s.collective, 99), s.arm.index if s.arm else -1,
-                              s.repeat, s.sizes["min"]))
+                              s.repeat, (s.sizes or {}).get("min", 0)))
     return steps, sorted(pruned.values(), key=lambda p: (p.nodes, p.collective, p.arm)), excluded
 
 
@@ -704,11 +751,15 @@ def iter_scenarios(plan: Plan) -> Iterable[tuple[str, int, list[Step]]]:
 def describe_plan(plan: Plan) -> str:
     """The plan as text: scenarios with their arms or policies, pruned arms, jobs and the estimate."""
     c, inv = plan.campaign, plan.inventory
-    sizes = c.sizes.values()
-    lines = [f"campaign {c.name} ({c.kind}) on {inv.name}: campaign key {plan.campaign_key}",
-             f"  sizes: {len(sizes)} from {human_size(sizes[0])} to {human_size(sizes[-1])}; warm-up {c.warmup}, "
-             f"iterations {c.iterations}, repeats {c.repeats}, step timeout {c.timeout_s} s", "", "scenarios:"]
-    for collective, nodes, steps in iter_scenarios(plan):
+    lines = [f"campaign {c.name} ({c.kind}) on {inv.name}: campaign key {plan.campaign_key}"]
+    if c.workload is not None:
+        lines += workload_plan_lines(c.workload, [(s.nodes, s.repeat, s.policy) for s in plan.steps],
+                                     timeout_s=c.timeout_s, steps=plan.steps[0].command)
+    else:
+        sizes = c.sizes.values()
+        lines += [f"  sizes: {len(sizes)} from {human_size(sizes[0])} to {human_size(sizes[-1])}; warm-up {c.warmup}, "
+                  f"iterations {c.iterations}, repeats {c.repeats}, step timeout {c.timeout_s} s", "", "scenarios:"]
+    for collective, nodes, steps in iter_scenarios(plan) if c.workload is None else ():
         what = sorted({str(s.arm) if s.arm else f"{s.policy}" + ("" if s.variant == "default" else f"[{s.variant}]")
                        for s in steps})
         lines.append(f"  {collective:<14}{nodes:>4} nodes {len(steps):>4} steps  {', '.join(what)}")
