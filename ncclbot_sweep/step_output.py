@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from ncclbot_sweep.errors import ParseError
+from ncclbot_sweep.names import SIMULATOR
 from ncclbot_sweep.outcomes import StepOutcome
 from ncclbot_sweep.parsers import parse_source
 from ncclbot_sweep.parsers.common import ParseResult, SourceInfo
@@ -30,6 +31,8 @@ class StepOutput:
     json: ParseResult | None
     workload: ParseResult | None = None
     is_workload: bool = False
+    #: A workload run whose stdout carries the simulator's stamp (``simulator=``, the workload player's).
+    synthetic: bool = False
 
     @property
     def usable(self) -> bool:
@@ -49,13 +52,19 @@ def read_step_output(files: StepFiles, source: SourceInfo) -> StepOutput:
     """Parse a step's stdout and ``result.json`` (each whole: nccl-tests output is small), or a
     workload run's ``workload_steps.csv`` (``source.meta`` says the kind)."""
     if source.meta.get("kind") == "workload":
-        steps = Path(files.workload_steps)
+        steps, stdout = Path(files.workload_steps), Path(files.stdout)
         parsed = parse_source("workload-steps", steps.read_bytes(), source) if steps.is_file() else None
-        return StepOutput(text=None, json=None, workload=parsed, is_workload=True)
+        stamped = stdout.is_file() and f" simulator={SIMULATOR}".encode() in _head(stdout)
+        return StepOutput(text=None, json=None, workload=parsed, is_workload=True, synthetic=stamped)
     stdout, result_json = Path(files.stdout), Path(files.result_json)
     text = parse_source("nccl-tests-text", stdout.read_bytes(), source) if stdout.is_file() else None
     json = parse_source("nccl-tests-json", result_json.read_bytes(), source) if result_json.is_file() else None
     return StepOutput(text=text, json=json)
+
+
+def _head(path: Path, size: int = 65536) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(size)
 
 
 def step_output_usable(files: StepFiles) -> bool:

@@ -110,7 +110,8 @@ def _load(roots: tuple[Path, ...], campaign: str | None) -> tuple[pd.DataFrame, 
 
 def _environments(steps: pd.DataFrame, runs: pd.DataFrame, *, n_boot: int, seed: int) -> pd.DataFrame:
     rows = []
-    for (env, role), group in steps.groupby(["environment", "role"], sort=False):
+    order = {"stock": 0, AUTO: 1, "static": 2, "learner": 3}
+    for (env, role), group in sorted(steps.groupby(["environment", "role"], sort=False), key=lambda g: order[g[0][1]]):
         values = group["step_time_s"].to_numpy(float) * 1e3
         lo, hi = bootstrap_ci(values, statistic=np.median, clusters=group["run_id"].to_numpy(), n_boot=n_boot,
                               seed=seed)

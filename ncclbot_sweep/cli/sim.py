@@ -122,7 +122,9 @@ def tuning_table_command(fabric_name: str, nodes: int) -> None:
               show_default=True, help="Print step lines as Megatron-LM, PyTorch Lightning or the Hugging Face "
                                       "Trainer does.")
 @click.option("--profile-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Also write a Kineto-style trace (one ProfilerStep#N span per step) into this folder.")
+              envvar="NCCLSWEEP_KINETO_DIR", show_envvar=True,
+              help="Also write a Kineto-style trace (one ProfilerStep#N span per step) into this folder (a workload "
+                   "job sets it for step_time kineto).")
 @click.option("--nodes", type=click.IntRange(min=1), default=None,
               help="Nodes of the job, every GPU a rank (default: the Slurm job's shape, one rank per task).")
 def workload_command(source: str, steps: int, log_format: str, profile_dir: Path | None, nodes: int | None) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from ncclbot_sweep.errors import DatasetError, OutOfSpaceError, ParseError, is_out_of_space
 from ncclbot_sweep.filekind import REGULAR, file_kind
 from ncclbot_sweep.ingest import datasets, rowcheck
-from ncclbot_sweep.outcomes import StepOutcome, last_error_line, step_outcome
+from ncclbot_sweep.outcomes import StepOutcome, last_error_line, read_exit_marker, step_outcome
 from ncclbot_sweep.parsers import detect_format, parse_nccl_log_run, parse_nccltests_stream, parse_source
 from ncclbot_sweep.parsers.common import Issue, ParseResult, SourceInfo, iter_lines
 from ncclbot_sweep.paths import PART_SUFFIX, STEP_META, CampaignPaths, StepFiles
@@ -403,7 +403,9 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
     run = _merge_runs(text_runs, json_runs)
     if output.is_workload:
         result.merge(output.workload or ParseResult())
-        run["failure"] = None if output.usable else "no workload_steps.csv with a step time"
+        run["synthetic"] = output.synthetic
+        if not output.usable and read_exit_marker(files.exit_marker) == 0:
+            run["failure"] = "exit code 0, but no workload_steps.csv with a step time"
     facts = None
     log_path = Path(files.nccl_log)
     if log_path.is_file():

@@ -43,7 +43,7 @@ from ncclbot_sweep.errors import WorkloadError
 from ncclbot_sweep.names import COLLECTIVES, canonical_collective, canonical_dtype, dtype_bytes, parse_size
 from ncclbot_sweep.parsers.common import to_float
 from ncclbot_sweep.parsers.kineto_calls import collect, link
-from ncclbot_sweep.specfile import Bytes, Float, Int, SpecModel, parse_spec
+from ncclbot_sweep.specfile import Float, Int, SpecModel, parse_spec
 
 __all__ = ["MAX_OPS", "Call", "Compute", "Op", "WorkloadStep", "load_step"]
 
@@ -95,7 +95,7 @@ class _ComputeItem(SpecModel):
 
 class _CallItem(SpecModel):
     collective: str
-    size: Bytes | str
+    size: int
     dtype: str | None = None
 
     @field_validator("collective")
@@ -106,12 +106,12 @@ class _CallItem(SpecModel):
             raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, but got {value!r}")
         return name
 
-    @field_validator("size")
+    @field_validator("size", mode="before")
     @classmethod
-    def _size(cls, value: int | str) -> int:
-        size = parse_size(value)
+    def _size(cls, value: object) -> int:
+        size = parse_size(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else 0
         if size <= 0:
-            raise ValueError(f"size must be above 0 bytes, but got {value!r}")
+            raise ValueError(f"size must be a size above 0 bytes such as 25MiB or 26214400, but got {value!r}")
         return size
 
     @field_validator("dtype")
@@ -127,12 +127,15 @@ class _RepeatItem(SpecModel):
 
 def _kind(value: Any) -> str:
     if isinstance(value, dict):
-        return "repeat" if "repeat" in value or "items" in value else "call" if "collective" in value else "compute"
-    return "repeat" if isinstance(value, _RepeatItem) else "call" if isinstance(value, _CallItem) else "compute"
+        return "repeat block" if "repeat" in value or "items" in value else \
+            "collective call" if "collective" in value else "compute gap"
+    return "repeat block" if isinstance(value, _RepeatItem) else \
+        "collective call" if isinstance(value, _CallItem) else "compute gap"
 
 
-_Item = Annotated[Union[Annotated[_ComputeItem, Tag("compute")], Annotated[_CallItem, Tag("call")],
-                        Annotated[_RepeatItem, Tag("repeat")]], Discriminator(_kind)]
+# The tags name each item's kind in an error's location (never a key of the item, so the error's line is its own).
+_Item = Annotated[Union[Annotated[_ComputeItem, Tag("compute gap")], Annotated[_CallItem, Tag("collective call")],
+                        Annotated[_RepeatItem, Tag("repeat block")]], Discriminator(_kind)]
 _RepeatItem.model_rebuild()
 
 

@@ -36,7 +36,7 @@ from typing import TextIO
 import numpy as np
 
 from ncclbot_sweep.errors import NcclbotError, WorkloadError
-from ncclbot_sweep.names import dtype_bytes, nccl_type_name
+from ncclbot_sweep.names import SIMULATOR, dtype_bytes, nccl_type_name
 from ncclbot_sweep.sim.fabric import SimFabric, fabric_for_env
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
 from ncclbot_sweep.sim.live import LiveFailure, RankPlace, choose_arm, launch_call, open_host, rank_place, wants_plugin
@@ -214,7 +214,8 @@ def run_workload(source: str, *, steps: int, log_format: str = "megatron", profi
         return 1
     if not quiet:
         out.write(f"NCCLBOT-SIM workload {step.name} on {job.fabric.name}: {job.nodes} nodes, {job.ranks} ranks, "
-                  f"{step.calls} collectives and {len(step.ops) - step.calls} compute gaps per step (synthetic)\n")
+                  f"{step.calls} collectives and {len(step.ops) - step.calls} compute gaps per step (synthetic) "
+                  f"simulator={SIMULATOR}\n")
     player = _Step(job, step, host, process, env, np.random.default_rng(derive_seed(seed, "compute")))
     status = 0
     spans: list[tuple[float, float]] = []
