@@ -186,6 +186,11 @@ def _contexts(events: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- words
 
 
+def _signed(pct: float) -> str:
+    """``+0.4%``, ``-1.2%``; a value that rounds to zero is ``+0.0%``, never ``-0.0%``."""
+    return f"{round(pct, 1) + 0.0:+.1f}%"
+
+
 def workload_sentence(scenario: dict) -> str:
     """One sentence: did the plugin pay on this workload (the best learner against stock)?"""
     where = f"{scenario['campaign']} ({scenario['fabric']}, {scenario['nodes']} nodes)"
@@ -196,16 +201,17 @@ def workload_sentence(scenario: dict) -> str:
     if against["repetitions"] < 2:
         return (f"On {where} {best}, the best learner, ran beside stock in one repetition only: whether the plugin "
                 "paid needs two or more (the campaign's repeats).")
+    low, high = 100 * against["saving_ci_low"], 100 * against["saving_ci_high"]
     pct = 100 * against["saving"]
-    ci = f"95% CI {100 * against['saving_ci_low']:.1f}% to {100 * against['saving_ci_high']:.1f}%"
     test = f"paired sign-flip p = {against['p_value']:.3g} over {against['repetitions']} repetitions"
-    if against["saving_ci_low"] > 0:
+    if low > 0:
         verdict = f"the plugin paid: {best} cut the median step time by {pct:.1f}% against stock"
-    elif against["saving_ci_high"] < 0:
-        verdict = f"the plugin did not pay: {best}, the best learner, made the median step {-pct:.1f}% slower than stock"
-    else:
-        verdict = (f"the plugin did not measurably pay: {best}, the best learner, changed the median step time by "
-                   f"{-pct:+.1f}% against stock")
+        ci = f"95% CI {low:.1f}% to {high:.1f}%"
+    else:  # in the step time's own terms: + is slower
+        change = f"made the median step {-pct:.1f}% slower than stock" if high < 0 else \
+            f"changed the median step time by {_signed(-pct)} against stock"
+        verdict = f"the plugin did not {'pay' if high < 0 else 'measurably pay'}: {best}, the best learner, {change}"
+        ci = f"95% CI {_signed(-high)} to {_signed(-low)}"
     return f"On {where} {verdict} ({ci}, {test})."
 
 
