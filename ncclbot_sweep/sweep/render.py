@@ -151,14 +151,16 @@ def _placement_lines(inv: Inventory, node_set: NodeSet) -> list[str]:
     return lines
 
 
-def _launch_words(plan: Plan, job: Job) -> list[str]:
-    """The launcher command before the binary (each word quoted by the template)."""
+def _launch_words(plan: Plan, job: Job, *, per_node: int | None = None) -> list[str]:
+    """The launcher command before the binary (each word quoted by the template): ``per_node`` tasks
+    per node (default one per GPU)."""
     inv, launcher = plan.inventory, plan.inventory.launcher
-    ranks = job.nodes * inv.gpus_per_node
+    per_node = per_node or inv.gpus_per_node
+    ranks = job.nodes * per_node
     if launcher.kind == "mpirun":
-        return ["mpirun", "-np", str(ranks), "--map-by", f"ppr:{inv.gpus_per_node}:node",
+        return ["mpirun", "-np", str(ranks), "--map-by", f"ppr:{per_node}:node",
                 *launcher.mpirun_flags]
-    words = ["srun", f"--nodes={job.nodes}", f"--ntasks={ranks}", f"--ntasks-per-node={inv.gpus_per_node}"]
+    words = ["srun", f"--nodes={job.nodes}", f"--ntasks={ranks}", f"--ntasks-per-node={per_node}"]
     if launcher.mpi:
         words.append(f"--mpi={launcher.mpi}")
     if launcher.container:
@@ -169,12 +171,13 @@ def _launch_words(plan: Plan, job: Job) -> list[str]:
     return words + list(launcher.flags)
 
 
-def _workload_fields(plan: Plan, step: Step) -> dict[str, Any]:
-    """A workload step's command in place of nccl-tests, and how its step times are read."""
+def _workload_fields(plan: Plan, job: Job, step: Step) -> dict[str, Any]:
+    """A workload step's command in place of nccl-tests, its tasks per node, and how its step times are read."""
     spec = plan.campaign.workload
     if spec is None:
         return {}
     return {"binary": step.command[0], "args": list(step.command[1:]), "json": False,
+            "launch": _launch_words(plan, job, per_node=spec.tasks_per_node),
             "extract": extractor_args(spec), "wall": spec.step_time.wall, "kineto": spec.step_time.kineto}
 
 
@@ -259,7 +262,7 @@ def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
             "env": [(_env_name(k), v) for k, v in step.env.items()], "plugin": step.plugin,
             "forced": step.arm is not None,
             "timeout_s": step.timeout_s, "launch": _launch_words(plan, job),
-            **(_workload_fields(plan, step) or {"binary": _binary_path(plan, step), "args": _test_args(plan, step),
+            **(_workload_fields(plan, job, step) or {"binary": _binary_path(plan, step), "args": _test_args(plan, step),
                                                 "json": inv.nccl_tests.per_iteration_json}),
         })
     context = {

@@ -117,6 +117,9 @@ class WorkloadSpec(SpecModel):
     static_table: str | None = Field(None, min_length=1, max_length=1023)
     #: Expected wall time of one run, for ``plan``'s estimate (default: the step timeout).
     run_estimate_s: Float | None = Field(None, gt=0)
+    #: Tasks the launcher starts per node (default: one per GPU, each a rank); 1 for a command that
+    #: starts its ranks itself (``torchrun --nproc-per-node=8``).
+    tasks_per_node: Int | None = Field(None, ge=1, le=1024)
 
     @model_validator(mode="after")
     def _rules(self) -> WorkloadSpec:
