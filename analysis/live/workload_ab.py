@@ -220,8 +220,8 @@ def _headline(key: dict, envs: pd.DataFrame, comparisons: pd.DataFrame) -> dict:
     best = learners["environment"].iloc[0] if len(learners) else None
     against = comparisons[(comparisons["environment"] == best) & (comparisons["reference"] == STOCK_POLICY)]
     scenario = {**key, "best_learner": best,
-                "median_ms": dict(zip(envs["environment"], envs["median_ms"].round(4))),
-                "best_vs_stock": against.iloc[0].to_dict() if len(against) else None}
+                "median_ms": {env: _plain(ms) for env, ms in zip(envs["environment"], envs["median_ms"].round(4))},
+                "best_vs_stock": {k: _plain(v) for k, v in against.iloc[0].items()} if len(against) else None}
     scenario["sentence"] = workload_sentence(scenario)
     return scenario
 
@@ -286,13 +286,10 @@ def _write(result: WorkloadAB, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in result.tables.items():
         write_table(frame, out, name=name)
-    (out / "headline.json").write_text(json.dumps(result.headline, indent=2, default=_json_value) + "\n")
+    (out / "headline.json").write_text(json.dumps(result.headline, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def _json_value(value):
-    """numpy and pandas scalars as JSON (NaN as null)."""
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        return None if not np.isfinite(value) else float(value)
-    return str(value)
+def _plain(value):
+    """A numpy or pandas scalar as the JSON value it is (NaN as null)."""
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and not np.isfinite(value) else value

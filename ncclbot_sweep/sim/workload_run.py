@@ -90,10 +90,10 @@ def _seed(env: Mapping[str, str], job: _Job, step: WorkloadStep, steps: int) -> 
     return seed if job.place.rank == 0 else derive_seed(seed, "rank", job.place.rank)
 
 
-class _Step:
+class _Player:
     """One step played through the host: per call NCCL's table and channels, computed once."""
 
-    def __init__(self, job: _Job, step: WorkloadStep, host: PluginHost, process: SimProcess,
+    def __init__(self, job: _Job, step: WorkloadStep, *, host: PluginHost, process: SimProcess,
                  env: Mapping[str, str], rng: np.random.Generator) -> None:
         self.job, self.step, self.host, self.process, self.rng = job, step, host, process, rng
         self._tables: dict[tuple[str, int], np.ndarray] = {}
@@ -102,8 +102,8 @@ class _Step:
     def _table(self, call: Call) -> np.ndarray:
         key = (call.collective, call.size_bytes)
         if key not in self._tables:
-            table = call_table(self.job.fabric, call.collective, self.job.nodes, call.size_bytes, ranks=self.job.ranks,
-                               env=self._env)
+            table = call_table(self.job.fabric, call.collective, nodes=self.job.nodes, size=call.size_bytes,
+                               ranks=self.job.ranks, env=self._env)
             self._tables[key] = np.ascontiguousarray(table, dtype=np.float32)
         return self._tables[key]
 
@@ -116,7 +116,8 @@ class _Step:
                 self.host.compute(host_us=op.host_us, gpu_us=op.gpu_us * jitter)
                 continue
             arm = choose_arm(self.host, op.collective, op.size_bytes, self._table(op))
-            channels = call_channels(self.job.fabric, self.job.nodes, self.job.ranks, arm, op.size_bytes)
+            channels = call_channels(self.job.fabric, arm, nodes=self.job.nodes, ranks=self.job.ranks,
+                                     n_bytes=op.size_bytes)
             launch_call(self.host, self.process, op.collective, op.size_bytes, arm, channels=channels,
                         elt=dtype_bytes(op.dtype) or 4, dtype=nccl_type_name(op.dtype))
         self.host.sync()  # the loop's loss.item(): the host waits for the step's last kernel
@@ -216,7 +217,8 @@ def run_workload(source: str, *, steps: int, log_format: str = "megatron", profi
         out.write(f"NCCLBOT-SIM workload {step.name} on {job.fabric.name}: {job.nodes} nodes, {job.ranks} ranks, "
                   f"{step.calls} collectives and {len(step.ops) - step.calls} compute gaps per step (synthetic) "
                   f"simulator={SIMULATOR}\n")
-    player = _Step(job, step, host, process, env, np.random.default_rng(derive_seed(seed, "compute")))
+    player = _Player(job, step, host=host, process=process, env=env,
+                     rng=np.random.default_rng(derive_seed(seed, "compute")))
     status = 0
     spans: list[tuple[float, float]] = []
     try:

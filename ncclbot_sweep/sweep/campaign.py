@@ -245,7 +245,7 @@ class Campaign(SpecModel):
             raise ValueError("a forced campaign forces arms; remove 'policies' (or use kind 'live')")
         if self.kind in ("live", "overhead") and not self.policies:
             raise ValueError(f"a {self.kind} campaign needs 'policies' (e.g. [stock, AUTO, ucb1])")
-        check_campaign(self.kind, self.model_fields_set, self.policies, self.workload)
+        check_campaign(self.kind, self.model_fields_set, policies=self.policies, spec=self.workload)
         if self.kind != "workload" and (not self.collectives or self.sizes is None):
             raise ValueError(f"a {self.kind} campaign needs 'collectives' and 'sizes'")
         if self.kind != "forced" and (self.arms != "all" or self.baseline):

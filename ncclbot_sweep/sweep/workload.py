@@ -130,7 +130,7 @@ class WorkloadSpec(SpecModel):
         return self
 
 
-def check_campaign(kind: str, given: set[str], policies: list[str], spec: WorkloadSpec | None) -> None:
+def check_campaign(kind: str, given: set[str], *, policies: list[str], spec: WorkloadSpec | None) -> None:
     """The rules a campaign's kind sets on its ``workload`` block; raises ValueError naming the key.
 
     Called when a campaign is validated: a ``workload`` campaign needs the block, its

@@ -23,7 +23,7 @@ _THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 _ALL_ARMS = all_arms()
 
 
-def call_table(fabric: SimFabric, collective: str, nodes: int, size: int, *, ranks: int,
+def call_table(fabric: SimFabric, collective: str, *, nodes: int, size: int, ranks: int,
                env: Mapping[str, str]) -> np.ndarray:
     """NCCL's cost table ``[algorithm, protocol]`` (us, -1 unavailable) for one call, over the arms
     ``NCCL_ALGO``/``NCCL_PROTO`` in ``env`` allow. Raises :class:`~ncclbot_sweep.sim.nccltests.environment.EnvError`
@@ -35,7 +35,7 @@ def call_table(fabric: SimFabric, collective: str, nodes: int, size: int, *, ran
     return fabric.cost_table(collective, nodes, size, ranks=ranks, allowed=allowed)
 
 
-def call_channels(fabric: SimFabric, nodes: int, ranks: int, arm: Arm, n_bytes: int) -> int:
+def call_channels(fabric: SimFabric, arm: Arm, *, nodes: int, ranks: int, n_bytes: int) -> int:
     """Channels NCCL uses for one call after its per-size trimming (``enqueue.cc``)."""
     spec = fabric.spec
     if arm.algorithm in ("NVLS", "NVLSTree"):

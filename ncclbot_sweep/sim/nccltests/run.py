@@ -103,12 +103,12 @@ def _op_and_root(collective: str, op: str, root: int) -> tuple[str, int]:
 
 def _channels(ctx: _Context, arm: Arm, n_bytes: int) -> int:
     """Channels NCCL uses for one call after its per-size trimming (``enqueue.cc``)."""
-    return call_channels(ctx.fabric, ctx.layout.nodes, ctx.ranks, arm, n_bytes)
+    return call_channels(ctx.fabric, arm, nodes=ctx.layout.nodes, ranks=ctx.ranks, n_bytes=n_bytes)
 
 
 def _cost_table(ctx: _Context, size: int) -> np.ndarray:
     """NCCL's cost table ``[algorithm, protocol]`` for this call, over what ``NCCL_ALGO``/``NCCL_PROTO`` allow."""
-    return call_table(ctx.fabric, ctx.collective, ctx.layout.nodes, size, ranks=ctx.ranks, env=ctx.env)
+    return call_table(ctx.fabric, ctx.collective, nodes=ctx.layout.nodes, size=size, ranks=ctx.ranks, env=ctx.env)
 
 
 def _choose_arm(ctx: _Context, size: int) -> Arm | None:
