@@ -44,10 +44,21 @@ def _host(built: Path, **kw) -> PluginHost:
     return PluginHost(comm, tuner=None, profiler=None, host_lib=built / pluginbuild.SIM_HOST)
 
 
-def _play(source: str, env: dict[str, str], *, steps: int, log_format: str = "megatron",
+#: Variables a call of :func:`_play` sets, or removes when its environment lacks them.
+_SCOPED = ("SLURM_PROCID", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCLSWEEP_RANK_PROCESSES", "NCCLBOT_POLICY",
+           "NCCLBOT_SYNC_ADDR")
+
+
+def _play(monkeypatch, source: str, env: dict[str, str], *, steps: int, log_format: str = "megatron",
           profile_dir: Path | None = None) -> tuple[int, str, str]:
+    """One run in this process's environment: the plugin reads its NCCLBOT_* variables with getenv."""
     out, err = io.StringIO(), io.StringIO()
-    code = run_workload(source, steps=steps, log_format=log_format, profile_dir=profile_dir, env=env, out=out, err=err)
+    with monkeypatch.context() as scoped:
+        for name in _SCOPED:
+            scoped.delenv(name, raising=False)
+        for name, value in env.items():
+            scoped.setenv(name, value)
+        code = run_workload(source, steps=steps, log_format=log_format, profile_dir=profile_dir, out=out, err=err)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -150,8 +161,8 @@ def test_a_compute_kernel_does_not_wait_for_the_other_ranks(built):
 # --------------------------------------------------------------------------- the player
 
 
-def test_stock_steps_cost_their_compute_plus_autos_collectives(built):
-    code, out, err = _play("ddp-buckets", H100_8N, steps=8)
+def test_stock_steps_cost_their_compute_plus_autos_collectives(built, monkeypatch):
+    code, out, err = _play(monkeypatch, "ddp-buckets", H100_8N, steps=8)
     assert code == 0, err
     times = _megatron_ms(out)
     assert len(times) == 8 and "(synthetic)" in out.splitlines()[0]
@@ -167,11 +178,11 @@ def test_stock_steps_cost_their_compute_plus_autos_collectives(built):
     assert np.median(times[2:]) == pytest.approx((gpu + nccl + exposed) / 1000.0, rel=0.01)
 
 
-def test_every_log_format_is_read_by_its_ready_pattern(tmp_path, built):
-    _code, megatron, _err = _play("fsdp-layers", H100_8N, steps=5, profile_dir=tmp_path)
+def test_every_log_format_is_read_by_its_ready_pattern(tmp_path, built, monkeypatch):
+    _code, megatron, _err = _play(monkeypatch, "fsdp-layers", H100_8N, steps=5, profile_dir=tmp_path)
     expected = _megatron_ms(megatron)
     for fmt in ("lightning", "hf"):
-        code, out, err = _play("fsdp-layers", H100_8N, steps=5, log_format=fmt)
+        code, out, err = _play(monkeypatch, "fsdp-layers", H100_8N, steps=5, log_format=fmt)
         assert code == 0, err
         rates = [m for piece in re.split("[\r\n]", out) for m in re.finditer(READY_PATTERNS[fmt], piece)]
         assert [int(m.group("step")) for m in rates] == [1, 2, 3, 4, 5]
@@ -182,25 +193,29 @@ def test_every_log_format_is_read_by_its_ready_pattern(tmp_path, built):
     assert np.allclose([s["dur"] / 1e3 for s in spans], expected, atol=0.06)
 
 
-def test_a_learner_finds_the_faster_arm_where_auto_errs(built):
-    _code, stock, _err = _play("ddp-buckets", H100_8N, steps=16)
-    code, learned, err = _play("ddp-buckets", _plugin_env(built, "ucb1"), steps=16)
+def test_a_learner_finds_the_faster_arm_where_auto_errs(built, monkeypatch):
+    _code, stock, _err = _play(monkeypatch, "ddp-buckets", H100_8N, steps=16)
+    code, learned, err = _play(monkeypatch, "ddp-buckets", _plugin_env(built, "ucb1"), steps=16)
     assert code == 0, err
+    _code, auto, _err = _play(monkeypatch, "ddp-buckets", _plugin_env(built, "auto"), steps=16)
+    assert list(_megatron_ms(auto)) == list(_megatron_ms(stock)), \
+        "AUTO through the plugin keeps NCCL's arms; with the same seed its steps are stock's to the printed digit"
     saving = 1.0 - np.median(_megatron_ms(learned)[8:]) / np.median(_megatron_ms(stock)[8:])
     assert saving > 0.03, f"UCB1 should beat NVLSTree/Simple at 25 MiB by Tree/LL128: saved {saving:.1%}"
 
 
-def test_where_auto_is_exact_the_learner_stays_within_one_percent(built):
-    _code, stock, _err = _play("fsdp-layers", H100_8N, steps=16)
-    code, learned, err = _play("fsdp-layers", _plugin_env(built, "ucb1"), steps=16)
+def test_where_auto_is_exact_the_learner_stays_within_one_percent(built, monkeypatch):
+    _code, stock, _err = _play(monkeypatch, "fsdp-layers", H100_8N, steps=16)
+    code, learned, err = _play(monkeypatch, "fsdp-layers", _plugin_env(built, "ucb1"), steps=16)
     assert code == 0, err
     change = np.median(_megatron_ms(learned)[8:]) / np.median(_megatron_ms(stock)[8:]) - 1.0
     assert abs(change) < 0.01, f"UCB1 changed the FSDP step by {change:.2%}"
 
 
-def test_only_task_zero_plays_stock_and_a_bad_plugin_fails_the_run(built):
-    assert _play("ddp-buckets", H100_8N | {"SLURM_PROCID": "3"}, steps=2) == (0, "", "")
-    code, out, err = _play("ddp-buckets", H100_8N | {"NCCL_TUNER_PLUGIN": "/nonexistent/libx.so"}, steps=2)
+def test_only_task_zero_plays_stock_and_a_bad_plugin_fails_the_run(built, monkeypatch):
+    assert _play(monkeypatch, "ddp-buckets", H100_8N | {"SLURM_PROCID": "3"}, steps=2) == (0, "", "")
+    code, out, err = _play(monkeypatch, "ddp-buckets", H100_8N | {"NCCL_TUNER_PLUGIN": "/nonexistent/libx.so"},
+                           steps=2)
     assert code == 1 and out == ""
     assert "cannot load NCCL_TUNER_PLUGIN /nonexistent/libx.so" in err and "communicator init failed" in err
 
