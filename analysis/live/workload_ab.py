@@ -18,7 +18,8 @@ left out) and the plugin traces (``live_events``), per scenario (campaign, fabri
 * ``workload_contexts``: per environment the contexts (collective, size) where the plugin played
   another arm than AUTO's, the arm, how often, and the time each change saved or cost per step:
   (AUTO's arm's median latency there, over the scenario's plugin runs, minus the arm's), times its
-  calls per run, over the run's steps;
+  calls per run, over the run's steps (the plugin traces AUTO and the learners; a static table's
+  runs have no trace and count by their step times alone);
 * ``workload_issues``: failed runs (crash, timeout, no step line) with their reason; the others count.
 
 The headline says in one sentence per scenario whether the plugin paid: the best learner (lowest

@@ -188,16 +188,20 @@ def test_kineto_and_wall_time_sources(tmp_path):
 
 def test_the_plugin_pays_where_auto_errs(tmp_path, built):
     # DDP at 8 nodes on sim-h100: NCCL's model plays NVLSTree/Simple for the 25 MiB buckets, Tree/LL128 is faster.
-    campaign = HEAD.replace("nodes: [1]", "nodes: [8]").replace("[stock, AUTO]", "[stock, AUTO, ucb1]") + (
+    table = tmp_path / "static.csv"  # what 'export static' would write from a sweep: Tree/LL128 from 16 MiB
+    table.write_text("collective,nodes,ranks,size_bytes,arm\nAllReduce,*,*,16777216,Tree/LL128\n")
+    campaign = HEAD.replace("nodes: [1]", "nodes: [8]").replace("[stock, AUTO]", "[stock, AUTO, ucb1, static]") + (
         "workload:\n  command: [ncclbot-sweep, sim, workload, ddp-buckets, --steps, '12']\n"
-        "  step_time: {pattern: megatron}\n  warmup_steps: 4\nrepeats: 2\npacking: {separate_repeats: false}\n")
+        f"  step_time: {{pattern: megatron}}\n  warmup_steps: 4\n  static_table: {table}\n"
+        "repeats: 2\npacking: {separate_repeats: false}\n")
     run, output = _submit(tmp_path, campaign)
-    assert "steps: 6/6 ok" in output, output
-    assert all(len(list((p / "trace").glob("*.csv"))) == 2 for env, p in _steps(run).items() if env != "stock")
+    assert "steps: 8/8 ok" in output, output
+    traced = {env: len(list((p / "trace").glob("*.csv"))) for env, p in _steps(run).items()}
+    assert traced == {"stock": 0, "AUTO": 2, "ucb1": 2, "static": 0}, "the plugin traces what it times; static times nothing"
     ingested = CliRunner().invoke(main, ["ingest", str(run), "-d", str(tmp_path / "ds")])
     assert ingested.exit_code == 0 and "quarantined: 0" in ingested.output, ingested.output
     again = CliRunner().invoke(main, ["ingest", str(run), "-d", str(tmp_path / "ds")])
-    assert "already in dataset: 6" in again.output and len(read_table(tmp_path / "ds", "workload_steps")) == 72
+    assert "already in dataset: 8" in again.output and len(read_table(tmp_path / "ds", "workload_steps")) == 96
     result = CliRunner().invoke(main, ["analyze", "workload-ab", "-d", str(tmp_path / "ds"), "-o", str(tmp_path / "ab"),
                                        "--json"])
     assert result.exit_code == 0, result.output
@@ -205,11 +209,13 @@ def test_the_plugin_pays_where_auto_errs(tmp_path, built):
     best = scenario["best_vs_stock"]
     assert scenario["best_learner"] == "UCB1" and best["saving"] > 0.03 and best["saving_ci_low"] > 0
     assert scenario["sentence"].startswith("On wl (sim-h100, 8 nodes) the plugin paid: UCB1 cut the median step time by")
+    static = pd.read_csv(tmp_path / "ab" / "tables" / "workload_comparisons.csv").set_index(["environment", "reference"])
+    assert static.loc[("static", "stock"), "saving_ci_low"] > 0.03, "the static table plays Tree/LL128 from the start"
     contexts = pd.read_csv(tmp_path / "ab" / "tables" / "workload_contexts.csv")
     top = contexts.iloc[0]
     assert (top["environment"], top["size_bytes"], top["auto_arm"], top["arm"]) == \
         ("UCB1", 25 << 20, "NVLSTree/Simple", "Tree/LL128") and top["saved_ms_per_step"] > 3.0
     figure = tmp_path / "ab" / "figures" / "workload_ab-wl-8n.png"
     assert figure.stat().st_size > 10_000
-    assert set(pd.read_csv(figure.with_suffix(".csv"))["environment"]) == {"stock", "AUTO", "UCB1"}
+    assert set(pd.read_csv(figure.with_suffix(".csv"))["environment"]) == {"stock", "AUTO", "UCB1", "static"}
     assert read_table(tmp_path / "ds", "runs")["synthetic"].all(), "the player's stamp marks the runs synthetic"
