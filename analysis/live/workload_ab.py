@@ -97,12 +97,11 @@ def _load(roots: tuple[Path, ...], campaign: str | None) -> tuple[pd.DataFrame, 
                                  "workload-sim-h100.yaml) into it first")
     named = [_environment(p) for p in runs["policy"]]
     runs = runs.assign(environment=[n for n, _r in named], role=[r for _n, r in named])
-    steps = read_stacked(roots, "workload_steps")
+    steps = read_stacked(roots, "workload_steps", filters=[("run_id", "in", list(runs["run_id"]))])
     runs = runs.assign(steps=runs["run_id"].map(steps.groupby("run_id").size()).fillna(0).astype(int))
     steps = steps[steps["run_id"].isin(runs.loc[runs["outcome"] == "ok", "run_id"]) & ~steps["warmup"].astype(bool)]
     steps = steps.merge(runs[["run_id", "environment", "role"]], on="run_id", suffixes=("_raw", ""))
-    events = read_stacked(roots, "live_events")
-    events = events[events["run_id"].isin(runs["run_id"])] if len(events) else events
+    events = read_stacked(roots, "live_events", filters=[("run_id", "in", list(runs["run_id"]))])
     return runs, steps, events
 
 
@@ -198,7 +197,7 @@ def workload_sentence(scenario: dict) -> str:
     best = scenario.get("best_learner")
     against = scenario.get("best_vs_stock")
     if best is None or against is None:
-        return f"On {where} no learner ran beside stock NCCL, so whether the plugin paid cannot be said."
+        return f"On {where} no learner's run finished beside a stock run, so whether the plugin paid cannot be said."
     if against["repetitions"] < 2:
         return (f"On {where} {best}, the best learner, ran beside stock in one repetition only: whether the plugin "
                 "paid needs two or more (the campaign's repeats).")
