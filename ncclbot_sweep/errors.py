@@ -19,6 +19,7 @@ __all__ = [
     "NcclbotError",
     "InventoryError",
     "CampaignError",
+    "WorkloadError",
     "PlanError",
     "RenderError",
     "ExecutorError",
@@ -77,6 +78,10 @@ class InventoryError(NcclbotError):
 
 class CampaignError(NcclbotError):
     """A campaign spec is missing, malformed or invalid."""
+
+
+class WorkloadError(NcclbotError):
+    """A workload spec or trace for the simulator's workload player is missing, malformed or invalid."""
 
 
 class PlanError(NcclbotError):

@@ -4,6 +4,7 @@
 <campaign>/campaign.yaml  inventory.yaml  manifest.sqlite  .runner.lock  .executor/
 <campaign>/jobs/<job-key>/job.sh  job.log  provenance.json  coordinator.log  slurm-<id>.out
 <campaign>/jobs/<job-key>/steps/<step-key>/{step.json, stdout.txt, stderr.txt, nccl.log, result.json, exit, trace/}
+<campaign>/jobs/<job-key>/steps/<step-key>/{workload_steps.csv, kineto/}      (workload runs)
 ```
 
 A tuning job (``analyze tune -i``) runs in the tuning folder itself (:class:`TuneJobFiles`):
@@ -78,6 +79,16 @@ class StepFiles:
     def trace_dir(self) -> PurePath:
         """Where the plugin writes its per-rank trace CSVs (``NCCLBOT_TRACE_DIR``) in live steps."""
         return self.root / "trace"
+
+    @property
+    def workload_steps(self) -> PurePath:
+        """A workload run's step times (``templates/step_times.py``), which ingest reads into ``workload_steps``."""
+        return self.root / "workload_steps.csv"
+
+    @property
+    def kineto_dir(self) -> PurePath:
+        """Where a workload run's command writes its Kineto traces (``NCCLSWEEP_KINETO_DIR``)."""
+        return self.root / "kineto"
 
     @property
     def exit_marker(self) -> PurePath:

@@ -86,6 +86,8 @@ class StepMeta(BaseModel):
     nccl_version: str | None = None
     plugin_path: str | None = None
     plugin_version: str | None = None
+    #: A workload run's command, as the job ran it (``sweep/workload.py``).
+    command: list[str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as ``step.json`` spells them (``schema``, not ``schema_``), nulls included."""

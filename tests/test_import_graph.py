@@ -36,6 +36,7 @@ HOMES = {
     "ncclbot_sweep.analysis.export": "report",
     "ncclbot_sweep.cli": "top",
     "ncclbot_sweep.demo": "top",
+    "ncclbot_sweep.__main__": "top",
 }
 
 

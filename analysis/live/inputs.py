@@ -31,7 +31,8 @@ from ncclbot_sweep.names import AUTO
 from ..inputs import read_dataset_table
 from ..policies import STATIC_POLICY, live_policy_name
 
-__all__ = ["STOCK_POLICY", "LIVE_KINDS", "SCENARIO_KEYS", "LiveIssue", "LiveData", "load_live", "sync_every",
+__all__ = ["STOCK_POLICY", "LIVE_KINDS", "SCENARIO_KEYS", "LiveIssue", "LiveData", "dataset_roots", "load_live",
+           "read_stacked", "sync_every",
            "issues_frame"]
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def _label_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.reset_index(drop=True)
 
 
-def _roots(datasets: str | Path | Sequence[str | Path]) -> tuple[Path, ...]:
+def dataset_roots(datasets: str | Path | Sequence[str | Path]) -> tuple[Path, ...]:
     """The dataset folders, each checked to exist (:class:`AnalysisError` naming the first that does not)."""
     given = (datasets,) if isinstance(datasets, (str, Path)) else datasets
     roots = tuple(dict.fromkeys(Path(d) for d in given))  # a dataset given twice is read once
@@ -137,7 +138,7 @@ def _roots(datasets: str | Path | Sequence[str | Path]) -> tuple[Path, ...]:
     return roots
 
 
-def _read(roots: tuple[Path, ...], name: str, *, filters=None) -> pd.DataFrame:
+def read_stacked(roots: tuple[Path, ...], name: str, *, filters=None) -> pd.DataFrame:
     """One table of every dataset, stacked (rows keep their own ``run_id``)."""
     frames = [read_dataset_table(root, name, filters=filters) for root in roots]
     frames = [f for f in frames if len(f)] or frames[:1]
@@ -150,9 +151,9 @@ def load_live(datasets: str | Path | Sequence[str | Path], *, campaign: str | No
     Raises :class:`AnalysisError` naming the dataset(s) when none has such a run; lesser gaps
     (a failed run, a live run without traces) become :class:`LiveIssue` records.
     """
-    roots = _roots(datasets)
+    roots = dataset_roots(datasets)
     where = roots[0] if len(roots) == 1 else Path(", ".join(map(str, roots)))
-    runs = _read(roots, "runs")
+    runs = read_stacked(roots, "runs")
     live = runs[runs["kind"].isin(LIVE_KINDS)]
     if campaign is not None:
         if not (live["campaign"] == campaign).any():
@@ -181,7 +182,7 @@ def load_live(datasets: str | Path | Sequence[str | Path], *, campaign: str | No
                             | ((stock_like["kind"] == "forced") & stock_like["arm"].isna())].assign(companion=True)
     frame = _label_runs(pd.concat([live, stock_like], ignore_index=True))
     ids = sorted(frame["run_id"])
-    iterations = _read(roots, "iterations", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
-    events = _read(roots, "live_events", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
+    iterations = read_stacked(roots, "iterations", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
+    events = read_stacked(roots, "live_events", filters=[("run_id", "in", ids)]) if ids else pd.DataFrame()
     log.info("live analysis: %d runs, %d iterations, %d live events", len(frame), len(iterations), len(events))
     return LiveData(roots, frame, iterations, events, issues)

@@ -721,3 +721,43 @@ def workload(dataset, fabric, window, rho_max, keep_warmup, out, trace_id, workl
                                 max_ratio=max_ratio):
         _echo_section(section)
     click.echo(f"Workload replays written to {out} (include them with 'analyze report --study {out}')")
+
+
+@analyze.command("workload-ab")
+@dataset_option("A dataset holding a workload campaign (repeat: every dataset is read as one).", dest="datasets",
+                required=True, multiple=True, type=click.Path(file_okay=False, path_type=Path))
+@out_option("Folder for the tables (CSV, Markdown), the figure (PNG) and headline.json.", required=True,
+            type=click.Path(file_okay=False, path_type=Path))
+@click.option("--campaign", default=None, help="Only this campaign (default: every workload campaign in the dataset).")
+@click.option("--boot", "n_boot", type=click.IntRange(min=100), default=2000, show_default=True,
+              help="Bootstrap draws of repetitions for the 95% intervals.")
+@json_option("the headline: per scenario (campaign, fabric, nodes) the best learner, each environment's median step "
+             "time (ms), the best learner against stock (saving, saving_ci_low/high, speedup, p_value, repetitions) "
+             "and the sentence.")
+def workload_ab(datasets, out, campaign, n_boot, as_json):
+    """Workload campaigns: did the plugin speed up the training step, by how much, and where?
+
+    Per environment the median step time with a 95% interval over repetitions, the saving against
+    stock and AUTO (paired by repetition, with a sign-flip test), the contexts the plugin played
+    differently from AUTO and what each change saved or cost per step, a figure of step time per
+    repetition, and one sentence per campaign saying whether the plugin paid.
+
+    \b
+    Example, after ingesting a workload campaign folder:
+        ncclbot-sweep analyze workload-ab -d wl-ds -o wl-ab
+    """
+    from ncclbot_sweep.analysis.live.workload_ab import analyze_workload_ab
+
+    result = analyze_workload_ab(datasets, campaign=campaign, out=out, n_boot=n_boot)
+    if as_json:
+        echo_json(result.headline)
+        return
+    for name, title in (("workload_environments", "Median step time per environment (ms, 95% CI over repetitions)"),
+                        ("workload_comparisons", "Against stock and AUTO (saving: fraction of the step time)"),
+                        ("workload_contexts", "Contexts played differently from AUTO")):
+        _echo_table(result.tables[name].drop(columns=["fabric"]), title)
+    for what in result.tables["workload_issues"]["what"]:
+        click.echo(f"Warning: a run failed: {what}", err=True)
+    for scenario in result.headline["scenarios"]:
+        click.echo(scenario["sentence"])
+    click.echo(f"Workload A/B written to {out}")

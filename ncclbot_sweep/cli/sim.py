@@ -1,6 +1,8 @@
-"""Commands ``sim bin-dir``, ``sim cost-table`` and ``sim tuning-table`` (thin: parse, call, print)."""
+"""Commands ``sim bin-dir``, ``sim cost-table``, ``sim tuning-table`` and ``sim workload`` (thin: parse, call, print)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -110,3 +112,38 @@ def tuning_table_command(fabric_name: str, nodes: int) -> None:
 
     for line in tuning_table_text(fabric_name, nodes):
         click.echo(line)
+
+
+@sim_group.command("workload")
+@click.argument("source")
+@click.option("--steps", type=click.IntRange(min=1, max=100_000), default=30, show_default=True,
+              help="Training steps to play.")
+@click.option("--log-format", type=click.Choice(["megatron", "lightning", "hf"]), default="megatron",
+              show_default=True, help="Print step lines as Megatron-LM, PyTorch Lightning or the Hugging Face "
+                                      "Trainer does.")
+@click.option("--profile-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              envvar="NCCLSWEEP_KINETO_DIR", show_envvar=True,
+              help="Also write a Kineto-style trace (one ProfilerStep#N span per step) into this folder (a workload "
+                   "job sets it for step_time kineto).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Nodes of the job, every GPU a rank (default: the Slurm job's shape, one rank per task).")
+def workload_command(source: str, steps: int, log_format: str, profile_dir: Path | None, nodes: int | None) -> None:
+    """Replay a training step's collectives and compute, printing step lines as a training script does.
+
+    SOURCE is a shipped workload (ddp-buckets, fsdp-layers), a spec file (YAML or JSON: name, dtype
+    and a step of {gpu_us, host_us} compute gaps, {collective, size} calls and {repeat, items}) or a
+    PyTorch/Kineto trace. Collectives go through the real plugin when NCCL_TUNER_PLUGIN /
+    NCCL_PROFILER_PLUGIN name it, as in a live campaign; the fabric is NCCLBOT_SIM_FABRIC.
+
+    \b
+    Example:
+        ncclbot-sweep sim workload ddp-buckets --nodes 8 --steps 20
+    """
+    import sys
+
+    from ncclbot_sweep.sim.workload_run import run_workload
+
+    code = run_workload(source, steps=steps, log_format=log_format, profile_dir=profile_dir, nodes=nodes,
+                        out=sys.stdout, err=sys.stderr)
+    if code:
+        raise SystemExit(code)

@@ -194,6 +194,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("size_bytes", _I64), ("dtype", _S), ("calls", _I64), ("total_us", _F64),
         ("process_group", _S), ("source", _S), ("call_seq", pa.list_(_I64)),
     ),
+    "workload_steps": _schema(
+        ("run_id", _S), ("campaign", _S), ("fabric", _S), ("nodes", _I32), ("environment", _S),
+        ("repetition", _I32), ("step", _I64), ("step_time_s", _F64), ("warmup", _B), ("source", _S),
+        ("stdout_line", _I64), ("text", _S), ("line", _I64),
+    ),
     "quarantine": _schema(
         ("source_format", _S), ("line", _I64), ("reason", _S), ("excerpt", _S), ("partial", _B),
     ),

@@ -44,6 +44,7 @@ RULES: dict[str, tuple[tuple[str, str], ...]] = {
     "live_events": (("latency_us", "positive"), ("size_bytes", "non-negative"), ("sync_us", "non-negative"),
                     ("reward", "finite")),
     "workload": (("total_us", "non-negative"), ("size_bytes", "non-negative"), ("calls", "non-negative")),
+    "workload_steps": (("step_time_s", "positive"),),
     "choices": (("size_bytes", "non-negative"), ("predicted_us", "non-negative")),
     "cost_tables": (("predicted_us", "non-negative"), ("size_bytes", "non-negative")),
     # NCCL prints -1 in its init table for an arm it disables: negative is a value there.

@@ -397,8 +397,8 @@ def _read_whole(path: Path, issues: list[Issue]) -> bytes:
 def _step_members(folder: Path) -> list[Path]:
     """The files of a step folder that make up its source (and its hash), in a fixed order."""
     files = StepFiles(folder)
-    members = [Path(p) for p in (files.meta, files.stdout, files.nccl_log, files.result_json, files.exit_marker)
-               if Path(p).is_file()]
+    members = [Path(p) for p in (files.meta, files.stdout, files.nccl_log, files.result_json, files.workload_steps,
+                                 files.exit_marker) if Path(p).is_file()]
     return members + _trace_files(files)
 
 
@@ -481,6 +481,9 @@ def _parse_step(files: StepFiles, meta: dict[str, Any], source: SourceInfo) -> P
         if per_iter or not result.count("iterations"):
             result.tables["iterations"] = json_iters  # per-iteration rows win (architecture section 4)
     run = _merge_runs(text_runs, json_runs)
+    if output.is_workload:
+        result.merge(output.workload or ParseResult())
+        run["synthetic"] = output.synthetic
     if output.refused and run.get("failure") is None:
         run["failure"] = "; ".join(output.refused)
     facts = None
@@ -562,7 +565,8 @@ def _step_run_columns(run: dict[str, Any], meta: dict[str, Any], files: StepFile
     elif outcome is StepOutcome.AUTO_FALLBACK:
         why = f"the plugin kept NCCL's own choice: {outcome_reason(files, outcome)}"
     elif code == 0:
-        why = run.get("failure") or "exit code 0, but neither stdout nor result.json holds an nccl-tests result"
+        why = run.get("failure") or ("exit code 0, but no workload_steps.csv with a step time" if output.is_workload
+                                     else "exit code 0, but neither stdout nor result.json holds an nccl-tests result")
     else:
         why = run.get("failure") or _last_error(files, code)
     run["outcome"] = outcome.value

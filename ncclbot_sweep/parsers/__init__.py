@@ -82,7 +82,7 @@ def parse_nccl_log_run(chunks: Iterable[bytes], source: SourceInfo) -> ParseResu
 
 def parse_source(fmt: str, data: bytes, source: SourceInfo) -> ParseResult:
     """Parse ``data`` (a whole file, decompressed) in format ``fmt`` (one of :data:`FORMATS`)."""
-    from ncclbot_sweep.parsers import kineto, nccltests_json, traces
+    from ncclbot_sweep.parsers import kineto, nccltests_json, traces, workload_steps
 
     if fmt == "nccl-tests-text":
         return parse_nccltests_stream([data], source)
@@ -97,6 +97,7 @@ def parse_source(fmt: str, data: bytes, source: SourceInfo) -> ParseResult:
         "nccl-inspector-json": traces.parse_inspector_json,
         "nccl-inspector-prometheus": traces.parse_inspector_prometheus,
         "kineto-trace": kineto.parse_kineto,
+        "workload-steps": workload_steps.parse_workload_steps,
     }
     if fmt not in parsers:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, but got {fmt!r}")

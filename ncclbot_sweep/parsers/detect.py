@@ -12,7 +12,7 @@ __all__ = ["detect_format", "FORMATS", "HEADER_RE"]
 #: Every format ingest knows, with the parser that reads it.
 FORMATS = (
     "nccl-tests-text", "nccl-tests-json", "rccl-tests-jsonlines", "nccl-log", "ncclbot-trace",
-    "nccl-profiler-trace", "nccl-inspector-json", "nccl-inspector-prometheus", "kineto-trace",
+    "nccl-profiler-trace", "nccl-inspector-json", "nccl-inspector-prometheus", "kineto-trace", "workload-steps",
 )
 
 #: nccl-tests' header line, ``nThread 1 nGpus 8 ...`` or old rccl-tests' ``nThreads: 1 nGpus: 4 ...``.
@@ -32,6 +32,8 @@ def detect_format(head: bytes) -> str | None:
     stripped = text.lstrip()
     if stripped.startswith("# ncclbot-trace"):
         return "ncclbot-trace"
+    if stripped.startswith("# ncclbot-workload-steps"):
+        return "workload-steps"
     if '"traceEvents"' in text or ('"schemaVersion"' in text and '"deviceProperties"' in text):
         return "kineto-trace"
     if stripped.startswith("{") and ("inspector_output_format_version" in text or '"coll_perf"' in text):

@@ -1,4 +1,5 @@
-"""Locate the data folders shipped with the package (templates, inventories, campaigns, the plugin's C sources).
+"""Locate the data folders shipped with the package (templates, inventories, campaigns, the plugin's C sources,
+the simulator's workload specs).
 
 The folders live at the top of the repository and are mapped into the package by
 ``pyproject.toml``; going through importlib keeps editable and wheel installs alike (an
@@ -14,11 +15,11 @@ from ncclbot_sweep.errors import NcclbotError, did_you_mean
 
 __all__ = ["resource_dir", "resource_path", "shipped_names", "resolve_shipped"]
 
-_KINDS = ("templates", "inventories", "campaigns", "plugin")
+_KINDS = ("templates", "inventories", "campaigns", "plugin", "workloads")
 
 
 def resource_dir(kind: str) -> Path:
-    """Return the folder of one resource kind ("templates", "inventories", "campaigns" or "plugin")."""
+    """Return the folder of one resource kind ("templates", "inventories", "campaigns", "plugin" or "workloads")."""
     if kind not in _KINDS:
         raise ValueError(f"resource kind must be one of {', '.join(_KINDS)}, but got {kind!r}")
     return Path(str(resources.files(f"ncclbot_sweep.resources.{kind}")))

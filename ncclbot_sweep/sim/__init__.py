@@ -13,7 +13,10 @@ leaves at the package root (architecture section 2.2). Public entry points:
   without running it;
 * :func:`bin_dir`: a folder with ``all_reduce_perf`` and friends (not on PATH); with the
   plugin variables set they play every call through the real plugin
-  (:mod:`ncclbot_sweep.sim.live`, :mod:`ncclbot_sweep.sim.pluginhost`).
+  (:mod:`ncclbot_sweep.sim.live`, :mod:`ncclbot_sweep.sim.pluginhost`);
+* ``ncclbot-sweep sim workload`` (:mod:`ncclbot_sweep.sim.workload_run`): a training step's
+  collectives and compute (:mod:`ncclbot_sweep.sim.workload`) played the same way, step lines printed
+  as a training script prints them.
 """
 
 from __future__ import annotations

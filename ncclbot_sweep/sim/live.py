@@ -32,7 +32,8 @@ from ncclbot_sweep.sim.process import SimProcess, derive_seed
 from ncclbot_sweep.sim.sweep import Play, Played, Runs, merge_runs
 from ncclbot_sweep.sim.tunemodel import tuner_constants
 
-__all__ = ["RANK_PROCESSES_ENV", "LiveFailure", "RankPlace", "live_player", "open_host", "rank_place", "wants_plugin"]
+__all__ = ["RANK_PROCESSES_ENV", "LiveFailure", "RankPlace", "choose_arm", "launch_call", "live_player", "open_host",
+           "rank_place", "wants_plugin"]
 
 #: How many rank processes stand for the job (set by the local executor's srun stand-in).
 RANK_PROCESSES_ENV = "NCCLSWEEP_RANK_PROCESSES"
@@ -96,17 +97,11 @@ def live_player(host: PluginHost, process: SimProcess, collective: str, *, table
     group = 0 if not blocking else agg if blocking == 3 else 1
 
     def decide(size: int) -> Arm:
-        rc, arm, _host_us = host.choose(collective, size, tables[size])
-        if rc != 0:
-            raise LiveFailure(f"tuner getCollInfo failed for {collective} of {size} bytes (error {rc})", code=rc)
-        if arm is None:
-            raise LiveFailure(f"no algorithm/protocol available for function {collective}", code=3)
-        return arm
+        return choose_arm(host, collective, size, tables[size])
 
     def launch(size: int, arm: Arm, *, replay: bool = False) -> int:
-        gpu_us = float(process.run(collective, arm, size, 1)[0])
-        return host.played(collective, size, elt=elt, dtype=dtype, arm=arm, channels=channels(arm, size),
-                           latency_us=gpu_us, replay=replay)
+        return launch_call(host, process, collective, size, arm, channels=channels(arm, size), elt=elt, dtype=dtype,
+                           replay=replay)
 
     def play(size: int, count: int) -> Played:
         if size not in tables:
@@ -137,6 +132,24 @@ def live_player(host: PluginHost, process: SimProcess, collective: str, *, table
             times[start:start + n] = (host.clock_us() - began) / n
         return Played(times, _runs(arms), np.zeros(count))
     return play
+
+
+def choose_arm(host: PluginHost, collective: str, size: int, table: np.ndarray) -> Arm:
+    """``getCollInfo`` and NCCL's scan for one call; raises :class:`LiveFailure` where NCCL would fail it."""
+    rc, arm, _host_us = host.choose(collective, size, table)
+    if rc != 0:
+        raise LiveFailure(f"tuner getCollInfo failed for {collective} of {size} bytes (error {rc})", code=rc)
+    if arm is None:
+        raise LiveFailure(f"no algorithm/protocol available for function {collective}", code=3)
+    return arm
+
+
+def launch_call(host: PluginHost, process: SimProcess, collective: str, size: int, arm: Arm, *, channels: int,
+                elt: int, dtype: str, replay: bool = False) -> int:
+    """The call's Coll event and launch, served the GPU time ``process`` draws for ``arm``; its kernel's index."""
+    gpu_us = float(process.run(collective, arm, size, 1)[0])
+    return host.played(collective, size, elt=elt, dtype=dtype, arm=arm, channels=channels, latency_us=gpu_us,
+                       replay=replay)
 
 
 def _replayed(host: PluginHost, arms: list[Arm], replays: int, launch: Callable[[Arm], int]) -> Played:

@@ -120,6 +120,8 @@ def _load(path: Path) -> C.CDLL:
                                C.POINTER(C.c_uint64)]
     lib.nbh_times.restype = C.c_int
     lib.nbh_times.argtypes = [C.c_void_p, C.c_uint64, C.c_uint64, C.c_void_p, C.c_void_p]
+    lib.nbh_compute.restype = C.c_uint64
+    lib.nbh_compute.argtypes = [C.c_void_p, C.c_int64, C.c_int64]
     lib.nbh_clock.restype = C.c_int64
     lib.nbh_clock.argtypes = [C.c_void_p]
     lib.nbh_close.restype = C.c_int
@@ -184,6 +186,12 @@ class PluginHost:
         return self._lib.nbh_played(self._h, COLLECTIVES.index(collective), count, dtype.encode(),
                                     arm.algorithm_index * 3 + arm.protocol_index, channels, latency_us,
                                     int(replay), C.byref(self._ns))
+
+    def compute(self, *, host_us: float, gpu_us: float) -> None:
+        """The application's work between collectives: the host busy for ``host_us`` (its launches
+        included), then a kernel of ``gpu_us`` on the stream, which no profiler event reports and
+        which starts without waiting for the other ranks (a workload's compute gap)."""
+        self._lib.nbh_compute(self._h, round(host_us * 1000.0), round(gpu_us * 1000.0))
 
     def times(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(iteration times, stream idle before each) in us of kernels ``first`` .. ``first + count - 1``,

@@ -14,7 +14,9 @@ node-hour budget). :func:`plan_campaign` expands it against an inventory:
 * every call a step makes is priced (:mod:`ncclbot_sweep.sweep.estimate`), and steps with the
   same node count and node set are packed into jobs as long as their steps need and no longer
   than the partition allows (:mod:`ncclbot_sweep.sweep.packing`; a step that cannot fit any
-  job is refused, naming the partition's limit).
+  job is refused, naming the partition's limit); a ``workload`` campaign's steps are runs of the
+  user's command (:mod:`ncclbot_sweep.sweep.workload`), one per environment and repetition,
+  each estimated at ``workload.run_estimate_s`` (else up to its timeout).
 
 The result is a :class:`~ncclbot_sweep.sweep.plan.Plan`, whose step and job keys are content
 hashes, so planning twice gives the same keys and a resumed campaign never runs a finished
@@ -29,7 +31,7 @@ import logging
 import math
 import re
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -56,6 +58,7 @@ from ncclbot_sweep.sweep.estimate import CallCounts, Measured, MeasuredTimes, St
 from ncclbot_sweep.sweep.inventory import GPUS_PER_PROCESS, Inventory, env_mapping
 from ncclbot_sweep.sweep.packing import pack
 from ncclbot_sweep.sweep.plan import Job, Plan, PrunedArmEntry, Step, content_key, describe_plan
+from ncclbot_sweep.sweep.workload import DEFAULT_RUN_TIMEOUT_S, STATIC, WorkloadSpec, check_campaign, nodes_command
 
 __all__ = [
     "AXES",
@@ -190,12 +193,12 @@ class Campaign(SpecModel):
     """One campaign spec; see the module docstring for the expansion rules."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    kind: Literal["forced", "live", "stock", "overhead"]
+    kind: Literal["forced", "live", "stock", "overhead", "workload"]
     description: str = ""
-    collectives: list[str]
+    collectives: list[str] = Field(default_factory=list)
     nodes: list[Int] = Field(min_length=1)
     node_set: str | None = None
-    sizes: SizeSpec
+    sizes: SizeSpec | None = None
     arms: Literal["all"] | list[str] | ArmExclusion = "all"
     policies: list[str] = Field(default_factory=list)
     plugin: PluginSettings = Field(default_factory=PluginSettings)
@@ -205,7 +208,8 @@ class Campaign(SpecModel):
     iterations: Int = Field(100, ge=1)
     repeats: Int = Field(1, ge=1)
     #: Every step's timeout, in seconds; null: each step's own, from its estimate (the inventory's
-    #: ``estimate.margin`` times its priced calls, plus its set-up).
+    #: ``estimate.margin`` times its priced calls, plus its set-up; a workload run's from
+    #: ``workload.run_estimate_s`` alike, else :data:`~ncclbot_sweep.sweep.workload.DEFAULT_RUN_TIMEOUT_S`).
     timeout_s: Int | None = Field(None, ge=10, le=MAX_TIMEOUT_S)
     #: Forced campaigns: add one step per scenario with NCCL's own choice (policy AUTO, no
     #: forcing, no plugin) in the same jobs, a paired baseline for forced-versus-stock.
@@ -220,6 +224,8 @@ class Campaign(SpecModel):
     dtype: str = "float"
     op: str = "sum"
     extra_flags: list[str] = Field(default_factory=list)
+    #: Workload campaigns: the user's command and how its step times are read (sweep/workload.py).
+    workload: WorkloadSpec | None = None
 
     @field_validator("env", mode="before")
     @classmethod
@@ -262,6 +268,9 @@ class Campaign(SpecModel):
             raise ValueError("a forced campaign forces arms; remove 'policies' (or use kind 'live')")
         if self.kind in ("live", "overhead") and not self.policies:
             raise ValueError(f"a {self.kind} campaign needs 'policies' (e.g. [stock, AUTO, ucb1])")
+        check_campaign(self.kind, self.model_fields_set, policies=self.policies, spec=self.workload)
+        if self.kind != "workload" and (not self.collectives or self.sizes is None):
+            raise ValueError(f"a {self.kind} campaign needs 'collectives' and 'sizes'")
         if self.kind != "forced" and (self.arms != "all" or self.baseline):
             raise ValueError("'arms' and 'baseline' apply to forced campaigns only")
         names = [v.name for v in self.variants]
@@ -296,11 +305,11 @@ class Campaign(SpecModel):
                 bound *= self._axis_length(axis)
         if self.kind == "forced":
             bound *= arms_per_scenario + (1 if self.baseline else 0)
-        return bound * len(self.sizes.ranges())
+        return bound * len(_size_ranges(self))
 
     def _axis_values(self, axis: str) -> list[Any]:
         if axis == "collective":
-            return list(self.collectives)
+            return list(self.collectives) or [None]  # a workload campaign has none
         if axis == "nodes":
             return list(self.nodes)
         if axis == "policy":
@@ -507,8 +516,43 @@ def _counts(args: tuple[str, ...], extra: int, warnings: list[str]) -> CallCount
         return call_counts(args[:len(args) - extra])
 
 
+def _size_ranges(campaign: Campaign) -> list[dict[str, Any] | None]:
+    """The size range of each step per combination; one step without sizes for a workload campaign."""
+    return campaign.sizes.ranges() if campaign.sizes is not None else [None]
+
+
+def _make_workload_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], node_set: str) -> Step:
+    """One run of a workload campaign's command in one environment (``combo["policy"]``)."""
+    spec = campaign.workload
+    env, plugin = _step_env(campaign, inventory, None, combo["policy"], combo["variant"])
+    if combo["policy"].lower() == STATIC:
+        env["NCCLBOT_STATIC_TABLE"] = spec.static_table
+    command = nodes_command(spec.command, local=inventory.scheduler.kind == "local",
+                            tool=list(inventory.ncclbot_sweep.command))
+    content = {
+        "fabric": inventory.name, "gpus_per_node": inventory.gpus_per_node, "kind": campaign.kind,
+        "nodes": combo["nodes"], "node_set": node_set, "policy": combo["policy"], "plugin": plugin,
+        "variant": combo["variant"], "repeat": combo["repeat"], "workload": spec.model_dump(mode="json"),
+        "timeout_s": campaign.timeout_s, "env": _keyed_env(env, inventory), "fabric_env": inventory.environment,
+    }
+    # Without run_estimate_s a run is budgeted up to its timeout; the run's expected wall time
+    # covers its launch and NCCL's set-up, so no set-up is added on top.
+    timeout = campaign.timeout_s or (inventory.estimate.step_timeout_s(spec.run_estimate_s, combo["nodes"])
+                                     if spec.run_estimate_s else DEFAULT_RUN_TIMEOUT_S)
+    estimate = spec.run_estimate_s or float(timeout)
+    return Step(
+        key=content_key(content), kind=campaign.kind, collective="", binary=PurePath(command[0]).name,
+        nodes=combo["nodes"], gpus_per_node=inventory.gpus_per_node, node_set=node_set, arm=None,
+        policy=combo["policy"], plugin=plugin, variant=combo["variant"], repeat=combo["repeat"], sizes=None,
+        iterations=0, warmup=spec.warmup_steps, timeout_s=timeout, dtype="", op="", env=env, flags=(), args=(),
+        estimate_s=estimate, setup_s=0.0, command=tuple(command),
+    )
+
+
 def _make_step(campaign: Campaign, inventory: Inventory, combo: dict[str, Any], arm: Arm | None,
-               sizes: dict[str, Any], node_set: str, *, pricing: _Pricing, warnings: list[str]) -> Step:
+               sizes: dict[str, Any] | None, node_set: str, *, pricing: _Pricing, warnings: list[str]) -> Step:
+    if campaign.kind == "workload":
+        return _make_workload_step(campaign, inventory, combo, node_set)
     collective, nodes = combo["collective"], combo["nodes"]
     if campaign.kind == "forced" and arm is None:
         combo = dict(combo, policy=AUTO)  # the baseline step of a forced campaign: no forcing, no plugin
@@ -564,14 +608,14 @@ def _expand_steps(campaign: Campaign, inventory: Inventory, *, pricing: _Pricing
         for arm in arms:
             values = dict(combo, arm=arm)
             if any(_matches(rule, values) for rule in campaign.exclude):
-                excluded += len(campaign.sizes.ranges())
+                excluded += len(_size_ranges(campaign))
                 continue
-            for sizes in campaign.sizes.ranges():
+            for sizes in _size_ranges(campaign):
                 steps.append(_make_step(campaign, inventory, combo, arm, sizes, node_set, pricing=pricing,
                                         warnings=warnings))
     order = {c: i for i, c in enumerate(COLLECTIVES)}
     steps.sort(key=lambda s: (s.nodes, order.get(s.collective, 99), s.arm.index if s.arm else -1,
-                              s.repeat, s.sizes["min"]))
+                              s.repeat, (s.sizes or {}).get("min", 0)))
     return steps, sorted(pruned.values(), key=lambda p: (p.nodes, p.collective, p.arm)), excluded
 
 
@@ -591,9 +635,15 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
         raise PlanError(f"campaign {campaign.name!r} would expand into up to {bound:,} steps, more than "
                         f"{MAX_STEPS:,}", hint="lower repeats, or split the sizes, node counts or collectives "
                         "into several campaigns")
+    workload = campaign.workload
+    if workload is not None and measured is not None:
+        raise PlanError(f"campaign {campaign.name!r} runs a workload: its runs make no nccl-tests calls to price with "
+                        f"the times measured in {measured.source}",
+                        hint="leave out --from-dataset; workload.run_estimate_s gives a run's expected wall time")
     model, named = inventory.estimate.fabric_model(inventory.environment)
-    warnings = [] if named else [f"inventory {inventory.name!r} names no estimate.model: the calls are priced with "
-                                 f"{model}'s cost model; name the simulated fabric closest to this one"]
+    warnings = [] if named or workload is not None else [  # a workload's runs are not priced by the model
+        f"inventory {inventory.name!r} names no estimate.model: the calls are priced with {model}'s cost model; "
+        "name the simulated fabric closest to this one"]
     pricing = _Pricing(model=model, measured=measured.times if measured else None)
     steps, pruned, excluded = _expand_steps(campaign, inventory, pricing=pricing, warnings=warnings)
     if not steps:
@@ -609,10 +659,16 @@ def plan_campaign(campaign: Campaign, inventory: Inventory, *, enforce_budget: b
     if short:
         worst = max(short, key=lambda s: s.estimate_s)
         warnings.append(f"{len(short)} step(s) may need more than the campaign's timeout_s ({campaign.timeout_s} s): "
-                        f"{worst.label} is estimated at {worst.estimate_s:.0f} s of calls and {worst.setup_s:.0f} s "
-                        "of set-up; leave timeout_s out to size each step's timeout from its estimate")
+                        f"{worst.label} is estimated at " + (
+                            f"{worst.estimate_s:.0f} s a run (workload.run_estimate_s)" if workload is not None else
+                            f"{worst.estimate_s:.0f} s of calls and {worst.setup_s:.0f} s of set-up")
+                        + "; leave timeout_s out to size each step's timeout from its estimate")
     jobs, packing_notes = pack(steps, campaign.packing, inventory)
-    priced_by = f"NCCL's cost model of {model}" + (f", and times measured in {measured.source}" if measured else "")
+    if workload is not None:
+        priced_by = (f"workload.run_estimate_s ({workload.run_estimate_s:g} s a run)" if workload.run_estimate_s
+                     else "the runs' timeouts (no workload.run_estimate_s)")
+    else:
+        priced_by = f"NCCL's cost model of {model}" + (f", and times measured in {measured.source}" if measured else "")
     plan = Plan(campaign=campaign, inventory=inventory,
                 campaign_key=content_key({"campaign": campaign.name, "fabric": inventory.name}),
                 jobs=jobs, pruned=pruned, excluded=excluded, warnings=warnings + packing_notes, priced_by=priced_by)

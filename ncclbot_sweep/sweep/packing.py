@@ -98,10 +98,23 @@ def _cannot_fit(steps: Sequence[Step], inventory: Inventory) -> PlanError:
     """The error for steps that no job of the partition can hold: the first few, with what they need."""
     sched, est = inventory.scheduler, inventory.estimate
     where = f"partition {sched.partition}" if sched.partition else f"inventory {inventory.name}"
-    lines = [f"  {s.label}: {s.estimate_s / 60:.1f} min of calls x margin {est.margin:g} + {s.setup_s:.0f} s set-up "
-             f"+ {est.job_setup_s:.0f} s job set-up = {_limit_min([s], inventory)} min" for s in steps[:5]]
+    lines = [f"  {s.label}: {_needs(s, inventory)} + {est.job_setup_s:.0f} s job set-up = "
+             f"{_limit_min([s], inventory)} min" for s in steps[:5]]
     more = [f"  ... and {len(steps) - 5} more"] if len(steps) > 5 else []
+    if steps[0].command:  # a workload campaign's runs: the user's command, no sizes
+        hint = ("shorten the runs (fewer training steps in the command), give workload.run_estimate_s or a "
+                "timeout_s that fits, or raise scheduler.time_limit_min if the partition allows more")
+    else:
+        hint = ("split the sizes into more steps ('sizes: {list: [...]}' runs one step per size) or campaigns, "
+                "lower iterations, or raise scheduler.time_limit_min if the partition allows more")
     return PlanError("\n".join([f"{len(steps)} step(s) need more than the {sched.time_limit_min} min "
-                                f"({where}'s scheduler.time_limit_min) a job may run:", *lines, *more]),
-                     hint="split the sizes into more steps ('sizes: {list: [...]}' runs one step per size) or "
-                          "campaigns, lower iterations, or raise scheduler.time_limit_min if the partition allows more")
+                                f"({where}'s scheduler.time_limit_min) a job may run:", *lines, *more]), hint=hint)
+
+
+def _needs(step: Step, inventory: Inventory) -> str:
+    """What a job allows ``step`` (:func:`_allowance_s`), in words: its timeout, or its estimate with the margin."""
+    est = inventory.estimate
+    if step.timeout_s < est.step_timeout_s(step.estimate_s, step.nodes):
+        return f"its timeout {step.timeout_s} s"
+    what = "a run" if step.command else "of calls"
+    return f"{step.estimate_s / 60:.1f} min {what} x margin {est.margin:g} + {est.setup_s(step.nodes):.0f} s set-up"

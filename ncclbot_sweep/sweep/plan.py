@@ -1,4 +1,5 @@
-"""A planned campaign: its steps (one nccl-tests process each), its jobs (one allocation each) and their keys.
+"""A planned campaign: its steps (one nccl-tests process, or one run of a workload, each), its jobs
+(one allocation each) and their keys.
 
 What :func:`ncclbot_sweep.sweep.campaign.plan_campaign` returns and ``render``, the campaign
 folder and the runner read. Step and job keys are content hashes of canonical JSON
@@ -15,6 +16,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ncclbot_sweep.names import Arm, human_size, learning_policy
+from ncclbot_sweep.sweep.workload import describe as describe_workload
+from ncclbot_sweep.sweep.workload import workload_plan_lines
 
 if TYPE_CHECKING:
     from ncclbot_sweep.sweep.campaign import Campaign
@@ -31,7 +34,8 @@ def content_key(payload: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One nccl-tests process: one collective, node count, arm or policy, variant and size range."""
+    """One nccl-tests process: one collective, node count, arm or policy, variant and size range;
+    or one run of a workload campaign's command (no collective, sizes or nccl-tests arguments)."""
 
     key: str
     kind: str
@@ -45,7 +49,7 @@ class Step:
     plugin: bool
     variant: str
     repeat: int
-    sizes: dict[str, Any]
+    sizes: dict[str, Any] | None
     iterations: int
     warmup: int
     timeout_s: int
@@ -55,9 +59,12 @@ class Step:
     flags: tuple[str, ...]
     #: The nccl-tests arguments after the binary (``-J`` and its file added by the job script).
     args: tuple[str, ...]
-    #: Seconds its calls take by the estimate, and seconds before its first call.
+    #: Seconds its calls take by the estimate, and seconds before its first call (a workload run:
+    #: its expected wall time, set-up included).
     estimate_s: float
     setup_s: float
+    #: A workload step's command as the job runs it (empty for nccl-tests steps).
+    command: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> int:
@@ -73,7 +80,7 @@ class Step:
         what = str(self.arm) if self.arm is not None else f"policy {self.policy}"
         extra = "" if self.variant == "default" else f" [{self.variant}]"
         rep = f" #{self.repeat}" if self.repeat else ""
-        return f"{self.collective} {self.nodes}n {what}{extra}{rep}"
+        return f"{self.collective or self.kind} {self.nodes}n {what}{extra}{rep}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +146,7 @@ class Plan:
         job = next(j for j in self.jobs if j.key == job_key)
         collectives = list(dict.fromkeys(s.collective for s in job.steps))
         what = "+".join(collectives) if len(collectives) <= 3 else f"{len(collectives)}-collectives"
+        what = what or self.campaign.kind
         return f"{self.campaign.name}-{what}-{job.nodes}n"
 
     def summary(self) -> dict[str, Any]:
@@ -166,6 +174,7 @@ class Plan:
             "node_hours": round(self.node_hours, 3),
             "budget_node_hours": self.campaign.budget_node_hours,
             "warnings": list(self.warnings),
+            **({"workload": describe_workload(self.campaign.workload)} if self.campaign.workload else {}),
         }
 
 
@@ -181,14 +190,20 @@ def iter_scenarios(plan: Plan) -> Iterable[tuple[str, int, list[Step]]]:
 def describe_plan(plan: Plan) -> str:
     """The plan as text: scenarios with their arms or policies, pruned arms, jobs and the estimate."""
     c, inv = plan.campaign, plan.inventory
-    sizes = c.sizes.values()
-    timeout = f"step timeout {c.timeout_s} s" if c.timeout_s else "step timeouts from the estimate"
-    lines = [f"campaign {c.name} ({c.kind}) on {inv.name}: campaign key {plan.campaign_key}",
-             f"  sizes: {len(sizes)} from {human_size(sizes[0])} to {human_size(sizes[-1])}; warm-up {c.warmup}, "
-             f"iterations {c.iterations}, repeats {c.repeats}, {timeout}",
-             f"  calls priced by {plan.priced_by}; limits allow {inv.estimate.margin:g}x the calls plus set-up",
-             "", "scenarios:"]
-    for collective, nodes, steps in iter_scenarios(plan):
+    lines = [f"campaign {c.name} ({c.kind}) on {inv.name}: campaign key {plan.campaign_key}"]
+    if c.workload is not None:
+        lines += workload_plan_lines(c.workload, [(s.nodes, s.repeat, s.policy, s.estimate_s, s.timeout_s)
+                                                  for s in plan.steps], steps=plan.steps[0].command)
+        lines.append(f"  runs estimated by {plan.priced_by}; limits allow {inv.estimate.margin:g}x the estimate "
+                     "plus set-up, at most each run's timeout")
+    else:
+        sizes = c.sizes.values()
+        timeout = f"step timeout {c.timeout_s} s" if c.timeout_s else "step timeouts from the estimate"
+        lines += [f"  sizes: {len(sizes)} from {human_size(sizes[0])} to {human_size(sizes[-1])}; warm-up {c.warmup}, "
+                  f"iterations {c.iterations}, repeats {c.repeats}, {timeout}",
+                  f"  calls priced by {plan.priced_by}; limits allow {inv.estimate.margin:g}x the calls plus set-up",
+                  "", "scenarios:"]
+    for collective, nodes, steps in iter_scenarios(plan) if c.workload is None else ():
         what = sorted({str(s.arm) if s.arm else f"{s.policy}" + ("" if s.variant == "default" else f"[{s.variant}]")
                        for s in steps})
         lines.append(f"  {collective:<14}{nodes:>4} nodes {len(steps):>4} steps  {', '.join(what)}")
@@ -206,7 +221,8 @@ def describe_plan(plan: Plan) -> str:
         lines.append(f"  {job.key}  {job.nodes:>3} nodes  {len(job.steps):>3} steps  ~{job.estimate_s / 60:.1f} min "
                      f"+ {job.setup_s / 60:.1f} min set-up (limit {job.time_limit_min} min)  {job.node_hours:.2f} node-h")
     budget = f" of a {c.budget_node_hours:g} budget" if c.budget_node_hours else ""
-    lines += ["", f"total: {len(plan.steps)} steps in {len(plan.jobs)} jobs, ~{plan.estimate_s / 3600:.1f} h of calls, "
-                  f"~{plan.node_hours:.1f} node-hours{budget}"]
+    spent = "runs" if c.workload is not None else "calls"
+    lines += ["", f"total: {len(plan.steps)} steps in {len(plan.jobs)} jobs, ~{plan.estimate_s / 3600:.1f} h of "
+                  f"{spent}, ~{plan.node_hours:.1f} node-hours{budget}"]
     lines += [f"warning: {w}" for w in plan.warnings]
     return "\n".join(lines)

@@ -48,6 +48,7 @@ from ncclbot_sweep.stepmeta import StepMeta
 from ncclbot_sweep.sweep.plan import Job, Plan, Step
 from ncclbot_sweep.sweep.inventory import Inventory, NodeSet, sbatch_value_problem
 from ncclbot_sweep.sweep.jobspec import job_tag
+from ncclbot_sweep.sweep.workload import extractor_args
 
 __all__ = ["DEBUG_ENV", "TUNE_TEMPLATE", "render_campaign", "render_job_script", "render_tune_script", "step_metadata",
            "template_name"]
@@ -108,7 +109,7 @@ TUNE_TEMPLATE = "job-tune.sh.j2"
 
 
 def template_name(kind: str) -> str:
-    """The template of a campaign kind: ``forced``, ``live``, ``stock`` or ``overhead``."""
+    """The template of a campaign kind: ``forced``, ``live``, ``stock``, ``overhead`` or ``workload``."""
     return f"job-{kind}.sh.j2"
 
 
@@ -164,14 +165,16 @@ def _placement_lines(inv: Inventory, node_set: NodeSet) -> list[str]:
     return lines
 
 
-def _launch_words(plan: Plan, job: Job) -> list[str]:
-    """The launcher command before the binary (each word quoted by the template)."""
+def _launch_words(plan: Plan, job: Job, *, per_node: int | None = None) -> list[str]:
+    """The launcher command before the binary (each word quoted by the template): ``per_node`` tasks
+    per node (default one per GPU)."""
     inv, launcher = plan.inventory, plan.inventory.launcher
-    ranks = job.nodes * inv.gpus_per_node
+    per_node = per_node or inv.gpus_per_node
+    ranks = job.nodes * per_node
     if launcher.kind == "mpirun":
-        return ["mpirun", "-np", str(ranks), "--map-by", f"ppr:{inv.gpus_per_node}:node",
+        return ["mpirun", "-np", str(ranks), "--map-by", f"ppr:{per_node}:node",
                 *launcher.mpirun_flags]
-    words = ["srun", f"--nodes={job.nodes}", f"--ntasks={ranks}", f"--ntasks-per-node={inv.gpus_per_node}"]
+    words = ["srun", f"--nodes={job.nodes}", f"--ntasks={ranks}", f"--ntasks-per-node={per_node}"]
     if launcher.mpi:
         words.append(f"--mpi={launcher.mpi}")
     if launcher.container:
@@ -180,6 +183,16 @@ def _launch_words(plan: Plan, job: Job) -> list[str]:
             words.append(f"--container-mounts={','.join(launcher.container.mounts)}")
         words += launcher.container.flags
     return words + list(launcher.flags)
+
+
+def _workload_fields(plan: Plan, job: Job, step: Step) -> dict[str, Any]:
+    """A workload step's command in place of nccl-tests, its tasks per node, and how its step times are read."""
+    spec = plan.campaign.workload
+    if spec is None:
+        return {}
+    return {"binary": step.command[0], "args": list(step.command[1:]), "json": False,
+            "launch": _launch_words(plan, job, per_node=spec.tasks_per_node),
+            "extract": extractor_args(spec), "wall": spec.step_time.wall, "kineto": spec.step_time.kineto}
 
 
 def _binary_path(plan: Plan, step: Step) -> str:
@@ -198,14 +211,17 @@ def step_metadata(plan: Plan, job: Job, *, step: Step) -> dict[str, Any]:
         "collective": step.collective, "binary": step.binary, "nodes": step.nodes,
         "gpus_per_node": step.gpus_per_node, "ranks": step.ranks, "node_set": step.node_set,
         "arm": None if step.arm is None else str(step.arm), "policy": step.policy, "plugin": step.plugin,
-        "variant": step.variant, "repeat": step.repeat, "sizes": step.sizes, "iterations": step.iterations,
+        "variant": step.variant, "repeat": step.repeat, "sizes": step.sizes, "iterations": step.iterations or None,
         "warmup": step.warmup, "dtype": step.dtype, "op": step.op, "timeout_s": step.timeout_s, "env": env,
         "per_iteration": "json" if inv.nccl_tests.per_iteration_json else "cycles",
         "nccl_log_rank": 0,  # other ranks log NCCL warnings only, to their stderr
         "nccl_tests_version": inv.nccl_tests.version, "nccl_version": inv.nccl.version,
         "plugin_path": inv.plugin.resolved_path() if step.plugin else None,
         "plugin_version": inv.plugin.version if step.plugin else None,
+        "command": list(step.command) or None,
     }
+    if step.command:  # a workload run: no collective, binary, data type or nccl-tests version
+        fields.update(collective=None, dtype=None, op=None, per_iteration=None, nccl_tests_version=None)
     try:
         return StepMeta.model_validate(fields).as_dict()
     except pydantic.ValidationError as exc:  # the plan was validated: a field out of step.json's range is a bug
@@ -218,7 +234,8 @@ def _file_names() -> dict[str, _Raw]:
     step = StepFiles(PurePath("."))
     job = CampaignPaths(PurePath("."))
     names = {"exit": step.exit_marker, "stdout": step.stdout, "stderr": step.stderr, "nccl_log": step.nccl_log,
-             "result": step.result_json, "trace": step.trace_dir, "job_log": job.job_log("j"),
+             "result": step.result_json, "trace": step.trace_dir, "workload_steps": step.workload_steps,
+             "kineto": step.kineto_dir, "job_log": job.job_log("j"),
              "provenance": job.provenance("j"), "coordinator_log": job.coordinator_log("j")}
     out = {}
     for key, path in names.items():
@@ -247,8 +264,8 @@ def render_job_script(plan: Plan, job: Job, *, run_root: PurePath) -> str:
             "env": [(_env_name(k), v) for k, v in step.env.items()], "plugin": step.plugin,
             "forced": step.arm is not None,
             "timeout_s": step.timeout_s, "launch": _launch_words(plan, job),
-            "binary": _binary_path(plan, step), "args": list(step.args),
-            "json": inv.nccl_tests.per_iteration_json,
+            **(_workload_fields(plan, job, step) or {"binary": _binary_path(plan, step), "args": list(step.args),
+                                                "json": inv.nccl_tests.per_iteration_json}),
         })
     context = {
         "campaign": plan.campaign.name, "campaign_key": plan.campaign_key, "job_key": job.key,

@@ -29,6 +29,9 @@
  *             first-minimum scan (NCCL 2.30's: it loads tuner v6 or v5 and exports
  *             ncclGetVersion = 2.30.7, so the plugin knows which scan follows);
  *   played    the Coll event (start, stop = "enqueued"), NCCL's enqueue time, the launch;
+ *   compute   the application's own work between collectives (a workload's compute gap): host
+ *             time, then a kernel on the same stream that no profiler event reports and that
+ *             starts without waiting for the other ranks;
  *   sync      cudaStreamSynchronize: the host waits for its stream;
  *   close     deliver every event, tuner finalize, profiler finalize, dlclose both.
  *
@@ -103,6 +106,7 @@ typedef struct {
   double lat_us;       /* as served (the iteration time adds the idle before the start) */
   int nch;
   int first;           /* first launch after a stream synchronisation */
+  int solo;            /* the application's compute kernel: starts without the other ranks */
 } nbh_kernel;
 
 /* One (kernel slot, rank) of the shared page: when the rank launched it, and its draw. */
@@ -339,7 +343,7 @@ static void know(nbh_host *h, uint64_t k) {
     nbh_kernel *q = kernel(h, h->known);
     int64_t free_at = h->known ? kernel(h, h->known - 1)->end : 0;
     int64_t launched = q->launch, span = q->lat;
-    couple_read(h, h->known, &launched, &span);
+    if (!q->solo) couple_read(h, h->known, &launched, &span);
     q->start = launched > free_at ? launched : free_at;
     q->end = q->start + span;
   }
@@ -751,6 +755,34 @@ EXPORT uint64_t nbh_played(nbh_host *h, int coll, uint64_t count, const char *dt
     h->bound_kernel[h->nbound % NBH_RING] = k;
   }
   couple_write(h, k, q->launch, q->lat);
+  h->launched++;
+  h->synced = 0;
+  return k;
+}
+
+/*
+ * nbh_compute: the application's own work between two collectives. The host is busy for host_ns
+ * (the framework's CPU time, its kernel launches included), delivering the events due meanwhile;
+ * then, when gpu_ns > 0, one kernel of gpu_ns runs on the stream after whatever is queued there.
+ * It is no collective: no profiler event reports it, and it starts without waiting for the
+ * other ranks (it still takes a kernel index, so every rank's indices stay aligned as long as
+ * every rank runs the same program). Returns its kernel index, or UINT64_MAX without one.
+ * Caller's thread.
+ */
+EXPORT uint64_t nbh_compute(nbh_host *h, int64_t host_ns, int64_t gpu_ns) {
+  if (host_ns > 0) h->clock += host_ns;
+  deliver_due(h, h->clock);
+  if (gpu_ns <= 0) return UINT64_MAX;
+  wait_for_queue(h);
+  uint64_t k = h->launched;
+  nbh_kernel *q = kernel(h, k);
+  memset(q, 0, sizeof *q);
+  q->launch = h->clock;
+  q->lat = gpu_ns;
+  q->lat_us = (double)gpu_ns / 1000.0;
+  q->nch = 1;
+  q->first = h->synced;
+  q->solo = 1;
   h->launched++;
   h->synced = 0;
   return k;

@@ -42,6 +42,18 @@ policies: [stock, ucb1]
 iterations: 100
 warmup: 100
 """),
+    "workload-h100-spectrumx.job.sh": ("h100-spectrumx", """\
+name: golden-workload
+kind: workload
+nodes: [4]
+policies: [stock, ucb1]
+workload:
+  command: [torchrun, --nproc-per-node=8, train.py, --log-interval, "1"]
+  step_time: {pattern: megatron}
+  warmup_steps: 10
+  tasks_per_node: 1
+timeout_s: 3600
+"""),
 }
 
 

@@ -26,7 +26,6 @@ from ncclbot_sweep.names import (
     PER_RANK_COUNT_COLLECTIVES,
     SIMULATOR,
     Arm,
-    all_arms,
     bus_factor,
     dtype_bytes,
     nccl_type_name,
@@ -34,6 +33,7 @@ from ncclbot_sweep.names import (
 from ncclbot_sweep.sim.fabric import SimFabric, fabric_for_env
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
 from ncclbot_sweep.sim.nccltests import report
+from ncclbot_sweep.sim.nccltests.calls import NVLS_CHANNELS, call_channels, call_table
 from ncclbot_sweep.sim.nccltests.environment import (
     SUBSYSTEMS,
     EnvError,
@@ -57,9 +57,6 @@ _BUS_IDS = {
     8: ("0000:18:00", "0000:2a:00", "0000:3a:00", "0000:5d:00", "0000:9a:00", "0000:ab:00", "0000:ba:00", "0000:db:00"),
     4: ("0008:01:00", "0009:01:00", "0018:01:00", "0019:01:00"),
 }
-_THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
-_NVLS_CHANNELS = {90: 16, 100: 24}
-_ALL_ARMS = all_arms()
 
 
 class TestFailure(Exception):
@@ -106,28 +103,12 @@ def _op_and_root(collective: str, op: str, root: int) -> tuple[str, int]:
 
 def _channels(ctx: _Context, arm: Arm, n_bytes: int) -> int:
     """Channels NCCL uses for one call after its per-size trimming (``enqueue.cc``)."""
-    spec = ctx.fabric.spec
-    if arm.algorithm in ("NVLS", "NVLSTree"):
-        return _NVLS_CHANNELS.get(spec.comp_cap, 16)
-    tuned = ctx.fabric.tuned(ctx.layout.nodes, ctx.ranks)
-    threads = int(tuned.max_threads[arm.algorithm_index, arm.protocol_index]) or 512
-    threshold = _THREAD_THRESHOLD[arm.protocol] * (ctx.ranks if arm.algorithm == "Ring" and arm.protocol == "LL" else 1)
-    channels = spec.model_spec(ctx.layout.nodes).comm_channels
-    while channels > 1 and n_bytes < channels * threads * threshold:
-        channels -= 1
-    return channels
+    return call_channels(ctx.fabric, arm, nodes=ctx.layout.nodes, ranks=ctx.ranks, n_bytes=n_bytes)
 
 
 def _cost_table(ctx: _Context, size: int) -> np.ndarray:
     """NCCL's cost table ``[algorithm, protocol]`` for this call, over what ``NCCL_ALGO``/``NCCL_PROTO`` allow."""
-    algos = allowed_names(ctx.env.get("NCCL_ALGO"), "algo", ctx.collective)
-    protos = allowed_names(ctx.env.get("NCCL_PROTO"), "proto", ctx.collective)
-    allowed = [
-        arm
-        for arm in _ALL_ARMS
-        if (algos is None or arm.algorithm in algos) and (protos is None or arm.protocol in protos)
-    ]
-    return ctx.fabric.cost_table(ctx.collective, ctx.layout.nodes, size, ranks=ctx.ranks, allowed=allowed)
+    return call_table(ctx.fabric, ctx.collective, nodes=ctx.layout.nodes, size=size, ranks=ctx.ranks, env=ctx.env)
 
 
 def _choose_arm(ctx: _Context, size: int) -> Arm | None:
@@ -219,7 +200,7 @@ def _write_init_log(ctx: _Context) -> None:
     summary = [
         f"comm 0x5c1a0 rank 0 nRanks {ctx.ranks} nNodes {tuned.nodes} localRanks {local} localRank 0 MNNVL "
         f"{1 if spec.model_multi.nvls_domain_nodes > 1 else 0}",
-        f"{comm} coll channels, 0 collnet channels, {_NVLS_CHANNELS.get(spec.comp_cap, 16) if spec.model_multi.nvls else 0} "
+        f"{comm} coll channels, 0 collnet channels, {NVLS_CHANNELS.get(spec.comp_cap, 16) if spec.model_multi.nvls else 0} "
         f"nvls channels, {2 * comm} p2p channels, {2 * comm} p2p channels per peer",
     ]
     if ctx.log.config.info("INIT"):
