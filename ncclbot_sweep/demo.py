@@ -6,9 +6,10 @@ local executor and its ingest into a Parquet dataset; a small live campaign
 (``campaigns/demo-live.yaml``: stock NCCL, AUTO through the real plugin and UCB1, four rank
 processes sharing one coordinator), ingested into its own dataset so the sweep's pools see
 only the sweep; the live analysis of both datasets (forced prices against stock, AUTO
-through the plugin against the audit); then the AUTO audit, the bandit replay (AUTO,
-Random, UCB1, Softmax, KL-UCB, ETC), the HTML report with the live campaign's section and
-the dataset's ``contexts`` table. Every stage is idempotent, so running the demo again
+through the plugin against the audit); a short workload A/B (``campaigns/demo-workload.yaml``:
+the simulator's DDP step with and without the plugin, interleaved) in its own dataset; then
+the AUTO audit, the bandit replay (AUTO, Random, UCB1, Softmax, KL-UCB, ETC), the HTML report
+with the live campaign's and the workload's sections and the dataset's ``contexts`` table. Every stage is idempotent, so running the demo again
 re-runs nothing it already did.
 """
 
@@ -23,13 +24,14 @@ from pathlib import Path
 from ncclbot_sweep.resources import resource_path
 from ncclbot_sweep.sweep.runner import Progress, submit
 
-__all__ = ["DEMO_CAMPAIGN", "DEMO_INVENTORY", "DEMO_LIVE_CAMPAIGN", "DemoResult", "run_demo"]
+__all__ = ["DEMO_CAMPAIGN", "DEMO_INVENTORY", "DEMO_LIVE_CAMPAIGN", "DEMO_WORKLOAD_CAMPAIGN", "DemoResult", "run_demo"]
 
 log = logging.getLogger(__name__)
 
 DEMO_CAMPAIGN = "demo.yaml"
 DEMO_INVENTORY = "sim-h100.yaml"
 DEMO_LIVE_CAMPAIGN = "demo-live.yaml"
+DEMO_WORKLOAD_CAMPAIGN = "demo-workload.yaml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +44,8 @@ class DemoResult:
     live_campaign: Path
     live_dataset: Path
     live_analysis: Path
+    workload_campaign: Path
+    workload_dataset: Path
 
     def summary(self) -> list[str]:
         """The lines the demo ends with: what was analysed, AUTO over every context, what to set and
@@ -57,15 +61,21 @@ class DemoResult:
         results = json.loads((folder / RESULTS_FILE).read_text(encoding="utf-8"))
         headline = headline_sentences(results["headline"])
         fabrics = ", ".join(results["provenance"]["fabrics"])
+        workload_headline = folder / "workload" / "headline.json"
+        workload = (json.loads(workload_headline.read_text(encoding="utf-8")) if workload_headline.is_file()
+                    else {"scenarios": []})
         return [
             f"demo: result on {fabrics} (synthetic: the simulated fabric)",
             f"demo:   {headline.auto}",
             f"demo:   {headline.action}",
             *(f"demo:   {line}" for line in headline.files),
             f"demo:   {headline.learning}",
+            *(f"demo:   {scenario['sentence']}" for scenario in workload["scenarios"]),
             f"demo:   report {self.report} (data {self.dataset}, campaign {self.campaign})",
             f"demo:   live campaign analysis {self.live_analysis} (data {self.live_dataset}, "
             f"campaign {self.live_campaign})",
+            *([f"demo:   workload comparison {folder / 'workload'} (data {self.workload_dataset}, "
+               f"campaign {self.workload_campaign})"] if workload["scenarios"] else []),
         ]
 
 
@@ -84,7 +94,7 @@ def run_demo(out: Path | str, *, command: str | None = None, progress: Progress 
 
     out = Path(out)
     result = DemoResult(out / "campaign", out / "dataset", out / "report", out / "live-campaign",
-                        out / "live-dataset", out / "live")
+                        out / "live-dataset", out / "live", out / "workload-campaign", out / "workload-dataset")
     _stage(on_stage, "sweep")
     summary = submit(resource_path("campaigns", DEMO_CAMPAIGN), resource_path("inventories", DEMO_INVENTORY),
                      workdir=result.campaign, wait=True, progress=progress)
@@ -98,8 +108,15 @@ def run_demo(out: Path | str, *, command: str | None = None, progress: Progress 
     ingest([result.live_campaign], result.live_dataset)
     _stage(on_stage, "live analysis")
     analyze_live([result.live_dataset, result.dataset], out=result.live_analysis)
+    _stage(on_stage, "workload comparison (the simulator's DDP step, with and without the plugin)")
+    workload = submit(resource_path("campaigns", DEMO_WORKLOAD_CAMPAIGN), resource_path("inventories", DEMO_INVENTORY),
+                      workdir=result.workload_campaign, wait=True, progress=progress)
+    log.info("demo workload campaign in %s: %d/%d runs ok", result.workload_campaign, workload.steps_ok,
+             workload.total_steps)
+    ingest([result.workload_campaign], result.workload_dataset)
     _stage(on_stage, "audit, replay and report")
-    options = ReportOptions(live_datasets=(result.live_dataset,), command=command)
+    options = ReportOptions(live_datasets=(result.live_dataset,), workload_datasets=(result.workload_dataset,),
+                            command=command)
     index = build_report(result.dataset, result.report, options=options)
     return dataclasses.replace(result, report=index)
 

@@ -77,6 +77,8 @@ class ReportOptions:
     studies: Sequence[str | Path] = ()
     #: Datasets holding live campaigns (ingested apart from the sweep): read with the sweep for the live section.
     live_datasets: Sequence[str | Path] = ()
+    #: Datasets of workload campaigns (``analyze workload-ab``): their A/B gets a section of its own.
+    workload_datasets: Sequence[str | Path] = ()
     #: The command line that asked for the report, recorded in its provenance (None: called from Python).
     command: str | None = None
     #: The exports in ``out/export`` keep contexts where the measured best beats AUTO by at least this fraction.
@@ -126,6 +128,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
     audit_rows.to_csv(out / "tables" / "audit_contexts.csv", index=False)
     provenance = _provenance(dataset, problem, options)
     live = _live_section([dataset, *options.live_datasets], out)
+    workload = _workload_section(options.workload_datasets, out)
     what = what_to_set(problem, dataset, out, margin=options.export_margin, fabric=options.fabric,
                        window=options.window, rho_max=options.rho_max)
     tables["what_to_set"] = write_table(what.ranges, out, name="what_to_set")
@@ -143,7 +146,7 @@ def build_report(dataset: str | Path, out: str | Path, *, options: ReportOptions
         "synthetic": synthetic,
         "n_contexts": len(problem), "n_test": int(len(per_context(replay)) // max(len(order), 1)), "parts": parts,
         "options": options, "figures": figures, "tables": tables, "policies": order, "split": split,
-        "claims": summary_claims(summary, tests, threshold=options.threshold), "live": live,
+        "claims": summary_claims(summary, tests, threshold=options.threshold), "live": live, "workload": workload,
         "headline": headline_sentences(numbers),
         "convention": problem.pools.convention, "excluded": problem.pools.excluded, "studies": studies,
         "sections": sections, "provenance": provenance, "results_file": RESULTS_FILE, "contexts_table": _write_contexts(dataset, problem, audit),
@@ -294,6 +297,35 @@ def _live_section(datasets: Sequence[str | Path], out: Path) -> dict:
             "headline": result.headline, "verdicts": scenario_verdicts(result.headline),
             "campaign_lines": campaign_lines(result.headline),
             "issues": result.issues["what"].tolist()}
+
+
+#: The workload tables the report shows, with their captions (all are written under ``workload/``).
+_WORKLOAD_SHOWN = {
+    "workload_environments": "Median step time per environment, with its 95% interval over repetitions.",
+    "workload_comparisons": "Saving against stock and against AUTO, paired by repetition (sign-flip test).",
+    "workload_contexts": "The contexts a learner played differently from AUTO, and the time per step each change "
+                         "saved or cost (from the plugin's traces).",
+    "workload_issues": "Runs that failed, and why.",
+}
+
+
+def _workload_section(datasets: Sequence[str | Path], out: Path) -> dict:
+    """The workload A/B of ``datasets`` into ``out/workload``, its shown tables, figures and one
+    sentence per scenario; ``present`` false when no dataset was given."""
+    if not datasets:
+        return {"present": False, "message": None}
+    from ..live.workload_ab import analyze_workload_ab
+
+    try:
+        result = analyze_workload_ab(datasets, out=out / "workload")
+    except AnalysisError as exc:
+        return {"present": False, "message": exc.reason}
+    tables = {name: dict(write_table(result.tables[name], out, name=name), caption=caption)
+              for name, caption in _WORKLOAD_SHOWN.items() if len(result.tables[name])}
+    return {"present": True, "tables": tables,
+            "figures": {name: f"workload/{Path(path).relative_to(out / 'workload')}"
+                        for name, path in sorted(result.figures.items())},
+            "sentences": [scenario["sentence"] for scenario in result.headline["scenarios"]]}
 
 
 #: Tables the study commands write (``analyze tune``, ``splits``, ``holdout``, ``minisweep``,

@@ -195,14 +195,18 @@ def replay(dataset, fabric, window, rho_max, keep_warmup, policies, horizon, see
               type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="A dataset holding a live campaign ingested apart from the sweep (repeat): its live section, "
                    "compared with the sweep of --dataset.")
+@click.option("--workload-dataset", "workload_datasets", multiple=True,
+              type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="A dataset holding workload campaigns (repeat): their A/B gets a section (analyze workload-ab).")
 def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon, seeds, split, replay_file,
-           trajectories_file, studies, live_datasets):
+           trajectories_file, studies, live_datasets, workload_datasets):
     """Write the HTML report (index.html, PNG figures, CSV and Markdown tables) into --out.
 
     \b
     Example:
         ncclbot-sweep analyze report -d demo-out/dataset -o report/ --study tune/
         ncclbot-sweep analyze report -d demo-out/dataset --live-dataset demo-out/live-dataset -o report/
+        ncclbot-sweep analyze report -d demo-out/dataset --workload-dataset demo-out/workload-dataset -o report/
     """
     from ncclbot_sweep.analysis.report import ReportOptions, build_report
 
@@ -217,7 +221,7 @@ def report(dataset, fabric, window, rho_max, keep_warmup, out, policies, horizon
     options = ReportOptions(policies=tuple(expand_policy_list(policies)), horizon=horizon,
                             seeds=seeds, split=split, fabric=fabric, window=tuple(window), rho_max=rho_max,
                             keep_warmup=keep_warmup, studies=studies, live_datasets=live_datasets,
-                            command=command_line())
+                            workload_datasets=workload_datasets, command=command_line())
     path = build_report(dataset, out, options=options, replay=results, trajectories=steps)
     click.echo(f"Report: {path}")
 

@@ -324,11 +324,11 @@ def demo_cmd(out: str) -> None:
     Example:
         ncclbot-sweep demo -o demo-out
     """
-    from ncclbot_sweep.demo import DEMO_CAMPAIGN, DEMO_INVENTORY, DEMO_LIVE_CAMPAIGN, run_demo
+    from ncclbot_sweep.demo import DEMO_CAMPAIGN, DEMO_INVENTORY, DEMO_LIVE_CAMPAIGN, DEMO_WORKLOAD_CAMPAIGN, run_demo
     from ncclbot_sweep.progress import progress_reporter
     from ncclbot_sweep.sweep.runner import status
 
-    shipped = ", ".join(Path(name).stem for name in (DEMO_CAMPAIGN, DEMO_LIVE_CAMPAIGN))
+    shipped = ", ".join(Path(name).stem for name in (DEMO_CAMPAIGN, DEMO_LIVE_CAMPAIGN, DEMO_WORKLOAD_CAMPAIGN))
     click.echo(f"demo: the shipped campaigns {shipped} on inventory {Path(DEMO_INVENTORY).stem} "
                f"('ncclbot-sweep campaign list'), into {Path(out).resolve()}")
     with progress_reporter() as progress:
@@ -336,6 +336,7 @@ def demo_cmd(out: str) -> None:
                           on_stage=lambda name: click.echo(f"demo: {name}"))
     _echo_summary(status(result.campaign), False)
     _echo_summary(status(result.live_campaign), False)
+    _echo_summary(status(result.workload_campaign), False)
     for line in result.summary():
         click.echo(line)
 

@@ -29,6 +29,7 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     assert result.exit_code == 0, result.output + _failed_steps(tmp_path / "campaign") + \
         _failed_steps(tmp_path / "live-campaign")
     assert "steps: 52/52 ok (52 ok)" in result.output and "steps: 3/3 ok (3 ok)" in result.output
+    assert "steps: 15/15 ok (15 ok)" in result.output, "the workload A/B: 3 environments x 5 repetitions"
     # It ends with the report's headline in words (what was measured, AUTO's loss, what to set and
     # the files it wrote, whether to learn live), then where the outputs are.
     lines = result.output.splitlines()
@@ -37,10 +38,14 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
                         summary[1]), summary
     assert summary[2].startswith("demo:   Set the measured-best arm where it beats NCCL's choice"), summary
     assert any(line.startswith("demo:   sim-h100: ") and "nccl_tuner.conf" in line for line in summary), summary
-    assert summary[-2].startswith(f"demo:   report {tmp_path / 'report' / 'index.html'} (data {tmp_path / 'dataset'}")
-    assert summary[-1].startswith(f"demo:   live campaign analysis {tmp_path / 'live'}")
+    assert summary[-3].startswith(f"demo:   report {tmp_path / 'report' / 'index.html'} (data {tmp_path / 'dataset'}")
+    assert summary[-2].startswith(f"demo:   live campaign analysis {tmp_path / 'live'}")
+    assert summary[-1].startswith(f"demo:   workload comparison {tmp_path / 'report' / 'workload'}")
+    # the workload A/B: the DDP step, whose 25 MiB buckets AUTO gets wrong, is faster with UCB1
+    assert re.fullmatch(r"demo:   On demo-workload \(sim-h100, 4 nodes\) the plugin paid: UCB1 cut the median step "
+                        r"time by \d\.\d% against stock .*", summary[-4]), summary
     # Every path it prints exists, the first line's included (shipped names, not repository paths).
-    assert result.output.startswith(f"demo: the shipped campaigns demo, demo-live on inventory sim-h100 "
+    assert result.output.startswith(f"demo: the shipped campaigns demo, demo-live, demo-workload on inventory sim-h100 "
                                     f"('ncclbot-sweep campaign list'), into {tmp_path.resolve()}\n")
     printed = re.findall(r"(/[^\s,()']+)", "\n".join(line for line in result.output.splitlines()
                                                     if line.startswith(("demo", "campaign "))))
@@ -63,6 +68,9 @@ def test_demo_runs_the_paper_sweep_on_sim_h100(tmp_path: Path):
     assert meta["fabric"] == "sim-h100" and meta["synthetic"] is True and meta["iterations"] == 100
     assert "NCCL INFO" in (results[0].parent / "nccl.log").read_text()
     _check_report(tmp_path)
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert 'id="workload"' in page and "the plugin paid: UCB1 cut the median step time" in page
+    assert (tmp_path / "report" / "tables" / "workload_comparisons.csv").is_file()
     # Running the demo again continues the same folder and runs nothing.
     before = {p: p.stat().st_mtime_ns for p in results}
     again = CliRunner().invoke(main, ["demo", "--out", str(tmp_path)])
