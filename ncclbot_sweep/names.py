@@ -25,9 +25,12 @@ __all__ = [
     "ARMLESS_COLLECTIVES",
     "ALL_COLLECTIVES",
     "ALGORITHMS",
+    "NVLS_ALGORITHMS",
     "PROTOCOLS",
     "FAMILIES",
     "AUTO",
+    "STATIC",
+    "STOCK",
     "SIMPLE_ONLY_ALGORITHMS",
     "SIMULATOR",
     "BINARY_COLLECTIVE",
@@ -72,11 +75,17 @@ ALL_COLLECTIVES: tuple[str, ...] = COLLECTIVES + ARMLESS_COLLECTIVES
 
 #: ``NCCL_ALGO`` tokens, in NCCL's algorithm index order (0..6).
 ALGORITHMS: tuple[str, ...] = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+#: The algorithms that run over NVLink SHARP multicast (their channels, their first-use set-up).
+NVLS_ALGORITHMS: tuple[str, ...] = ("NVLS", "NVLSTree")
 #: ``NCCL_PROTO`` tokens, in NCCL's protocol index order (0..2).
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 
 #: The policy name for "no forcing": NCCL's own cost-model argmin.
 AUTO = "AUTO"
+#: The policy name for "stock NCCL, no plugin loaded".
+STOCK = "stock"
+#: The plugin's table replay (``NCCLBOT_POLICY=static``): it plays a table's arm but learns nothing.
+STATIC = "static"
 
 
 def learning_policy(policy: str | None, *, plugin: bool) -> bool:

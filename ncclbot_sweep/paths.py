@@ -157,9 +157,6 @@ class CampaignPaths:
     def coordinator_log(self, job_key: str) -> PurePath:
         return self.job_dir(job_key) / COORDINATOR_LOG
 
-    def slurm_output(self, job_key: str) -> PurePath:
-        return self.job_dir(job_key) / SLURM_OUTPUT
-
     def provenance(self, job_key: str) -> PurePath:
         return self.job_dir(job_key) / PROVENANCE
 

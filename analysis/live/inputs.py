@@ -27,6 +27,7 @@ import pandas as pd
 
 from ncclbot_sweep.errors import AnalysisError, did_you_mean
 from ncclbot_sweep.names import AUTO
+from ncclbot_sweep.names import STOCK as STOCK_POLICY
 
 from ..inputs import read_dataset_table
 from ..policies import STATIC_POLICY, live_policy_name
@@ -37,9 +38,6 @@ __all__ = ["STOCK_POLICY", "LIVE_KINDS", "SCENARIO_KEYS", "LiveIssue", "LiveData
 
 log = logging.getLogger(__name__)
 
-#: The policy name of a step without the plugin (``ncclbot_sweep.sweep.campaign.STOCK``; orchestration
-#: is not imported by the analysis, a test checks the two agree).
-STOCK_POLICY = "stock"
 #: Run kinds the live analysis reads (architecture section 4).
 LIVE_KINDS = ("live", "stock", "overhead")
 SCENARIO_KEYS = ["campaign", "fabric", "collective", "nodes", "ranks"]

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 
 from ncclbot_sweep.errors import AnalysisError
+from ncclbot_sweep.names import STATIC as STATIC_POLICY
 
 from .adversarial import EXP3, EXP3PP, FPL, Hierarchical, TsallisINF
 from .base import Policy
@@ -31,8 +32,6 @@ _ALIASES = {"auto": "AUTO", "random": "Random", "klucb": "KL-UCB", "kl-ucb": "KL
 #: tables and figures: the family's name here, so offline and live results spell a policy alike.
 #: ``greedy`` is ``EpsilonGreedy(eps=0)``, not the eps-greedy family's default; ``static`` replays
 #: a table and has no family.
-#: The plugin's table replay (``NCCLBOT_POLICY=static``): it plays a plugin arm but learns nothing.
-STATIC_POLICY = "static"
 PLUGIN_POLICIES: dict[str, str] = {
     "auto": Auto.name, STATIC_POLICY: STATIC_POLICY, "greedy": "greedy", "ucb1": UCB1.name, "etc": ETC.name,
     "softmax": Softmax.name, "thompson": GaussianThompson.name, "eps-greedy": EpsilonGreedy.name,

@@ -14,9 +14,8 @@ from pathlib import Path
 
 from ncclbot_sweep.errors import DatasetError
 from ncclbot_sweep.ingest.datasets import read_table
-from ncclbot_sweep.names import AUTO
+from ncclbot_sweep.names import AUTO, STOCK
 from ncclbot_sweep.outcomes import StepOutcome
-from ncclbot_sweep.sweep.campaign import STOCK
 from ncclbot_sweep.sweep.estimate import Measured
 
 __all__ = ["measured_times"]

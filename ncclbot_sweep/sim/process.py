@@ -24,7 +24,7 @@ from collections import Counter
 
 import numpy as np
 
-from ncclbot_sweep.names import Arm
+from ncclbot_sweep.names import NVLS_ALGORITHMS, Arm
 from ncclbot_sweep.sim.fabric import SimFabric
 
 __all__ = ["SimProcess", "derive_seed", "TRANSIENT_CALLS"]
@@ -99,7 +99,7 @@ class SimProcess:
         if arm.algorithm not in self._connected:
             self._connected.add(arm.algorithm)
             cost += self.rng.uniform(1.0, 3.0) * (500.0 + 20.0 * self.ranks)  # connect channels
-        if arm.algorithm in ("NVLS", "NVLSTree") and not self._nvls_ready:
+        if arm.algorithm in NVLS_ALGORITHMS and not self._nvls_ready:
             self._nvls_ready = True
             low, high = self.fabric.spec.nvls_stall_s
             cost += self.rng.uniform(low, high) * 1e6

@@ -17,6 +17,7 @@ from ncclbot_sweep.names import (
     ALGORITHMS,
     COLLECTIVES,
     FULL_BUFFER_COLLECTIVES,
+    NVLS_ALGORITHMS,
     PROTOCOLS,
     SIMPLE_ONLY_ALGORITHMS,
     collective_algorithms,
@@ -124,7 +125,7 @@ def _enabled(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int, r
         return False
     if algo == "NVLS" and (not spec.nvls or (nodes > 1 and not spec.collnet)):
         return False
-    if algo in ("NVLS", "NVLSTree") and coll != "AllReduce" and local_ranks > 32:
+    if algo in NVLS_ALGORITHMS and coll != "AllReduce" and local_ranks > 32:
         return False
     if algo.startswith("CollNet") and not spec.collnet:
         return False
@@ -153,7 +154,7 @@ def _bandwidth(spec: ModelSpec, coll: str, algo: str, proto: int, *, nodes: int,
     ppn = ranks / nodes
     n_ch = graph.n_channels
     bw = graph.bw_intra if nodes <= 2 or algo.startswith("CollNet") else graph.bw_inter
-    if algo in ("NVLS", "NVLSTree"):
+    if algo in NVLS_ALGORITHMS:
         if n_ch < 2:
             return 0.0
         intra = graph.bw_intra * _NVLS_EFFICIENCY[cc] * (n_ch - 1) / n_ch

@@ -39,7 +39,8 @@ from typing import Annotated, Any, Union
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
-from ncclbot_sweep.errors import WorkloadError
+from ncclbot_sweep.errors import ParseError, WorkloadError
+from ncclbot_sweep.filekind import read_whole
 from ncclbot_sweep.names import COLLECTIVES, canonical_collective, canonical_dtype, dtype_bytes, parse_size
 from ncclbot_sweep.parsers.common import to_float
 from ncclbot_sweep.parsers.kineto_calls import collect, link
@@ -145,7 +146,10 @@ class _Spec(SpecModel):
     dtype: str = "float"
     step: list[_Item] = Field(min_length=1)
 
-    _dtype = field_validator("dtype")(lambda cls, value: _dtype_name(value))
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, value: str) -> str:
+        return _dtype_name(value)
 
 
 def _dtype_name(value: str) -> str:
@@ -255,8 +259,9 @@ def load_step(source: str, *, ranks: int) -> WorkloadStep:
 
     path = resolve_shipped("workloads", Path(source), WorkloadError)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(64 << 20)
+        data = read_whole(path)
+    except ParseError as exc:
+        raise WorkloadError(exc.reason, path=path, hint="trace one step: torch.profiler.schedule(active=1)") from exc
     except OSError as exc:
         raise WorkloadError(f"cannot read: {exc.strerror or exc}", path=path) from exc
     if data[:2] == b"\x1f\x8b":

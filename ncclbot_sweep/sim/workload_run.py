@@ -36,7 +36,7 @@ from typing import TextIO
 import numpy as np
 
 from ncclbot_sweep.errors import NcclbotError, WorkloadError
-from ncclbot_sweep.names import SIMULATOR, dtype_bytes, nccl_type_name
+from ncclbot_sweep.names import SIMULATOR, Arm, dtype_bytes, nccl_type_name
 from ncclbot_sweep.sim.fabric import SimFabric, fabric_for_env
 from ncclbot_sweep.sim.fabrics import DEFAULT_FABRIC
 from ncclbot_sweep.sim.live import LiveFailure, RankPlace, choose_arm, launch_call, open_host, rank_place, wants_plugin
@@ -97,6 +97,7 @@ class _Player:
                  env: Mapping[str, str], rng: np.random.Generator) -> None:
         self.job, self.step, self.host, self.process, self.rng = job, step, host, process, rng
         self._tables: dict[tuple[str, int], np.ndarray] = {}
+        self._channels: dict[tuple[int, Arm], int] = {}
         self._env = env
 
     def _table(self, call: Call) -> np.ndarray:
@@ -107,6 +108,13 @@ class _Player:
             self._tables[key] = np.ascontiguousarray(table, dtype=np.float32)
         return self._tables[key]
 
+    def _call_channels(self, call: Call, arm: Arm) -> int:
+        key = (call.size_bytes, arm)
+        if key not in self._channels:
+            self._channels[key] = call_channels(self.job.fabric, arm, nodes=self.job.nodes, ranks=self.job.ranks,
+                                                n_bytes=call.size_bytes)
+        return self._channels[key]
+
     def play(self) -> float:
         """Play the step once; its time (us) from the last step's end to this one's."""
         began = self.host.clock_us()
@@ -116,8 +124,7 @@ class _Player:
                 self.host.compute(host_us=op.host_us, gpu_us=op.gpu_us * jitter)
                 continue
             arm = choose_arm(self.host, op.collective, op.size_bytes, self._table(op))
-            channels = call_channels(self.job.fabric, arm, nodes=self.job.nodes, ranks=self.job.ranks,
-                                     n_bytes=op.size_bytes)
+            channels = self._call_channels(op, arm)
             launch_call(self.host, self.process, op.collective, op.size_bytes, arm, channels=channels,
                         elt=dtype_bytes(op.dtype) or 4, dtype=nccl_type_name(op.dtype))
         self.host.sync()  # the loop's loss.item(): the host waits for the step's last kernel

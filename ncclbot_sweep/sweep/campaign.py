@@ -43,6 +43,8 @@ from ncclbot_sweep.names import (
     COLLECTIVE_BINARY,
     COLLECTIVES,
     FAMILIES,
+    STATIC,
+    STOCK,
     Arm,
     FabricOffer,
     all_arms,
@@ -58,7 +60,7 @@ from ncclbot_sweep.sweep.estimate import CallCounts, Measured, MeasuredTimes, St
 from ncclbot_sweep.sweep.inventory import GPUS_PER_PROCESS, Inventory, env_mapping
 from ncclbot_sweep.sweep.packing import pack
 from ncclbot_sweep.sweep.plan import Job, Plan, PrunedArmEntry, Step, content_key, describe_plan
-from ncclbot_sweep.sweep.workload import DEFAULT_RUN_TIMEOUT_S, STATIC, WorkloadSpec, check_campaign, nodes_command
+from ncclbot_sweep.sweep.workload import DEFAULT_RUN_TIMEOUT_S, WorkloadSpec, check_campaign, nodes_command
 
 __all__ = [
     "AXES",
@@ -84,8 +86,6 @@ log = logging.getLogger(__name__)
 #: Axes a campaign expands over (``arm`` only for forced campaigns).
 AXES = ("collective", "nodes", "arm", "policy", "variant", "repeat")
 Axis = Literal["collective", "nodes", "arm", "policy", "variant", "repeat"]
-#: The policy name for "stock NCCL, no plugin loaded".
-STOCK = "stock"
 #: The most steps one campaign may expand into (a large real sweep has tens of thousands).
 MAX_STEPS = 200_000
 

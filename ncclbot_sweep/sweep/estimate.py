@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ncclbot_sweep import costmodel
-from ncclbot_sweep.names import COLLECTIVES, Arm
+from ncclbot_sweep.names import COLLECTIVES, NVLS_ALGORITHMS, Arm
 
 if TYPE_CHECKING:
     from ncclbot_sweep.sim import SimFabric
@@ -41,8 +41,6 @@ MeasuredTimes = Mapping[tuple[str, int, str | None, int], float]
 #: A collective NCCL runs without an algorithm choice (AlltoAll, SendRecv, ...) is priced as this
 #: one of the same size: NCCL has no cost model for them, and AllGather moves the same bytes.
 _ARMLESS_PROXY = "AllGather"
-#: Algorithms whose first call in a process stalls for NVLS's set-up.
-_NVLS = ("NVLS", "NVLSTree")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +126,7 @@ def calls_seconds(step: StepCalls, *, model: str, nvls_setup_s: float, measured:
         collective = step.collective if step.collective in COLLECTIVES else _ARMLESS_PROXY
         costs = _cost_table(fabric, collective, step.nodes, size, step.ranks)
         arms = _arms_played(costs, step.arm, learner=step.learner)
-        nvls = nvls or any(arm.algorithm in _NVLS for arm in arms)
+        nvls = nvls or any(arm.algorithm in NVLS_ALGORITHMS for arm in arms)
         seen = None if measured is None or step.learner else measured.get((step.collective, step.nodes, arm_key, size))
         total_us += count * (seen if seen is not None else _price_us(costs, arms))
     return total_us / 1e6 + (nvls_setup_s if nvls else 0.0)

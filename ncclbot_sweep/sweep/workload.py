@@ -24,7 +24,7 @@ A run's step times are read on the node right after the command ends, by
 * ``wall``: the command's wall time, one step per run.
 
 The first ``warmup_steps`` steps of every run are marked as warm-up (kept, flagged, left out of
-the analysis). A run that prints no step time fails (exit code :data:`NO_STEP_TIME`) with the
+the analysis). A run that prints no step time fails (``step_times.py`` exits 4) with the
 first lines it saw; a crash or a hang past ``timeout_s`` fails it as any step fails; the other
 runs still count.
 """
@@ -38,18 +38,15 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from ncclbot_sweep.names import STATIC
 from ncclbot_sweep.specfile import Bool, Float, Int, SpecModel
 
-__all__ = ["DEFAULT_RUN_TIMEOUT_S", "NO_STEP_TIME", "NOT_FOR_WORKLOADS", "READY_PATTERNS", "STATIC", "StepTime",
+__all__ = ["DEFAULT_RUN_TIMEOUT_S", "NOT_FOR_WORKLOADS", "READY_PATTERNS", "StepTime",
            "TIME_GROUPS", "WorkloadSpec", "check_campaign", "describe", "extractor_args", "nodes_command", "workload_plan_lines"]
 
 #: A run's timeout, and its estimate, when the campaign gives neither ``timeout_s`` nor
 #: ``workload.run_estimate_s`` (a user's command has no calls ``plan`` could price).
 DEFAULT_RUN_TIMEOUT_S = 1800
-#: The exit code of a run whose output held no step time (``templates/step_times.py``).
-NO_STEP_TIME = 4
-#: The environment that replays a static table through the plugin (``NCCLBOT_POLICY=static``).
-STATIC = "static"
 #: Campaign keys that describe nccl-tests steps, which a workload campaign has none of.
 NOT_FOR_WORKLOADS = ("collectives", "sizes", "arms", "baseline", "warmup", "iterations", "dtype", "op", "extra_flags")
 #: Named groups a step-time regex may capture the time in, and what one unit is in seconds

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ncclbot_sweep.names import Arm, all_arms
+from ncclbot_sweep.names import NVLS_ALGORITHMS, Arm, all_arms
 from ncclbot_sweep.sim.fabric import SimFabric
 from ncclbot_sweep.sim.nccltests.environment import allowed_names
 
@@ -38,7 +38,7 @@ def call_table(fabric: SimFabric, collective: str, *, nodes: int, size: int, ran
 def call_channels(fabric: SimFabric, arm: Arm, *, nodes: int, ranks: int, n_bytes: int) -> int:
     """Channels NCCL uses for one call after its per-size trimming (``enqueue.cc``)."""
     spec = fabric.spec
-    if arm.algorithm in ("NVLS", "NVLSTree"):
+    if arm.algorithm in NVLS_ALGORITHMS:
         return NVLS_CHANNELS.get(spec.comp_cap, 16)
     tuned = fabric.tuned(nodes, ranks)
     threads = int(tuned.max_threads[arm.algorithm_index, arm.protocol_index]) or 512
